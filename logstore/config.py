@@ -1,0 +1,231 @@
+"""Broker and topic configuration.
+
+Owns: the declared config keys (type, default, validator, doc) for the broker and topic scopes,
+and parsing of broker TOML files. Unknown keys are rejected with a message naming the key and
+the file. Topic config keys accept Kafka's dotted spelling too (``retention.ms`` is
+``retention_ms``). Must not: read files at import time or hold a module-level config object.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from logstore.errors import ConfigError, InvalidConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+DAY_MS = 24 * 3600 * 1000
+
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
+COMPRESSION_TYPES = ("none", "lz4", "zstd")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _non_negative(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _optional_non_negative(v: Any) -> bool:
+    return v is None or _non_negative(v)
+
+
+def _boolean(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _one_of(choices: tuple[str, ...]):  # noqa: ANN202
+    return lambda v: v in choices
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicConfig:
+    """Per-topic settings. ``None`` for retention means unlimited; for flush_ms, no forced fsync
+    (the operating system flushes, as in Kafka); ``flush_ms = 0`` fsyncs before every
+    acknowledgement, with group commit."""
+
+    segment_bytes: int = 128 * MiB
+    segment_ms: int = 7 * DAY_MS
+    segment_index_bytes: int = 10 * MiB
+    index_interval_bytes: int = 4 * KiB
+    retention_ms: int | None = 7 * DAY_MS
+    retention_bytes: int | None = None
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = DAY_MS
+    min_compaction_lag_ms: int = 0
+    min_cleanable_dirty_ratio: float = 0.5
+    flush_ms: int | None = None
+    max_message_bytes: int = 8 * MiB
+    message_timestamp_type: str = "CreateTime"
+    compression_type: str = "none"
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def updated(self, changes: dict[str, Any]) -> TopicConfig:
+        """A copy with ``changes`` applied after validation (raises InvalidConfigError)."""
+        return replace(self, **validate_topic_config(changes))
+
+
+_TOPIC_VALIDATORS = {
+    "segment_bytes": _positive,
+    "segment_ms": _positive,
+    "segment_index_bytes": _positive,
+    "index_interval_bytes": _positive,
+    "retention_ms": _optional_non_negative,
+    "retention_bytes": _optional_non_negative,
+    "cleanup_policy": _one_of(CLEANUP_POLICIES),
+    "delete_retention_ms": _non_negative,
+    "min_compaction_lag_ms": _non_negative,
+    "min_cleanable_dirty_ratio": lambda v: isinstance(v, int | float) and 0 <= v <= 1,
+    "flush_ms": _optional_non_negative,
+    "max_message_bytes": _positive,
+    "message_timestamp_type": _one_of(TIMESTAMP_TYPES),
+    "compression_type": _one_of(COMPRESSION_TYPES),
+    "min_insync_replicas": _positive,
+    "unclean_leader_election_enable": _boolean,
+}
+
+
+def normalize_key(key: str) -> str:
+    """``retention.ms`` -> ``retention_ms``: Kafka's spelling is accepted everywhere."""
+    return key.replace(".", "_").replace("-", "_")
+
+
+def validate_topic_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """Normalised, validated topic config changes. Values may come as strings (from the CLI);
+    -1 for retention means unlimited as in Kafka. Raises InvalidConfigError naming the key."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = normalize_key(key)
+        validator = _TOPIC_VALIDATORS.get(name)
+        if validator is None:
+            raise InvalidConfigError(f"unknown topic config key {key!r}; known keys: "
+                                     f"{', '.join(sorted(_TOPIC_VALIDATORS))}")
+        value = _coerce(name, value)
+        if not validator(value):
+            raise InvalidConfigError(f"invalid value {value!r} for topic config {key!r}")
+        out[name] = value
+    return out
+
+
+def _coerce(name: str, value: Any) -> Any:
+    default = getattr(TopicConfig(), name)
+    if isinstance(value, str) and not isinstance(default, str):
+        text = value.strip().lower()
+        if text in ("null", "none", ""):
+            return None
+        if isinstance(default, bool):
+            return {"true": True, "false": False}.get(text, value)
+        try:
+            value = float(text) if isinstance(default, float) else int(text)
+        except ValueError:
+            return value
+    if name in ("retention_ms", "retention_bytes") and value == -1:
+        return None
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    """Process-level settings of one broker, read from a TOML file."""
+
+    broker_id: int = 0
+    listener: str = "127.0.0.1:9092"
+    log_dirs: tuple[str, ...] = ("./data",)
+    zk_connect: str | None = None
+    rack: str | None = None
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    offsets_topic_num_partitions: int = 8
+    offsets_topic_replication_factor: int = 3
+    replica_lag_time_max_ms: int = 30_000
+    zk_session_timeout_ms: int = 6_000
+    log_retention_check_interval_ms: int = 60_000
+    log_cleaner_interval_ms: int = 15_000
+    max_request_bytes: int = 100 * MiB
+    topic_defaults: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        return self.listener.rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.listener.rsplit(":", 1)[1])
+
+    def default_topic_config(self) -> TopicConfig:
+        return TopicConfig().updated(self.topic_defaults)
+
+
+_BROKER_TYPES: dict[str, tuple[type, ...]] = {
+    "broker_id": (int,), "listener": (str,), "log_dirs": (list, str), "zk_connect": (str,),
+    "rack": (str,), "num_partitions": (int,), "default_replication_factor": (int,),
+    "offsets_topic_num_partitions": (int,), "offsets_topic_replication_factor": (int,),
+    "replica_lag_time_max_ms": (int,), "zk_session_timeout_ms": (int,),
+    "log_retention_check_interval_ms": (int,), "log_cleaner_interval_ms": (int,),
+    "max_request_bytes": (int,), "topic_defaults": (dict,),
+}
+
+
+def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> BrokerConfig:
+    """Validate ``raw`` (as parsed from ``source``) into a BrokerConfig; ConfigError names the
+    key and the source."""
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        types = _BROKER_TYPES.get(key)
+        if types is None:
+            raise ConfigError(f"{source}: unknown key {key!r}; known keys: "
+                              f"{', '.join(sorted(_BROKER_TYPES))}")
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ConfigError(f"{source}: key {key!r} must be {types[0].__name__}, "
+                              f"got {value!r}")
+        values[key] = value
+    if isinstance(values.get("log_dirs"), str):
+        values["log_dirs"] = [values["log_dirs"]]
+    if "log_dirs" in values:
+        if not values["log_dirs"]:
+            raise ConfigError(f"{source}: log_dirs must name at least one directory")
+        values["log_dirs"] = tuple(str(d) for d in values["log_dirs"])
+    _check_listener(values.get("listener", BrokerConfig.listener), source)
+    try:
+        validate_topic_config(values.get("topic_defaults", {}))
+    except InvalidConfigError as e:
+        raise ConfigError(f"{source}: topic_defaults: {e.message}") from None
+    return BrokerConfig(**values)
+
+
+def _check_listener(listener: str, source: str) -> None:
+    host, sep, port = listener.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"{source}: listener must be 'host:port', got {listener!r}")
+
+
+def load_broker_config(path: str | Path, overrides: dict[str, Any] | None = None) -> BrokerConfig:
+    """Parse a broker TOML file; relative log_dirs are taken relative to the working directory."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    raw.update(overrides or {})
+    return broker_config_from_dict(raw, str(path))

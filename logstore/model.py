@@ -1,0 +1,75 @@
+"""Small value types shared by every layer. Must not: do I/O."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from logstore.errors import InvalidPartitionsError, InvalidTopicError
+
+TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+
+# Special offsets in list-offsets requests and Spark's offset JSON, as in Kafka.
+EARLIEST = -2
+LATEST = -1
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+
+
+class RecordMetadata(NamedTuple):
+    """What a producer learns about an acknowledged record (offset -1 with acks=0)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
+def validate_topic_name(name: object) -> str:
+    """Kafka's rules: ``[a-zA-Z0-9._-]``, 1..249 characters, not ``.`` or ``..``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError(f"topic name must be a non-empty string, got {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(f"topic name {name[:40]!r}... is {len(name)} characters; "
+                                f"the limit is {MAX_TOPIC_NAME_LENGTH}")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if not TOPIC_NAME_RE.match(name):
+        bad = sorted({c for c in name if not TOPIC_NAME_RE.match(c)})
+        raise InvalidTopicError(f"topic name {name!r} has illegal character(s) {bad}; "
+                                "allowed are ASCII letters, digits, '.', '_' and '-'")
+    return name
+
+
+def validate_partition_count(topic: str, count: object) -> int:
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        raise InvalidPartitionsError(
+            f"topic {topic!r}: partition count must be a positive integer, got {count!r}")
+    if count > 100_000:
+        raise InvalidPartitionsError(f"topic {topic!r}: {count} partitions is over 100000")
+    return count

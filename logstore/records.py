@@ -1,0 +1,253 @@
+"""The record-batch schema and the batch header.
+
+Owns: the Arrow schema of a topic's records, the fixed-layout batch header that rides in each
+batch's IPC custom metadata, and the encoding of one producer batch as one encapsulated Arrow
+IPC message. Must not: do I/O.
+
+A segment file is an Arrow IPC *stream*: one schema message, then one record-batch message per
+producer batch. Each record-batch message carries, under the custom-metadata key
+``logstore.batch``, this header (little-endian, 74 bytes):
+
+| field              | type   | meaning                                                         |
+|--------------------|--------|-----------------------------------------------------------------|
+| magic              | 6s     | ``b"\\x00LSB\\x01\\x00"``: finds the header in the message metadata |
+| base_offset        | int64  | offset of the first record                                      |
+| last_offset_delta  | int32  | last offset - base offset (>= record_count - 1 after compaction) |
+| record_count       | int32  | rows in the batch                                               |
+| first_timestamp    | int64  | smallest record timestamp, ms since the epoch                   |
+| max_timestamp      | int64  | largest record timestamp, ms since the epoch                    |
+| producer_id        | int64  | -1 when the producer is not idempotent                          |
+| producer_epoch     | int16  | -1 when the producer is not idempotent                          |
+| base_sequence      | int32  | sequence number of the first record, -1 when not idempotent     |
+| leader_epoch       | int32  | epoch of the leader that appended the batch                     |
+| flags              | int16  | TRANSACTIONAL, CONTROL, HAS_OFFSET_DELTAS, LOG_APPEND_TIME       |
+| batch_size         | int32  | bytes of the whole encapsulated IPC message, prefix included    |
+| crc                | uint32 | CRC32C of the message body (the Arrow buffers)                  |
+
+A batch whose offsets have gaps (after compaction) sets HAS_OFFSET_DELTAS and stores the
+per-record offset deltas under ``logstore.offset_deltas``: ``DELTAS_MAGIC`` then the int32
+little-endian deltas in base64, so that they can never contain either magic.
+
+The header is written with ``crc = 0`` and ``batch_size = 0``, the message is serialised once,
+and then both fields are patched in place: one serialisation, no second copy of the body.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from logstore.errors import CorruptRecordError, InvalidRecordError
+
+HEADER_KEY = b"logstore.batch"
+OFFSET_DELTAS_KEY = b"logstore.offset_deltas"
+MAGIC = b"\x00LSB\x01\x00"
+DELTAS_MAGIC = b"\x00LSD\x01\x00"
+_HEADER = struct.Struct("<6sqiiqqqhiihiI")
+HEADER_SIZE = _HEADER.size
+_CRC_POS = HEADER_SIZE - 4
+_SIZE_POS = HEADER_SIZE - 8
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+FLAG_TRANSACTIONAL = 1
+FLAG_CONTROL = 2
+FLAG_HAS_OFFSET_DELTAS = 4
+FLAG_LOG_APPEND_TIME = 8
+
+TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+RESERVED_COLUMNS = ("key", "timestamp", "headers")
+
+DEFAULT_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("timestamp", TIMESTAMP_TYPE),
+    pa.field("headers", HEADERS_TYPE),
+])
+
+
+def topic_schema(value_schema: pa.Schema | None = None) -> pa.Schema:
+    """The stored schema of a topic: Kafka's by default, or ``key``, the value's own columns,
+    ``timestamp`` and ``headers`` for a typed topic."""
+    if value_schema is None:
+        return DEFAULT_SCHEMA
+    clash = [name for name in value_schema.names if name in RESERVED_COLUMNS]
+    if clash:
+        raise InvalidRecordError(f"value_schema column(s) {clash} clash with {RESERVED_COLUMNS}")
+    if len(value_schema) == 0:
+        raise InvalidRecordError("value_schema has no columns")
+    fields = [DEFAULT_SCHEMA.field("key"), *(f.with_nullable(True) for f in value_schema),
+              DEFAULT_SCHEMA.field("timestamp"), DEFAULT_SCHEMA.field("headers")]
+    return pa.schema(fields)
+
+
+def value_columns(schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` that hold the value (``["value"]`` for untyped topics)."""
+    return [name for name in schema.names if name not in RESERVED_COLUMNS]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    last_offset_delta: int
+    record_count: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    base_sequence: int = NO_SEQUENCE
+    leader_epoch: int = 0
+    flags: int = 0
+    batch_size: int = 0
+    crc: int = 0
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.flags & FLAG_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.flags & FLAG_CONTROL)
+
+    def pack(self) -> bytes:
+        return _HEADER.pack(MAGIC, self.base_offset, self.last_offset_delta, self.record_count,
+                            self.first_timestamp, self.max_timestamp, self.producer_id,
+                            self.producer_epoch, self.base_sequence, self.leader_epoch,
+                            self.flags, self.batch_size, self.crc)
+
+    @classmethod
+    def unpack(cls, data: bytes | memoryview) -> BatchHeader:
+        fields = _HEADER.unpack(data)
+        if fields[0] != MAGIC:
+            raise CorruptRecordError("batch header has a bad magic")
+        return cls(*fields[1:])
+
+    def with_base_offset(self, base_offset: int) -> BatchHeader:
+        return replace(self, base_offset=base_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """One batch as read back from a log: its header and the undecoded IPC message."""
+
+    header: BatchHeader
+    message: ipc.Message
+    offset_deltas: np.ndarray | None = None
+
+    def record_batch(self, schema: pa.Schema) -> pa.RecordBatch:
+        """Decode the Arrow batch (zero-copy over the message body)."""
+        return ipc.read_record_batch(self.message, schema)
+
+    def offsets(self) -> np.ndarray:
+        """The offset of every record in the batch, as int64."""
+        base = self.header.base_offset
+        if self.offset_deltas is not None:
+            return base + self.offset_deltas.astype(np.int64)
+        return np.arange(base, base + self.header.record_count, dtype=np.int64)
+
+
+@lru_cache(maxsize=256)
+def _schema_message_size(schema: pa.Schema) -> int:
+    return schema.serialize().size
+
+
+def schema_message(schema: pa.Schema) -> bytes:
+    """The IPC schema message that opens every segment file of a topic with this schema."""
+    return schema.serialize().to_pybytes()
+
+
+def encode_batch(
+    batch: pa.RecordBatch,
+    header: BatchHeader,
+    offset_deltas: np.ndarray | None = None,
+    options: ipc.IpcWriteOptions | None = None,
+) -> bytearray:
+    """One encapsulated IPC message for ``batch`` carrying ``header``, with its CRC32C and size
+    patched in. The schema message is not included."""
+    metadata: dict[bytes, bytes] = {HEADER_KEY: header.pack()}
+    if offset_deltas is not None:
+        metadata[OFFSET_DELTAS_KEY] = DELTAS_MAGIC + base64.b64encode(
+            np.ascontiguousarray(offset_deltas, dtype="<i4").tobytes())
+    sink = pa.BufferOutputStream()
+    writer = ipc.new_stream(sink, batch.schema, options=options)
+    writer.write_batch(batch, custom_metadata=metadata)
+    data = sink.getvalue()  # not closed: closing would append an end-of-stream marker
+    message = bytearray(memoryview(data)[_schema_message_size(batch.schema):])
+    body_size = ipc.read_message(pa.py_buffer(message)).body.size
+    crc = crc32c.crc32c(memoryview(message)[len(message) - body_size:])
+    at = _find_header(memoryview(message)[: len(message) - body_size])
+    struct.pack_into("<iI", message, at + _SIZE_POS, len(message), crc)
+    return message
+
+
+def _find_header(metadata: memoryview | bytes) -> int:
+    at = bytes(metadata).find(MAGIC)
+    if at < 0:
+        raise CorruptRecordError("batch message carries no logstore header")
+    return at
+
+
+def decode_message(message: ipc.Message, verify: bool = True) -> StoredBatch:
+    """The header (and offset deltas) of one record-batch message; checks the CRC when asked.
+
+    Raises CorruptRecordError on a missing header or a CRC mismatch; callers add the file and
+    offset to the message."""
+    if message.type != "record batch":
+        raise CorruptRecordError(f"expected a record batch message, found {message.type!r}")
+    meta = message.metadata.to_pybytes()
+    at = _find_header(meta)
+    header = BatchHeader.unpack(meta[at: at + HEADER_SIZE])
+    if verify:
+        actual = crc32c.crc32c(message.body)
+        if actual != header.crc:
+            raise CorruptRecordError(
+                f"CRC32C mismatch in batch at offset {header.base_offset}: "
+                f"stored {header.crc:#010x}, computed {actual:#010x}")
+    deltas = None
+    if header.flags & FLAG_HAS_OFFSET_DELTAS:
+        deltas = _decode_offset_deltas(meta)
+    return StoredBatch(header, message, deltas)
+
+
+def _decode_offset_deltas(meta: bytes) -> np.ndarray:
+    # The value is DELTAS_MAGIC then base64 text, which ends at the flatbuffer's NUL terminator.
+    at = meta.find(DELTAS_MAGIC)
+    if at < 0:
+        raise CorruptRecordError("batch flags offset deltas but carries none")
+    start = at + len(DELTAS_MAGIC)
+    end = meta.find(b"\x00", start)
+    return np.frombuffer(base64.b64decode(meta[start:end]), dtype="<i4")
+
+
+def iter_messages(buffer: pa.Buffer) -> Iterator[tuple[int, ipc.Message]]:
+    """(position, message) for every *complete* IPC message in ``buffer``; stops quietly at a
+    truncated tail, which the caller detects by comparing positions with the buffer size."""
+    reader = pa.BufferReader(buffer)
+    while reader.tell() < buffer.size:
+        position = reader.tell()
+        try:
+            message = ipc.read_message(reader)
+        except (pa.ArrowInvalid, OSError, EOFError):
+            return
+        if message is None:
+            return
+        yield position, message
