@@ -251,3 +251,38 @@ def iter_messages(buffer: pa.Buffer) -> Iterator[tuple[int, ipc.Message]]:
         if message is None:
             return
         yield position, message
+
+
+def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.RecordBatch:
+    """``batch`` with exactly ``schema``: columns reordered, safe casts applied (large_binary to
+    binary, other timestamp units), missing ``key``/``timestamp``/``headers`` filled with nulls.
+    A missing value column, an extra column or an impossible cast is InvalidRecordError naming
+    ``where`` and the column."""
+    if batch.schema.equals(schema):
+        return batch
+    extra = [n for n in batch.schema.names if schema.get_field_index(n) < 0]
+    if extra:
+        raise InvalidRecordError(f"{where}: unexpected column(s) {extra}; the topic's columns "
+                                 f"are {schema.names}")
+    columns = []
+    for f in schema:
+        idx = batch.schema.get_field_index(f.name)
+        if idx < 0:
+            if f.name not in RESERVED_COLUMNS:
+                raise InvalidRecordError(f"{where}: missing column {f.name!r} ({f.type})")
+            columns.append(pa.nulls(batch.num_rows, f.type))
+            continue
+        columns.append(_cast_column(batch.column(idx), f, where))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _cast_column(column: pa.Array, target: pa.Field, where: str) -> pa.Array:
+    if column.type.equals(target.type):
+        return column
+    if pa.types.is_integer(column.type) and pa.types.is_timestamp(target.type):
+        column = column.cast(pa.int64()).view(pa.timestamp("ms", tz="UTC"))
+    try:
+        return column.cast(target.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise InvalidRecordError(f"{where}: column {target.name!r} is {column.type}, expected "
+                                 f"{target.type} ({str(e).splitlines()[0]})") from None

@@ -1,0 +1,128 @@
+"""One broker process: wires the log manager, metadata store, controller, replica manager,
+request handlers and Flight server together, and keeps hosted partitions in step with the
+cluster metadata. Must not: contain storage or replication logic.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from logstore.broker.handlers import RequestHandlers
+from logstore.broker.replica_manager import ReplicaManager
+from logstore.clock import Clock, SystemClock
+from logstore.config import BrokerConfig, TopicConfig
+from logstore.controller.controller import TopicController
+from logstore.controller.local import METADATA_FILE, LocalMetadataStore
+from logstore.controller.store import BrokerInfo, MetadataStore
+from logstore.model import TopicPartition
+from logstore.records import topic_schema
+from logstore.rpc.server import FlightBrokerServer
+from logstore.segments.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_BLOCK = 1000
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids from blocks reserved in the metadata store."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._next = self._end = 0
+
+    def next_producer_id(self) -> int:
+        with self._lock:
+            if self._next >= self._end:
+                self._next = self._store.next_producer_id_block(PRODUCER_ID_BLOCK)
+                self._end = self._next + PRODUCER_ID_BLOCK
+            self._next += 1
+            return self._next - 1
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None,
+                 store: MetadataStore | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        log_dirs = [Path(d) for d in config.log_dirs]
+        for d in log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.store = store or LocalMetadataStore(log_dirs[0] / METADATA_FILE, config.broker_id)
+        self.default_topic_config: TopicConfig = config.default_topic_config()
+        self.controller = TopicController(self.store, self.default_topic_config)
+        self.log_manager = LogManager(
+            log_dirs, self.clock, self._topic_config,
+            retention_check_interval_ms=config.log_retention_check_interval_ms,
+            cleaner_interval_ms=config.log_cleaner_interval_ms)
+        self.replicas = ReplicaManager(config.broker_id, self.log_manager, self.clock)
+        self.handlers = RequestHandlers(config.broker_id, self.store, self.controller,
+                                        self.replicas, ProducerIdAllocator(self.store))
+        self.server: FlightBrokerServer | None = None
+        self._sync_lock = threading.Lock()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.port
+
+    def start(self) -> None:
+        self.store.start()
+        self.log_manager.startup()
+        self.server = FlightBrokerServer(f"grpc://{self.config.listener}", self.handlers)
+        self.store.register_broker(BrokerInfo(self.config.broker_id, self.config.host,
+                                              self.server.port, self.config.rack))
+        self.store.add_listener(self.sync_partitions)
+        self.sync_partitions()
+        log.info("broker %d listening on %s:%d", self.config.broker_id, self.config.host,
+                 self.server.port)
+
+    def serve(self) -> None:
+        """Block until ``stop()`` is called from another thread or a signal handler."""
+        assert self.server is not None
+        self.server.serve()
+
+    def stop(self) -> None:
+        log.info("broker %d stopping", self.config.broker_id)
+        if self.server is not None:
+            self.server.shutdown()
+        self.log_manager.shutdown()
+        self.store.close()
+
+    def _topic_config(self, topic: str) -> TopicConfig:
+        record = self.store.topics().get(topic)
+        if record is None:
+            return self.default_topic_config
+        return self.default_topic_config.updated(record.config)
+
+    def sync_partitions(self) -> None:
+        """Make hosted partitions match the metadata: lead what we lead, drop what is gone."""
+        with self._sync_lock:
+            topics = self.store.topics()
+            wanted: set[TopicPartition] = set()
+            for name, record in topics.items():
+                config = self.default_topic_config.updated(record.config)
+                schema = topic_schema(record.value_schema)
+                states = self.store.partition_states(name)
+                for p, replicas in record.replicas.items():
+                    if self.config.broker_id not in replicas:
+                        continue
+                    tp = TopicPartition(name, p)
+                    wanted.add(tp)
+                    st = states.get(p)
+                    hosted = self.replicas.hosted().get(tp)
+                    if st and st.leader == self.config.broker_id and (
+                            hosted is None or hosted.leader_epoch != st.leader_epoch
+                            or not hosted.is_leader):
+                        self.replicas.make_leader(tp, config, schema, st.leader_epoch,
+                                                  replicas, st.isr)
+                    else:
+                        self.replicas.update_config(tp, config)
+            for tp in set(self.replicas.hosted()) - wanted:
+                self.replicas.stop_replica(tp, delete=True)
+            for tp in set(self.log_manager.all_logs()) - wanted:
+                log.warning("deleting stray log %s: its topic is not in the metadata", tp)
+                self.log_manager.delete_log(tp)

@@ -1,0 +1,204 @@
+"""The partitions this broker hosts: produce, fetch (with long poll) and list offsets.
+
+Owns: the map of hosted ``Partition`` objects, routing appends and reads to them, waiting for
+``min_bytes`` or ``max_wait_ms`` on fetches, and answering list-offsets. Must not: parse wire
+requests (that is ``handlers.py``) or touch the transport.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from logstore.clock import Clock
+from logstore.config import TopicConfig
+from logstore.errors import (
+    ApiError,
+    InvalidRequiredAcksError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.model import EARLIEST, LATEST, TopicPartition
+from logstore.records import StoredBatch
+from logstore.replication.partition import Partition
+from logstore.segments.log import AppendInfo
+from logstore.segments.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    """One partition of a fetch request."""
+
+    tp: TopicPartition
+    offset: int
+    max_bytes: int
+
+
+@dataclass
+class PartitionFetchResult:
+    tp: TopicPartition
+    error: ApiError | None = None
+    batches: list[StoredBatch] = field(default_factory=list)
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(b.header.batch_size for b in self.batches)
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, log_manager: LogManager, clock: Clock) -> None:
+        self.broker_id = broker_id
+        self._logs = log_manager
+        self._clock = clock
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._lock = threading.Lock()
+        self._data_arrived = threading.Condition()
+        self._generation = 0
+
+    # -- hosting -----------------------------------------------------------------------------
+
+    def partition(self, tp: TopicPartition) -> Partition:
+        p = self._partitions.get(tp)
+        if p is None:
+            raise UnknownTopicOrPartitionError(f"partition {tp} is not hosted on broker "
+                                               f"{self.broker_id}")
+        return p
+
+    def hosted(self) -> dict[TopicPartition, Partition]:
+        return dict(self._partitions)
+
+    def make_leader(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema,
+                    leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
+        p = self._get_or_create(tp, config, schema)
+        p.make_leader(leader_epoch, replicas, isr)
+
+    def _get_or_create(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema
+                       ) -> Partition:
+        with self._lock:
+            p = self._partitions.get(tp)
+            if p is None:
+                log_ = self._logs.get_or_create_log(tp, config, schema)
+                p = Partition(tp, log_, self.broker_id, self._clock, self._notify_data)
+                self._partitions[tp] = p
+            else:
+                p.log.update_config(config)
+            return p
+
+    def update_config(self, tp: TopicPartition, config: TopicConfig) -> None:
+        p = self._partitions.get(tp)
+        if p is not None:
+            p.log.update_config(config)
+
+    def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
+        with self._lock:
+            p = self._partitions.pop(tp, None)
+        if p is not None:
+            p.make_follower(-1, p.leader_epoch, p.replicas)
+            if delete:
+                self._logs.delete_log(tp)
+        self._notify_data(tp)
+
+    # -- produce -----------------------------------------------------------------------------
+
+    def append_records(self, tp: TopicPartition, batch: pa.RecordBatch, required_acks: int,
+                       timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1,
+                       base_sequence: int = -1, flags: int = 0) -> AppendInfo:
+        if required_acks not in (-1, 0, 1):
+            raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {required_acks}")
+        return self.partition(tp).append_records_to_leader(
+            batch, required_acks, timeout_ms, producer_id=producer_id,
+            producer_epoch=producer_epoch, base_sequence=base_sequence, flags=flags)
+
+    # -- fetch -------------------------------------------------------------------------------
+
+    def fetch(self, requests: list[FetchPartition], max_wait_ms: int, min_bytes: int,
+              max_bytes: int, isolation_level: int = READ_UNCOMMITTED, replica_id: int = -1
+              ) -> list[PartitionFetchResult]:
+        """Read each partition, waiting up to ``max_wait_ms`` until ``min_bytes`` are ready or
+        a partition has an error. Consumers read below the high watermark; followers to LEO."""
+        deadline = self._clock.monotonic_ms() + max_wait_ms
+        while True:
+            with self._data_arrived:
+                generation = self._generation
+            results = self._read_once(requests, max_bytes, isolation_level, replica_id)
+            ready = sum(r.size_bytes for r in results)
+            remaining = deadline - self._clock.monotonic_ms()
+            if ready >= min_bytes or remaining <= 0 or any(r.error for r in results):
+                return results
+            with self._data_arrived:
+                if self._generation == generation:
+                    self._data_arrived.wait(remaining / 1000.0)
+
+    def _read_once(self, requests: list[FetchPartition], max_bytes: int, isolation_level: int,
+                   replica_id: int) -> list[PartitionFetchResult]:
+        results = []
+        budget = max_bytes
+        for req in requests:
+            result = self._read_partition(req, budget, isolation_level, replica_id,
+                                          min_one=not any(r.batches for r in results))
+            budget -= result.size_bytes
+            results.append(result)
+        return results
+
+    def _read_partition(self, req: FetchPartition, budget: int, isolation_level: int,
+                        replica_id: int, min_one: bool) -> PartitionFetchResult:
+        result = PartitionFetchResult(req.tp)
+        try:
+            p = self.partition(req.tp)
+            if not p.is_leader:
+                raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {req.tp}")
+            log_ = p.log
+            result.high_watermark = log_.high_watermark
+            result.log_start_offset = log_.log_start_offset
+            result.log_end_offset = log_.log_end_offset
+            if replica_id >= 0:
+                p.update_follower_fetch(replica_id, req.offset)
+            max_offset = log_.log_end_offset if replica_id >= 0 else log_.high_watermark
+            if req.offset == max_offset or budget <= 0:
+                return result
+            data = log_.read(req.offset, min(req.max_bytes, max(budget, 1)),
+                             max_offset=max_offset, min_one=min_one)
+            result.batches = data.batches
+        except ApiError as e:
+            result.error = e
+        except Exception as e:  # a boundary: one broken partition must not fail the request
+            log.exception("%s: fetch at offset %d failed", req.tp, req.offset)
+            result.error = UnknownServerError(f"{req.tp}: {type(e).__name__}: {e}")
+        return result
+
+    def _notify_data(self, tp: TopicPartition) -> None:
+        with self._data_arrived:
+            self._generation += 1
+            self._data_arrived.notify_all()
+
+    # -- list offsets ------------------------------------------------------------------------
+
+    def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
+        """(offset, timestamp) for EARLIEST, LATEST (the high watermark) or the first record at
+        or after ``timestamp``; (-1, -1) when no record is that late."""
+        p = self.partition(tp)
+        if not p.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
+        if timestamp == EARLIEST:
+            return p.log.log_start_offset, -1
+        if timestamp == LATEST:
+            return p.log.high_watermark, -1
+        if timestamp < 0:
+            raise OffsetOutOfRangeError(f"{tp}: invalid list-offsets timestamp {timestamp}")
+        found = p.log.offsets_for_time(timestamp)
+        if found is None or found[0] >= p.log.high_watermark:
+            return -1, -1
+        return found

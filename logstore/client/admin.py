@@ -1,0 +1,118 @@
+"""The admin client: topics, partitions and topic configs.
+
+Each call raises the ApiError of the first entity that failed, with a message naming it, after
+the request has been applied to every entity it could be applied to (as Kafka's admin does
+per-topic). Must not: reach into broker internals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from logstore.client.metadata import ClusterMetadata
+from logstore.controller.store import encode_schema
+from logstore.model import TopicPartition
+from logstore.rpc.codec import error_from_fields
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int
+    replication_factor: int = 1
+    config: dict[str, Any] = field(default_factory=dict)
+    value_schema: pa.Schema | None = None
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    partitions: list[PartitionDescription]
+    internal: bool = False
+    value_schema: pa.Schema | None = None
+
+
+class Admin:
+    def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
+                 request_timeout_ms: int = 30_000) -> None:
+        self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms)
+
+    def create_topics(self, topics: list[NewTopic]) -> None:
+        body = {"topics": [{"name": t.name, "num_partitions": t.num_partitions,
+                            "replication_factor": t.replication_factor, "config": t.config,
+                            "value_schema": encode_schema(t.value_schema)} for t in topics]}
+        self._check(self._metadata.request("create_topics", body)["topics"])
+
+    def delete_topics(self, names: list[str]) -> None:
+        self._check(self._metadata.request("delete_topics", {"topics": list(names)})["topics"])
+
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        response = self._metadata.request("metadata", {"topics": None})
+        return sorted(t["name"] for t in response["topics"]
+                      if include_internal or not t.get("internal"))
+
+    def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
+        response = self._metadata.request("metadata", {"topics": names})
+        self._check(response["topics"])
+        from logstore.controller.store import decode_schema
+
+        return [TopicDescription(
+            t["name"],
+            [PartitionDescription(p["partition"], p["leader"], p["replicas"], p["isr"])
+             for p in t["partitions"]],
+            t.get("internal", False), decode_schema(t.get("value_schema")))
+            for t in response["topics"]]
+
+    def create_partitions(self, counts: dict[str, int]) -> None:
+        body = {"topics": [{"name": n, "count": c} for n, c in counts.items()]}
+        self._check(self._metadata.request("create_partitions", body)["topics"])
+
+    def describe_configs(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        response = self._metadata.request("describe_configs", {"topics": list(names)})
+        self._check(response["topics"])
+        return {t["name"]: t["config"] for t in response["topics"]}
+
+    def alter_configs(self, configs: dict[str, dict[str, Any]], incremental: bool = True
+                      ) -> None:
+        body = {"incremental": incremental,
+                "topics": [{"name": n, "config": c} for n, c in configs.items()]}
+        self._check(self._metadata.request("alter_configs", body)["topics"])
+
+    def list_offsets(self, partitions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Offsets for EARLIEST (-2), LATEST (-1) or a timestamp, per partition."""
+        out = {}
+        for tp, spec in partitions.items():
+            tp = TopicPartition(*tp)
+            conn = self._metadata.leader_connection(tp)
+            entry = conn.action("list_offsets", {"topic": tp.topic, "partitions": [
+                {"partition": tp.partition, "timestamp": spec}]})["partitions"][0]
+            self._check([entry])
+            out[tp] = entry["offset"]
+        return out
+
+    def close(self) -> None:
+        self._metadata.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _check(entries: list[dict[str, Any]]) -> None:
+        for entry in entries:
+            err = error_from_fields(entry)
+            if err is not None:
+                raise err

@@ -1,0 +1,175 @@
+"""The producer's units of work: records gathered by ``send()`` and batches on the wire.
+
+A ``RecordChunk`` collects per-record sends for one topic as plain tuples (the cheapest thing
+Python can append); the sender turns a whole chunk into Arrow arrays at once and splits it into
+one ``ProducerBatch`` per partition. A future is a two-slot object pointing into its chunk, so
+``send()`` costs a tuple append and one small object. Must not: do I/O.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from logstore.errors import ApiError, RequestTimedOutError
+from logstore.model import RecordMetadata, TopicPartition
+
+
+class RecordChunk:
+    """Records sent one at a time to one topic, waiting to be turned into Arrow batches."""
+
+    __slots__ = ("topic", "rows", "nbytes", "created", "done", "partitions", "offsets",
+                 "timestamps", "error", "_pending", "_lock")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.rows: list[tuple[Any, ...]] = []
+        self.nbytes = 0
+        self.created = time.monotonic()
+        self.done = threading.Event()
+        self.partitions: np.ndarray | None = None
+        self.offsets: np.ndarray | None = None
+        self.timestamps: np.ndarray | None = None
+        self.error: ApiError | None = None
+        self._pending = 0
+        self._lock = threading.Lock()
+
+    def expect(self, batches: int, partitions: np.ndarray, timestamps: np.ndarray) -> None:
+        self._pending = batches
+        self.partitions = partitions
+        self.timestamps = timestamps
+        self.offsets = np.full(len(partitions), -1, dtype=np.int64)
+
+    def batch_done(self, rows: np.ndarray, base_offset: int, error: ApiError | None) -> None:
+        with self._lock:
+            if error is not None:
+                self.error = self.error or error
+            elif base_offset >= 0 and self.offsets is not None:
+                self.offsets[rows] = base_offset + np.arange(len(rows))
+            self._pending -= 1
+            if self._pending <= 0:
+                self.done.set()
+
+    def fail(self, error: ApiError) -> None:
+        self.error = error
+        self.done.set()
+
+
+class FutureRecordMetadata:
+    """The outcome of one ``send()``: ``result(timeout)`` returns RecordMetadata or raises."""
+
+    __slots__ = ("_chunk", "_index")
+
+    def __init__(self, chunk: RecordChunk, index: int) -> None:
+        self._chunk = chunk
+        self._index = index
+
+    def done(self) -> bool:
+        return self._chunk.done.is_set()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        chunk = self._chunk
+        if not chunk.done.wait(timeout):
+            raise RequestTimedOutError(f"record {self._index} to {chunk.topic!r} not "
+                                       f"acknowledged within {timeout} s")
+        if chunk.error is not None:
+            raise chunk.error
+        assert chunk.partitions is not None and chunk.offsets is not None
+        assert chunk.timestamps is not None
+        i = self._index
+        return RecordMetadata(chunk.topic, int(chunk.partitions[i]), int(chunk.offsets[i]),
+                              int(chunk.timestamps[i]))
+
+    def exception(self, timeout: float | None = None) -> ApiError | None:
+        try:
+            self.result(timeout)
+        except ApiError as e:
+            return e
+        return None
+
+    get = result
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecordMetadata:
+    """Where one partition's share of a ``send_batch`` landed."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+
+
+class FutureBatchMetadata:
+    """The outcome of one ``send_batch()``: a list of BatchRecordMetadata, one per piece."""
+
+    def __init__(self, topic: str, pieces: int) -> None:
+        self.topic = topic
+        self._pending = pieces
+        self._results: list[BatchRecordMetadata] = []
+        self._error: ApiError | None = None
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        if pieces == 0:
+            self._done.set()
+
+    def piece_done(self, partition: int, base_offset: int, count: int,
+                   error: ApiError | None) -> None:
+        with self._lock:
+            if error is not None:
+                self._error = self._error or error
+            else:
+                self._results.append(BatchRecordMetadata(self.topic, partition, base_offset,
+                                                         count))
+            self._pending -= 1
+            if self._pending <= 0:
+                self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> list[BatchRecordMetadata]:
+        if not self._done.wait(timeout):
+            raise RequestTimedOutError(f"batch to {self.topic!r} not acknowledged within "
+                                       f"{timeout} s")
+        if self._error is not None:
+            raise self._error
+        return sorted(self._results, key=lambda r: (r.partition, r.base_offset))
+
+
+@dataclass(eq=False)
+class ProducerBatch:
+    """One partition's records on their way to the leader; retried whole, in order."""
+
+    tp: TopicPartition
+    batch: pa.RecordBatch
+    order: int
+    deadline: float
+    chunk: RecordChunk | None = None
+    rows: np.ndarray | None = None
+    batch_future: FutureBatchMetadata | None = None
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    attempts: int = 0
+    not_before: float = 0.0
+    nbytes: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        self.nbytes = self.batch.nbytes
+
+    @property
+    def record_count(self) -> int:
+        return self.batch.num_rows
+
+    def complete(self, base_offset: int, error: ApiError | None = None) -> None:
+        if self.chunk is not None and self.rows is not None:
+            self.chunk.batch_done(self.rows, base_offset, error)
+        if self.batch_future is not None:
+            self.batch_future.piece_done(self.tp.partition, base_offset, self.record_count,
+                                         error)

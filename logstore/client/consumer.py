@@ -1,0 +1,367 @@
+"""The consumer: assigned partitions, positions, fetching and decoding into records or Arrow.
+
+Fetches go to each partition's leader, one request per (broker, topic), and the next fetch for
+the same partitions is sent as soon as one returns, so decoding overlaps the network. ``poll``
+returns ConsumerRecords; ``poll_arrow`` returns one pyarrow Table per partition with ``offset``
+and ``partition`` columns appended, without touching records one at a time. Consumer groups
+(``subscribe``) arrive with the group coordinator. Must not: reach into broker internals.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from logstore.client.metadata import ClusterMetadata
+from logstore.errors import (
+    ApiError,
+    InvalidRequestError,
+    NetworkError,
+    OffsetOutOfRangeError,
+)
+from logstore.model import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from logstore.rpc.client import FetchResponse
+from logstore.rpc.codec import error_from_fields
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+_RESET = {"earliest": EARLIEST, "latest": LATEST, "none": None}
+
+_Group = tuple[int, str]  # (leader broker id, topic)
+
+
+class Consumer:
+    def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
+                 group_id: str | None = None, auto_offset_reset: str = "latest",
+                 fetch_max_bytes: int = 50 * MiB, max_partition_fetch_bytes: int = 8 * MiB,
+                 fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 500,
+                 max_poll_records: int = 500, request_timeout_ms: int = 30_000) -> None:
+        if auto_offset_reset not in _RESET:
+            raise ValueError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', "
+                             f"got {auto_offset_reset!r}")
+        if group_id is not None:
+            raise NotImplementedError("consumer groups (group_id, subscribe) are not built yet; "
+                                      "use assign()")
+        self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms)
+        self._reset = _RESET[auto_offset_reset]
+        self._fetch_max_bytes = fetch_max_bytes
+        self._partition_max_bytes = max_partition_fetch_bytes
+        self._min_bytes = fetch_min_bytes
+        self._max_wait_ms = fetch_max_wait_ms
+        self.max_poll_records = max_poll_records
+        self._assignment: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._paused: set[TopicPartition] = set()
+        self._buffer: dict[TopicPartition, deque[tuple[pa.RecordBatch, np.ndarray]]] = {}
+        self._inflight: dict[_Group, tuple[dict[TopicPartition, int], Future]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="logstore-fetch")
+        self._closed = False
+
+    # -- assignment and positions ------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        tps = [TopicPartition(*tp) for tp in partitions]
+        for tp in tps:
+            self._metadata.leader(tp)  # unknown topic or partition fails here, clearly
+        self._assignment = list(dict.fromkeys(tps))
+        keep = set(self._assignment)
+        self._positions = {tp: o for tp, o in self._positions.items() if tp in keep}
+        self._buffer = {tp: b for tp, b in self._buffer.items() if tp in keep}
+        self._paused &= keep
+        self._inflight.clear()
+
+    def subscribe(self, topics: Any = None, pattern: str | None = None, listener: Any = None
+                  ) -> None:
+        raise NotImplementedError("consumer groups (subscribe) are not built yet; use assign()")
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assignment)
+
+    def position(self, tp: TopicPartition) -> int:
+        tp = self._assigned(tp)
+        if tp not in self._positions:
+            self._reset_position(tp)
+        return self._positions[tp]
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        tp = self._assigned(tp)
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"{tp}: seek offset must be a non-negative int, got {offset!r}")
+        self._set_position(tp, offset)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        tps = list(partitions) or self._assignment
+        for tp, offset in self.beginning_offsets(tps).items():
+            self._set_position(self._assigned(tp), offset)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        tps = list(partitions) or self._assignment
+        for tp, offset in self.end_offsets(tps).items():
+            self._set_position(self._assigned(tp), offset)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._paused |= {self._assigned(tp) for tp in partitions}
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._paused -= {TopicPartition(*tp) for tp in partitions}
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    # -- offsets lookups ---------------------------------------------------------------------
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: o for tp, (o, _) in self._list_offsets(partitions, EARLIEST).items()}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: o for tp, (o, _) in self._list_offsets(partitions, LATEST).items()}
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for tp, ts in timestamps.items():
+            if not isinstance(ts, int) or ts < 0:
+                raise ValueError(f"{tp}: timestamp must be a non-negative int (ms), got {ts!r}")
+            (offset, found_ts), = self._list_offsets([tp], ts).values()
+            out[TopicPartition(*tp)] = OffsetAndTimestamp(offset, found_ts) if offset >= 0 \
+                else None
+        return out
+
+    def _list_offsets(self, partitions: Iterable[TopicPartition], timestamp: int
+                      ) -> dict[TopicPartition, tuple[int, int]]:
+        out = {}
+        for tp in partitions:
+            tp = TopicPartition(*tp)
+            response = self._with_leader_retry(tp, lambda conn, tp=tp: conn.action(
+                "list_offsets", {"topic": tp.topic, "partitions": [
+                    {"partition": tp.partition, "timestamp": timestamp}]}))
+            entry = response["partitions"][0]
+            err = error_from_fields(entry)
+            if err is not None:
+                raise err
+            out[tp] = (entry["offset"], entry["timestamp"])
+        return out
+
+    def _with_leader_retry(self, tp: TopicPartition, call: Any, attempts: int = 5) -> Any:
+        for attempt in range(attempts):
+            try:
+                result = call(self._metadata.leader_connection(tp))
+                entries = result.get("partitions", [])
+                err = error_from_fields(entries[0]) if entries else None
+                if err is None or not err.refresh_metadata or attempt == attempts - 1:
+                    return result
+            except ApiError as e:
+                if not e.retriable or attempt == attempts - 1:
+                    raise
+            self._metadata.refresh([tp.topic])
+            time.sleep(0.05 * (attempt + 1))  # backoff between leader lookups
+        raise AssertionError("unreachable")
+
+    # -- polling -----------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None
+             ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records from assigned partitions, at most ``max_poll_records`` in all."""
+        limit = max_records or self.max_poll_records
+        return {tp: _to_records(tp, table) for tp, table in self._poll(timeout_ms, limit).items()}
+
+    def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None
+                   ) -> dict[TopicPartition, pa.Table]:
+        """One Table per partition (the topic's columns plus ``offset`` and ``partition``);
+        no record limit unless ``max_records`` is given."""
+        return self._poll(timeout_ms, max_records or 2**62)
+
+    def _poll(self, timeout_ms: int, limit: int) -> dict[TopicPartition, pa.Table]:
+        self._check_open()
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        while True:
+            out = self._drain_buffer(limit)
+            if out:
+                self._prefetch()
+                return out
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            self._fetch_once(max(remaining_ms, 0))
+            if time.monotonic() >= deadline and not any(self._buffer.values()):
+                return {}
+
+    def _drain_buffer(self, limit: int) -> dict[TopicPartition, pa.Table]:
+        out: dict[TopicPartition, pa.Table] = {}
+        for tp in self._assignment:
+            queue = self._buffer.get(tp)
+            if not queue or tp in self._paused or limit <= 0:
+                continue
+            pieces = []
+            while queue and limit > 0:
+                batch, offsets = queue.popleft()
+                if batch.num_rows > limit:
+                    queue.appendleft((batch.slice(limit), offsets[limit:]))
+                    batch, offsets = batch.slice(0, limit), offsets[:limit]
+                pieces.append(_with_offsets(batch, offsets, tp.partition))
+                limit -= batch.num_rows
+                self._positions[tp] = int(offsets[-1]) + 1
+            out[tp] = pa.Table.from_batches(pieces)
+        return out
+
+    # -- fetching ----------------------------------------------------------------------------
+
+    def _fetchable(self) -> dict[_Group, dict[TopicPartition, int]]:
+        groups: dict[_Group, dict[TopicPartition, int]] = {}
+        for tp in self._assignment:
+            if tp in self._paused or self._buffer.get(tp):
+                continue
+            try:
+                position = self.position(tp)
+                leader = self._metadata.leader(tp)
+            except ApiError as e:
+                if not e.retriable:
+                    raise
+                self._metadata.refresh([tp.topic])
+                continue
+            groups.setdefault((leader, tp.topic), {})[tp] = position
+        return groups
+
+    def _fetch_once(self, max_wait_ms: int) -> None:
+        groups = self._fetchable()
+        futures = {}
+        for group, positions in groups.items():
+            pending = self._inflight.pop(group, None)
+            if pending is not None and pending[0] == positions:
+                futures[group] = (positions, pending[1])
+            else:
+                futures[group] = (positions, self._pool.submit(
+                    self._fetch, group, positions, min(max_wait_ms, self._max_wait_ms)))
+        for group, (positions, future) in futures.items():
+            self._handle_response(group, positions, future)
+        self._inflight.clear()
+
+    def _prefetch(self) -> None:
+        for group, positions in self._fetchable().items():
+            if group not in self._inflight:
+                self._inflight[group] = (positions, self._pool.submit(
+                    self._fetch, group, positions, self._max_wait_ms))
+
+    def _fetch(self, group: _Group, positions: dict[TopicPartition, int], max_wait_ms: int
+               ) -> FetchResponse:
+        leader, topic = group
+        request = {"topic": topic, "max_wait_ms": max_wait_ms, "min_bytes": self._min_bytes,
+                   "max_bytes": self._fetch_max_bytes,
+                   "partitions": [{"partition": tp.partition, "offset": o,
+                                   "max_bytes": self._partition_max_bytes}
+                                  for tp, o in positions.items()]}
+        return self._metadata.broker_connection(leader).fetch(request)
+
+    def _handle_response(self, group: _Group, positions: dict[TopicPartition, int],
+                         future: Future) -> None:
+        try:
+            response: FetchResponse = future.result()
+        except ApiError as e:
+            if not e.retriable:
+                raise
+            log.info("fetch from broker %d failed (%s); refreshing metadata", group[0], e)
+            self._metadata.refresh([group[1]])
+            return
+        for partition, summary in response.partitions.items():
+            err = error_from_fields(summary)
+            if err is not None:
+                self._on_partition_error(TopicPartition(group[1], partition), err)
+        for fetched in response.batches:
+            tp = TopicPartition(group[1], fetched.partition)
+            if tp not in positions or self._positions.get(tp) != positions[tp]:
+                continue  # the position moved (seek) while the fetch was in flight
+            offsets = fetched.offsets()
+            start = int(np.searchsorted(offsets, positions[tp]))
+            if start < len(offsets) and not fetched.header.is_control:
+                self._buffer.setdefault(tp, deque()).append(
+                    (fetched.batch.slice(start), offsets[start:]))
+
+    def _on_partition_error(self, tp: TopicPartition, err: ApiError) -> None:
+        if isinstance(err, OffsetOutOfRangeError):
+            if self._reset is None:
+                raise OffsetOutOfRangeError(f"{err.message} (auto_offset_reset='none')")
+            log.warning("%s: %s; resetting to the %s offset", tp, err.message,
+                        "earliest" if self._reset == EARLIEST else "latest")
+            self._reset_position(tp)
+        elif err.refresh_metadata or err.retriable:
+            self._metadata.refresh([tp.topic])
+        else:
+            raise err
+
+    def _reset_position(self, tp: TopicPartition) -> None:
+        if self._reset is None:
+            raise OffsetOutOfRangeError(
+                f"{tp}: no position and auto_offset_reset='none'; seek first")
+        (offset, _), = self._list_offsets([tp], self._reset).values()
+        self._set_position(tp, offset)
+
+    def _set_position(self, tp: TopicPartition, offset: int) -> None:
+        self._positions[tp] = offset
+        self._buffer.pop(tp, None)
+        for group in [g for g, (pos, _) in self._inflight.items() if tp in pos]:
+            del self._inflight[group]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _assigned(self, tp: TopicPartition) -> TopicPartition:
+        tp = TopicPartition(*tp)
+        if tp not in self._assignment:
+            raise InvalidRequestError(f"{tp} is not assigned to this consumer")
+        return tp
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the consumer is closed")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._metadata.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Any:
+        while not self._closed:
+            for records in self.poll(timeout_ms=1000).values():
+                yield from records
+
+
+def _with_offsets(batch: pa.RecordBatch, offsets: np.ndarray, partition: int) -> pa.RecordBatch:
+    n = batch.num_rows
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, pa.array(offsets, pa.int64()),
+         pa.array(np.full(n, partition, dtype=np.int32))],
+        names=[*batch.schema.names, "offset", "partition"])
+
+
+def _to_records(tp: TopicPartition, table: pa.Table) -> list[ConsumerRecord]:
+    n = table.num_rows
+    keys = table.column("key").to_pylist()
+    values = table.column("value").to_pylist() if "value" in table.column_names else \
+        table.drop_columns(["key", "timestamp", "headers", "offset", "partition"]).to_pylist()
+    stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
+    offsets = table.column("offset").to_pylist()
+    hcol = table.column("headers")
+    headers: Iterable[Any] = repeat([], n) if hcol.null_count == n else [
+        [(h["key"], h["value"]) for h in hs] if hs else [] for hs in hcol.to_pylist()]
+    if hcol.null_count == n:
+        return list(map(ConsumerRecord, repeat(tp.topic, n), repeat(tp.partition, n), offsets,
+                        stamps, keys, values, (() for _ in range(n))))
+    return list(map(ConsumerRecord, repeat(tp.topic, n), repeat(tp.partition, n), offsets,
+                    stamps, keys, values, headers))
+
+
+__all__ = ["Consumer", "NetworkError"]

@@ -1,0 +1,167 @@
+"""The client's view of the cluster: brokers, topics, partition leaders and topic schemas.
+
+Owns: bootstrapping from any listed broker, refreshing on demand (clients refresh when an error
+carries ``refresh_metadata``), and a connection per broker. Must not: know about batching,
+retries or offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from logstore.controller.store import decode_schema
+from logstore.errors import (
+    ApiError,
+    LeaderNotAvailableError,
+    NetworkError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.model import TopicPartition
+from logstore.records import topic_schema
+from logstore.rpc.client import BrokerConnection
+from logstore.rpc.codec import error_from_fields
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    partitions: dict[int, PartitionInfo]
+    schema: pa.Schema
+    value_schema: pa.Schema | None
+    internal: bool = False
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+
+def parse_bootstrap(servers: str | list[str]) -> list[str]:
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = [s.strip() for s in items if s.strip()]
+    if not out:
+        raise ValueError("bootstrap_servers must name at least one host:port")
+    for s in out:
+        host, sep, port = s.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"bootstrap server {s!r} is not host:port")
+    return out
+
+
+class ClusterMetadata:
+    def __init__(self, bootstrap_servers: str | list[str], request_timeout_ms: int = 30_000,
+                 compression: str | None = None) -> None:
+        self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self._timeout_s = request_timeout_ms / 1000.0
+        self._compression = compression
+        self._lock = threading.RLock()
+        self._brokers: dict[int, str] = {}
+        self._topics: dict[str, TopicInfo] = {}
+        self._connections: dict[str, BrokerConnection] = {}
+        self.controller_id: int | None = None
+
+    # -- connections -------------------------------------------------------------------------
+
+    def connection(self, address: str) -> BrokerConnection:
+        with self._lock:
+            conn = self._connections.get(address)
+            if conn is None:
+                conn = BrokerConnection(address, self._timeout_s, self._compression)
+                self._connections[address] = conn
+            return conn
+
+    def broker_connection(self, broker_id: int) -> BrokerConnection:
+        with self._lock:
+            address = self._brokers.get(broker_id)
+        if address is None:
+            raise LeaderNotAvailableError(f"broker {broker_id} is not in the cluster metadata")
+        return self.connection(address)
+
+    def any_connection(self) -> BrokerConnection:
+        with self._lock:
+            addresses = list(self._brokers.values()) or self._bootstrap
+        return self.connection(addresses[0])
+
+    def request(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A control request to any reachable broker (known brokers first, then bootstrap)."""
+        with self._lock:
+            candidates = list(dict.fromkeys([*self._brokers.values(), *self._bootstrap]))
+        last: ApiError | None = None
+        for address in candidates:
+            try:
+                return self.connection(address).action(name, body)
+            except NetworkError as e:
+                last = e
+        raise last or NetworkError(f"no broker reachable in {candidates}")
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    def refresh(self, topics: list[str] | None = None) -> None:
+        response = self.request("metadata", {"topics": topics})
+        with self._lock:
+            self._brokers = {b["broker_id"]: f"{b['host']}:{b['port']}"
+                             for b in response["brokers"]}
+            self.controller_id = response.get("controller_id")
+            if topics is None:
+                self._topics = {}
+            for t in response["topics"]:
+                if error_from_fields(t) is None:
+                    self._topics[t["name"]] = _topic_info(t)
+                else:
+                    self._topics.pop(t["name"], None)
+
+    def topic(self, name: str, refresh: bool = False) -> TopicInfo:
+        if refresh or name not in self._topics:
+            self.refresh([name])
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        return info
+
+    def leader(self, tp: TopicPartition) -> int:
+        info = self.topic(tp.topic)
+        part = info.partitions.get(tp.partition)
+        if part is None:
+            raise UnknownTopicOrPartitionError(
+                f"topic {tp.topic!r} has no partition {tp.partition} "
+                f"(it has {info.num_partitions})")
+        if part.leader < 0:
+            raise LeaderNotAvailableError(f"{tp} has no leader")
+        return part.leader
+
+    def leader_connection(self, tp: TopicPartition) -> BrokerConnection:
+        return self.broker_connection(self.leader(tp))
+
+    def brokers(self) -> dict[int, str]:
+        with self._lock:
+            return dict(self._brokers)
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections.values():
+                conn.close()
+            self._connections.clear()
+
+
+def _topic_info(t: dict[str, Any]) -> TopicInfo:
+    value_schema = decode_schema(t.get("value_schema"))
+    parts = {p["partition"]: PartitionInfo(p["partition"], p["leader"], p["leader_epoch"],
+                                           tuple(p["replicas"]), tuple(p["isr"]))
+             for p in t["partitions"]}
+    return TopicInfo(t["name"], parts, topic_schema(value_schema), value_schema,
+                     t.get("internal", False))

@@ -1,0 +1,149 @@
+"""Topic and partition management: the controller's decisions.
+
+Owns: validating topic requests, assigning replicas to brokers (distinct brokers, leaders
+spread evenly, rack-aware when racks are set), and the initial leader/ISR of new partitions.
+It records decisions in a ``MetadataStore``; brokers learn them through store listeners.
+Must not: touch logs or the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from logstore.config import TopicConfig, validate_topic_config
+from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState, TopicRecord
+from logstore.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.model import INTERNAL_TOPICS, validate_partition_count, validate_topic_name
+from logstore.records import topic_schema
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopicRequest:
+    name: str
+    num_partitions: int
+    replication_factor: int = 1
+    config: dict[str, Any] = field(default_factory=dict)
+    value_schema: pa.Schema | None = None
+
+
+def assign_replicas(brokers: list[BrokerInfo], num_partitions: int, replication_factor: int,
+                    start_partition: int = 0, offset: int = 0) -> dict[int, tuple[int, ...]]:
+    """Replicas per partition on distinct brokers, with preferred leaders rotating over the
+    brokers so leadership is spread evenly. Brokers are interleaved by rack first, so the
+    replicas of a partition span racks when racks are set."""
+    ordered = _rack_interleaved(brokers)
+    n = len(ordered)
+    if replication_factor > n:
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication_factor} is larger than the {n} live broker(s)")
+    result: dict[int, tuple[int, ...]] = {}
+    for p in range(start_partition, start_partition + num_partitions):
+        first = (p + offset) % n
+        result[p] = tuple(ordered[(first + r) % n].broker_id for r in range(replication_factor))
+    return result
+
+
+def _rack_interleaved(brokers: list[BrokerInfo]) -> list[BrokerInfo]:
+    by_rack: dict[str | None, list[BrokerInfo]] = {}
+    for b in sorted(brokers, key=lambda b: b.broker_id):
+        by_rack.setdefault(b.rack, []).append(b)
+    racks = list(by_rack.values())
+    out: list[BrokerInfo] = []
+    for i in range(max((len(r) for r in racks), default=0)):
+        out.extend(r[i] for r in racks if i < len(r))
+    return out
+
+
+class TopicController:
+    """Creates, deletes and grows topics in the metadata store."""
+
+    def __init__(self, store: MetadataStore, default_config: TopicConfig,
+                 controller_epoch: int = 0) -> None:
+        self._store = store
+        self._default_config = default_config
+        self.controller_epoch = controller_epoch
+
+    def create_topic(self, req: NewTopicRequest) -> TopicRecord:
+        validate_topic_name(req.name)
+        if req.name.startswith("__") and req.name not in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"topic names starting with '__' are reserved: {req.name!r}")
+        validate_partition_count(req.name, req.num_partitions)
+        if not isinstance(req.replication_factor, int) or req.replication_factor <= 0:
+            raise InvalidReplicationFactorError(
+                f"topic {req.name!r}: replication factor must be positive, "
+                f"got {req.replication_factor!r}")
+        config = validate_topic_config(req.config)
+        self._default_config.updated(config)  # the combination must be valid too
+        if req.value_schema is not None:
+            topic_schema(req.value_schema)
+        brokers = list(self._store.brokers().values())
+        replicas = assign_replicas(brokers, req.num_partitions, req.replication_factor,
+                                   offset=zlib.crc32(req.name.encode()) % max(len(brokers), 1))
+        record = TopicRecord(req.name, replicas, config, req.value_schema,
+                             internal=req.name in INTERNAL_TOPICS)
+        self._store.create_topic(record, self._initial_states(replicas))
+        log.info("created topic %s with %d partition(s), rf %d", req.name, req.num_partitions,
+                 req.replication_factor)
+        return record
+
+    def delete_topic(self, name: str) -> None:
+        self._require(name)
+        self._store.delete_topic(name)
+        log.info("deleted topic %s", name)
+
+    def create_partitions(self, name: str, total_count: int) -> TopicRecord:
+        record = self._require(name)
+        if not isinstance(total_count, int) or total_count <= record.num_partitions:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {record.num_partitions} partition(s); the new count must "
+                f"be larger, got {total_count!r}")
+        validate_partition_count(name, total_count)
+        rf = len(next(iter(record.replicas.values())))
+        brokers = list(self._store.brokers().values())
+        added = assign_replicas(brokers, total_count - record.num_partitions, rf,
+                                start_partition=record.num_partitions)
+        new_record = TopicRecord(name, {**record.replicas, **added}, record.config,
+                                 record.value_schema, record.internal)
+        self._store.update_topic(new_record, self._initial_states(added))
+        return new_record
+
+    def alter_config(self, name: str, changes: dict[str, Any], incremental: bool = True
+                     ) -> TopicRecord:
+        record = self._require(name)
+        validated = validate_topic_config(changes)
+        merged = {**record.config, **validated} if incremental else validated
+        merged = {k: v for k, v in merged.items() if v is not None or k in validated}
+        self._default_config.updated(merged)
+        new_record = TopicRecord(name, record.replicas, merged, record.value_schema,
+                                 record.internal)
+        self._store.update_topic(new_record, {})
+        return new_record
+
+    def topic_config(self, name: str) -> TopicConfig:
+        return self._default_config.updated(self._require(name).config)
+
+    def _require(self, name: str) -> TopicRecord:
+        record = self._store.topics().get(name)
+        if record is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        return record
+
+    def _initial_states(self, replicas: dict[int, tuple[int, ...]]) -> dict[int, PartitionState]:
+        live = set(self._store.brokers())
+        states = {}
+        for p, reps in replicas.items():
+            isr = tuple(r for r in reps if r in live)
+            states[p] = PartitionState(isr[0] if isr else -1, 0, isr, self.controller_epoch)
+        return states

@@ -1,0 +1,139 @@
+"""Embedded coordination: the MetadataStore backed by one JSON file, for a broker that runs
+alone with no ZooKeeper. Writes go to a temporary file that is fsynced and renamed, so a crash
+leaves either the old or the new state. Must not: know about the network.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from logstore.controller.store import (
+    BrokerInfo,
+    MetadataListener,
+    PartitionState,
+    TopicRecord,
+)
+from logstore.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+METADATA_FILE = "__cluster_metadata.json"
+
+
+class LocalMetadataStore:
+    """All cluster metadata of a single embedded broker in ``<log_dir>/__cluster_metadata.json``."""
+
+    def __init__(self, path: Path, broker_id: int) -> None:
+        self._path = Path(path)
+        self._broker_id = broker_id
+        self._lock = threading.RLock()
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._topics: dict[str, TopicRecord] = {}
+        self._states: dict[str, dict[int, PartitionState]] = {}
+        self._next_producer_id = 0
+        self._listeners: list[MetadataListener] = []
+
+    def start(self) -> None:
+        if not self._path.exists():
+            return
+        data = orjson.loads(self._path.read_bytes())
+        self._topics = {n: TopicRecord.from_json(t) for n, t in data.get("topics", {}).items()}
+        self._states = {n: {int(p): PartitionState.from_json(s) for p, s in states.items()}
+                        for n, states in data.get("states", {}).items()}
+        self._next_producer_id = data.get("next_producer_id", 0)
+
+    def close(self) -> None:
+        pass
+
+    def register_broker(self, info: BrokerInfo) -> None:
+        with self._lock:
+            self._brokers = {info.broker_id: info}
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        with self._lock:
+            return dict(self._brokers)
+
+    def controller_id(self) -> int | None:
+        return self._broker_id
+
+    def topics(self) -> dict[str, TopicRecord]:
+        with self._lock:
+            return dict(self._topics)
+
+    def partition_states(self, topic: str) -> dict[int, PartitionState]:
+        with self._lock:
+            return dict(self._states.get(topic, {}))
+
+    def create_topic(self, record: TopicRecord, states: dict[int, PartitionState]) -> None:
+        with self._lock:
+            if record.name in self._topics:
+                raise TopicAlreadyExistsError(f"topic {record.name!r} already exists")
+            self._topics[record.name] = record
+            self._states[record.name] = dict(states)
+            self._save()
+        self._notify()
+
+    def update_topic(self, record: TopicRecord, new_states: dict[int, PartitionState]) -> None:
+        with self._lock:
+            self._require(record.name)
+            self._topics[record.name] = record
+            self._states[record.name].update(new_states)
+            self._save()
+        self._notify()
+
+    def delete_topic(self, name: str) -> None:
+        with self._lock:
+            self._require(name)
+            del self._topics[name]
+            self._states.pop(name, None)
+            self._save()
+        self._notify()
+
+    def set_partition_state(self, topic: str, partition: int, state: PartitionState,
+                            expected_epoch: int | None = None) -> bool:
+        with self._lock:
+            self._require(topic)
+            current = self._states[topic].get(partition)
+            if expected_epoch is not None and current and current.leader_epoch != expected_epoch:
+                return False
+            self._states[topic][partition] = state
+            self._save()
+        self._notify()
+        return True
+
+    def next_producer_id_block(self, size: int) -> int:
+        with self._lock:
+            start = self._next_producer_id
+            self._next_producer_id += size
+            self._save()
+            return start
+
+    def add_listener(self, listener: MetadataListener) -> None:
+        self._listeners.append(listener)
+
+    def _require(self, name: str) -> None:
+        if name not in self._topics:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+
+    def _notify(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    def _save(self) -> None:
+        data: dict[str, Any] = {
+            "version": 1,
+            "topics": {n: t.to_json() for n, t in self._topics.items()},
+            "states": {n: {str(p): s.to_json() for p, s in st.items()}
+                       for n, st in self._states.items()},
+            "next_producer_id": self._next_producer_id,
+        }
+        tmp = self._path.with_suffix(".tmp")
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path)

@@ -1,0 +1,168 @@
+"""The Arrow Flight client side of the wire protocol (see codec.py for the table of calls).
+
+Owns: one connection to one broker, control calls, the produce stream and fetch calls, turning
+Flight failures back into ApiErrors. Must not: contain client policy (batching, retries,
+partitioning); that is ``logstore/client``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from logstore.errors import ApiError, InvalidRequestError
+from logstore.records import BatchHeader
+from logstore.rpc.codec import (
+    BATCH_TAG,
+    SUMMARY_TAG,
+    decode_batch_metadata,
+    dumps,
+    from_flight_error,
+)
+
+
+@dataclass(slots=True)
+class FetchedBatch:
+    partition: int
+    header: BatchHeader
+    offset_deltas: np.ndarray | None
+    batch: pa.RecordBatch
+
+    def offsets(self) -> np.ndarray:
+        base = self.header.base_offset
+        if self.offset_deltas is not None:
+            return base + self.offset_deltas.astype(np.int64)
+        return np.arange(base, base + self.header.record_count, dtype=np.int64)
+
+
+@dataclass(slots=True)
+class FetchResponse:
+    schema: pa.Schema
+    batches: list[FetchedBatch] = field(default_factory=list)
+    partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+class ProduceStream:
+    """A long-lived DoPut stream for one topic: batches go out pipelined, acks come back in
+    order. ``send`` and ``read_ack`` may run on different threads."""
+
+    def __init__(self, writer: flight.FlightStreamWriter, reader: flight.FlightMetadataReader,
+                 where: str) -> None:
+        self._writer = writer
+        self._reader = reader
+        self._where = where
+        self._closed = False
+
+    def send(self, batch: pa.RecordBatch, meta: dict[str, Any]) -> None:
+        try:
+            self._writer.write_with_metadata(batch, pa.py_buffer(dumps(meta)))
+        except flight.FlightError as e:
+            raise from_flight_error(e, self._where) from None
+        except (pa.ArrowException, OSError) as e:
+            raise from_flight_error(flight.FlightUnavailableError(str(e)), self._where) from None
+
+    def read_ack(self) -> dict[str, Any] | None:
+        """The next acknowledgement, or None when the server closed the stream."""
+        try:
+            buf = self._reader.read()
+        except flight.FlightError as e:
+            raise from_flight_error(e, self._where) from None
+        except (pa.ArrowException, OSError) as e:
+            raise from_flight_error(flight.FlightUnavailableError(str(e)), self._where) from None
+        return None if buf is None else orjson.loads(buf.to_pybytes())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._writer.done_writing()
+            self._writer.close()
+        except (flight.FlightError, pa.ArrowException, OSError):
+            pass
+
+
+class BrokerConnection:
+    """One Flight client to one broker. Thread-safe: gRPC multiplexes concurrent calls."""
+
+    def __init__(self, address: str, timeout_s: float = 30.0,
+                 compression: str | None = None) -> None:
+        self.address = address
+        self._timeout_s = timeout_s
+        self._client = flight.connect(f"grpc://{address}")
+        self._write_options = pa.ipc.IpcWriteOptions(
+            compression=compression) if compression else None
+        self._lock = threading.Lock()
+
+    def action(self, name: str, body: dict[str, Any], timeout_s: float | None = None
+               ) -> dict[str, Any]:
+        options = flight.FlightCallOptions(timeout=timeout_s or self._timeout_s)
+        try:
+            results = list(self._client.do_action(flight.Action(name, dumps(body)), options))
+        except flight.FlightError as e:
+            raise from_flight_error(e, f"{name} on {self.address}") from None
+        if not results:
+            raise InvalidRequestError(f"{name} on {self.address}: empty response")
+        return orjson.loads(results[0].body.to_pybytes())
+
+    def open_produce(self, topic: str, schema: pa.Schema, acks: int, timeout_ms: int
+                     ) -> ProduceStream:
+        descriptor = flight.FlightDescriptor.for_command(
+            dumps({"type": "produce", "topic": topic, "acks": acks, "timeout_ms": timeout_ms}))
+        options = flight.FlightCallOptions(write_options=self._write_options) \
+            if self._write_options else flight.FlightCallOptions()
+        where = f"produce to {topic!r} on {self.address}"
+        try:
+            writer, reader = self._client.do_put(descriptor, schema, options)
+        except flight.FlightError as e:
+            raise from_flight_error(e, where) from None
+        return ProduceStream(writer, reader, where)
+
+    def fetch(self, request: dict[str, Any], timeout_s: float | None = None) -> FetchResponse:
+        wait_s = request.get("max_wait_ms", 0) / 1000.0
+        options = flight.FlightCallOptions(timeout=(timeout_s or self._timeout_s) + wait_s)
+        where = f"fetch from {request.get('topic')!r} on {self.address}"
+        try:
+            reader = self._client.do_get(flight.Ticket(dumps(request)), options)
+            response = FetchResponse(reader.schema)
+            for chunk in reader:
+                self._add_chunk(response, chunk)
+        except flight.FlightError as e:
+            raise from_flight_error(e, where) from None
+        return response
+
+    @staticmethod
+    def _add_chunk(response: FetchResponse, chunk: flight.FlightStreamChunk) -> None:
+        meta = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else b""
+        tag = meta[:1]
+        if tag == BATCH_TAG:
+            partition, header, deltas = decode_batch_metadata(meta)
+            response.batches.append(FetchedBatch(partition, header, deltas, chunk.data))
+        elif tag == SUMMARY_TAG:
+            summary = orjson.loads(meta[1:])
+            response.partitions = {p["partition"]: p for p in summary["partitions"]}
+
+    def close(self) -> None:
+        try:
+            self._client.close()
+        except (flight.FlightError, OSError):
+            pass
+
+
+def raise_first_error(entries: list[dict[str, Any]], what: str) -> None:
+    from logstore.rpc.codec import error_from_fields
+
+    for entry in entries:
+        err = error_from_fields(entry)
+        if err is not None:
+            raise type(err)(err.message)
+
+
+__all__ = ["ApiError", "BrokerConnection", "FetchResponse", "FetchedBatch", "ProduceStream",
+           "raise_first_error"]

@@ -1,0 +1,124 @@
+"""The Arrow Flight server: decodes calls, hands them to the request handlers, encodes replies.
+
+Must not: contain business logic. It is also the outermost boundary, so it catches everything:
+an ``ApiError`` becomes a Flight error carrying its code, anything else is logged and becomes
+UNKNOWN_SERVER_ERROR, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from logstore.broker.handlers import RequestHandlers
+from logstore.errors import ApiError, InvalidRequestError, UnknownServerError
+from logstore.rpc.codec import (
+    dumps,
+    encode_batch_metadata,
+    encode_summary,
+    error_fields,
+    field,
+    loads_request,
+    to_flight_error,
+)
+
+log = logging.getLogger(__name__)
+
+
+class FlightBrokerServer(flight.FlightServerBase):
+    def __init__(self, location: str, handlers: RequestHandlers) -> None:
+        super().__init__(location)
+        self._handlers = handlers
+
+    # -- control -----------------------------------------------------------------------------
+
+    def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
+        name = action.type
+        handler = self._handlers.actions.get(name)
+        try:
+            if handler is None:
+                raise InvalidRequestError(f"unknown action {name!r}")
+            body = loads_request(action.body.to_pybytes() if action.body else b"{}", name)
+            response = handler(body)
+        except Exception as e:
+            raise self._flight_error(e, f"action {name!r}") from None
+        return iter([flight.Result(dumps(response))])
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        return [(name, fn.__doc__ or name) for name, fn in self._handlers.actions.items()]
+
+    # -- produce -----------------------------------------------------------------------------
+
+    def do_put(self, context: Any, descriptor: flight.FlightDescriptor,
+               reader: flight.MetadataRecordBatchReader,
+               writer: flight.FlightMetadataWriter) -> None:
+        try:
+            req = loads_request(descriptor.command or b"", "produce descriptor")
+            topic = field(req, "topic", str, "produce")
+            acks = field(req, "acks", int, "produce", default=1)
+            timeout_ms = field(req, "timeout_ms", int, "produce", default=30_000)
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    return
+                ack = self._produce_one(topic, chunk, acks, timeout_ms)
+                if acks != 0:
+                    writer.write(pa.py_buffer(dumps(ack)))
+        except Exception as e:
+            raise self._flight_error(e, "produce") from None
+
+    def _produce_one(self, topic: str, chunk: flight.FlightStreamChunk, acks: int,
+                     timeout_ms: int) -> dict[str, Any]:
+        seq = -1
+        try:
+            if chunk.app_metadata is None:
+                raise InvalidRequestError(f"produce to {topic!r}: batch carries no metadata")
+            meta = loads_request(chunk.app_metadata.to_pybytes(), "produce batch metadata")
+            seq = meta.get("seq", -1)
+            if chunk.data is None:
+                raise InvalidRequestError(f"produce to {topic!r}: metadata without a batch")
+            return {"seq": seq, **self._handlers.produce(topic, chunk.data, meta, acks,
+                                                          timeout_ms)}
+        except ApiError as e:
+            return {"seq": seq, "partition": -1, **error_fields(e), "base_offset": -1}
+
+    # -- fetch -------------------------------------------------------------------------------
+
+    def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
+        try:
+            req = loads_request(ticket.ticket, "fetch ticket")
+            schema, results = self._handlers.fetch(req)
+        except Exception as e:
+            raise self._flight_error(e, "fetch") from None
+        return flight.GeneratorStream(schema, self._fetch_stream(schema, results))
+
+    def _fetch_stream(self, schema: pa.Schema, results: list) -> Iterator[Any]:
+        summary = self._handlers.fetch_summary(results)
+        try:
+            for partition, stored, batch in self._handlers.iter_fetch_batches(schema, results):
+                yield batch, pa.py_buffer(encode_batch_metadata(partition, stored))
+        except Exception as e:  # a corrupt batch found while decoding ends that partition
+            log.exception("fetch stream failed")
+            summary["stream_error"] = error_fields(UnknownServerError(str(e)))
+        yield _empty(schema), pa.py_buffer(encode_summary(summary))
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _flight_error(e: Exception, where: str) -> flight.FlightError:
+        if isinstance(e, flight.FlightError):
+            return e
+        if isinstance(e, ApiError):
+            return to_flight_error(e)
+        log.exception("%s failed", where)
+        return to_flight_error(UnknownServerError(f"{where}: {type(e).__name__}: {e}"))
+
+
+def _empty(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema],
+                                      schema=schema)
