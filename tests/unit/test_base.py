@@ -1,0 +1,166 @@
+"""Base layer: the wire error table, config parsing, the batch header and Kafka's partitioner."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from logstore.client.partitioner import (
+    StickyPartitioner,
+    assign_partitions,
+    murmur2,
+    murmur2_array,
+    partitions_for_keys,
+)
+from logstore.config import TopicConfig, broker_config_from_dict, load_broker_config
+from logstore.errors import ConfigError, ErrorCode, InvalidConfigError, InvalidTopicError, error_class
+from logstore.model import validate_topic_name
+from logstore.records import (
+    DEFAULT_SCHEMA,
+    FLAG_HAS_OFFSET_DELTAS,
+    BatchHeader,
+    conform_batch,
+    decode_message,
+    encode_batch,
+    iter_messages,
+)
+
+
+def test_error_codes_are_pinned() -> None:
+    """Wire codes never change: a renumbering breaks every client in the field."""
+    pinned = {"UNKNOWN_SERVER_ERROR": -1, "NONE": 0, "OFFSET_OUT_OF_RANGE": 1,
+              "CORRUPT_MESSAGE": 2, "UNKNOWN_TOPIC_OR_PARTITION": 3,
+              "NOT_LEADER_OR_FOLLOWER": 6, "REQUEST_TIMED_OUT": 7, "MESSAGE_TOO_LARGE": 10,
+              "INVALID_TOPIC_EXCEPTION": 17, "NOT_ENOUGH_REPLICAS": 19,
+              "TOPIC_ALREADY_EXISTS": 36, "INVALID_PARTITIONS": 37, "INVALID_CONFIG": 40,
+              "INVALID_REQUEST": 42, "OUT_OF_ORDER_SEQUENCE_NUMBER": 45,
+              "INVALID_PRODUCER_EPOCH": 47, "INVALID_RECORD": 87}
+    for name, code in pinned.items():
+        assert ErrorCode[name] == code
+    assert error_class(6).retriable and error_class(6).refresh_metadata
+    assert not error_class(10).retriable
+
+
+# Kafka's own test vectors for murmur2 (UtilsTest.testMurmur2).
+KAFKA_MURMUR2 = {b"21": -973932308, b"foobar": -790332482,
+                 b"a-little-bit-long-string": -985981536,
+                 b"a-little-bit-longer-string": -1486304829,
+                 b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+                 b"abc": 479470107}
+
+
+@pytest.mark.parametrize("key,expected", KAFKA_MURMUR2.items())
+def test_murmur2_matches_kafka_java_client(key: bytes, expected: int) -> None:
+    assert murmur2(key) == expected
+
+
+def _murmur2_reference(data: bytes) -> int:
+    """A line-by-line transcription of Kafka's Java murmur2, with 32-bit wrap-around."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    for i in range(length // 4):
+        k = int.from_bytes(data[4 * i: 4 * i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail, base = length % 4, length & ~3
+    if tail == 3:
+        h ^= data[base + 2] << 16
+    if tail >= 2:
+        h ^= data[base + 1] << 8
+    if tail >= 1:
+        h ^= data[base]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=50))
+def test_vector_murmur2_equals_scalar_reference(keys: list[bytes]) -> None:
+    hashed = murmur2_array(pa.array(keys, pa.binary()))
+    assert [int(h) for h in hashed] == [_murmur2_reference(k) for k in keys]
+
+
+def test_partition_for_key_is_positive_hash_mod_count() -> None:
+    parts = partitions_for_keys(pa.array([b"foobar", None], pa.binary()), 7)
+    assert parts[0] == (-790332482 & 0x7FFFFFFF) % 7
+    assert parts[1] == -1
+
+
+def test_null_keys_stick_to_a_partition_per_block() -> None:
+    keys = pa.nulls(10, pa.binary())
+    parts = assign_partitions(keys, None, "t", 4, StickyPartitioner(seed=1), block_rows=5)
+    assert len(set(parts[:5])) == 1 and len(set(parts[5:])) == 1 and parts[0] != parts[5]
+
+
+def test_topic_config_accepts_kafka_spelling_and_rejects_unknown_keys() -> None:
+    cfg = TopicConfig().updated({"retention.ms": "-1", "cleanup.policy": "compact"})
+    assert cfg.retention_ms is None and cfg.compact
+    with pytest.raises(InvalidConfigError, match="bogus"):
+        TopicConfig().updated({"bogus": 1})
+    with pytest.raises(InvalidConfigError, match="segment_bytes"):
+        TopicConfig().updated({"segment_bytes": 0})
+
+
+def test_broker_toml_unknown_key_names_key_and_file(tmp_path) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text('broker_id = 1\nlistener = "127.0.0.1:9092"\nlog_dirs = ["x"]\nlog_dir = 1\n')
+    with pytest.raises(ConfigError) as e:
+        load_broker_config(path)
+    assert "log_dir" in str(e.value) and str(path) in str(e.value)
+    with pytest.raises(ConfigError, match="listener"):
+        broker_config_from_dict({"listener": "nohost"})
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "ü"])
+def test_invalid_topic_names_are_rejected(name: str) -> None:
+    with pytest.raises(InvalidTopicError):
+        validate_topic_name(name)
+
+
+def _batch(n: int) -> pa.RecordBatch:
+    return pa.record_batch({
+        "key": pa.array([b"k%d" % i for i in range(n)]),
+        "value": pa.array([b"v" * 10] * n),
+        "timestamp": pa.array(range(n), pa.timestamp("ms", tz="UTC")),
+        "headers": pa.nulls(n, DEFAULT_SCHEMA.field("headers").type)}, schema=DEFAULT_SCHEMA)
+
+
+def test_batch_header_round_trips_with_crc_and_offset_deltas() -> None:
+    header = BatchHeader(base_offset=100, last_offset_delta=4, record_count=3,
+                         first_timestamp=0, max_timestamp=2, producer_id=7, producer_epoch=1,
+                         base_sequence=5, leader_epoch=3, flags=FLAG_HAS_OFFSET_DELTAS)
+    message = encode_batch(_batch(3), header, offset_deltas=np.array([0, 1, 4]))
+    (_, msg), = iter_messages(pa.py_buffer(bytes(message)))
+    stored = decode_message(msg)
+    assert stored.header.batch_size == len(message)
+    assert stored.header.producer_id == 7 and stored.header.leader_epoch == 3
+    assert list(stored.offsets()) == [100, 101, 104]
+    assert stored.record_batch(DEFAULT_SCHEMA).equals(_batch(3))
+
+
+def test_flipped_body_byte_fails_crc() -> None:
+    message = encode_batch(_batch(3), BatchHeader(0, 2, 3, 0, 2))
+    message[-3] ^= 0xFF
+    (_, msg), = iter_messages(pa.py_buffer(bytes(message)))
+    with pytest.raises(Exception, match="CRC32C mismatch"):
+        decode_message(msg)
+
+
+def test_conform_batch_casts_and_names_bad_columns() -> None:
+    b = pa.record_batch({"key": pa.array([b"a"], pa.large_binary()),
+                         "value": pa.array([b"b"], pa.large_binary())})
+    out = conform_batch(b, DEFAULT_SCHEMA, "t-0")
+    assert out.schema.equals(DEFAULT_SCHEMA)
+    with pytest.raises(Exception, match="'value'"):
+        conform_batch(pa.record_batch({"value": pa.array([1.5])}), DEFAULT_SCHEMA, "t-0")
+    with pytest.raises(Exception, match="unexpected column"):
+        conform_batch(pa.record_batch({"value": pa.array([b"x"]), "zzz": pa.array([1])}),
+                      DEFAULT_SCHEMA, "t-0")
