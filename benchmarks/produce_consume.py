@@ -1,0 +1,232 @@
+"""Produce/consume throughput and latency over loopback, against baselines from the same run.
+
+    .venv/bin/python benchmarks/produce_consume.py [--records N] [--json]
+
+Brokers run as separate processes (as in production), so client and broker do not share a GIL.
+Baselines: a bare Arrow Flight server that appends DoPut batches to one Arrow IPC file, fed the
+same batches by a bare Flight client. Figures are printed, never asserted: machines are shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+
+VALUE = b"x" * 100
+ROWS_PER_BATCH = 10_000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerProcess:
+    def __init__(self, workdir: Path, topic_defaults: str = "") -> None:
+        port = free_port()
+        self.bootstrap = f"127.0.0.1:{port}"
+        conf = workdir / f"broker-{port}.toml"
+        conf.write_text(f'broker_id = 0\nlistener = "{self.bootstrap}"\n'
+                        f'log_dirs = ["{workdir / f"data-{port}"}"]\n{topic_defaults}')
+        self.proc = subprocess.Popen([sys.executable, "-m", "logstore", "broker", "start",
+                                      "--config", str(conf)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "listening" not in line:
+            raise RuntimeError(f"broker did not start: {line!r}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+RAW_SERVER = r'''
+import sys, pyarrow as pa, pyarrow.flight as fl
+class S(fl.FlightServerBase):
+    def do_put(self, ctx, desc, reader, writer):
+        with open(sys.argv[2], "ab") as f:
+            sink = pa.PythonFile(f)
+            w = pa.ipc.new_stream(sink, reader.schema)
+            for chunk in reader:
+                w.write_batch(chunk.data)
+                writer.write(pa.py_buffer(b"ok"))
+s = S(f"grpc://127.0.0.1:{sys.argv[1]}")
+print("ready", flush=True)
+s.serve()
+'''
+
+
+def make_batch(rows: int) -> pa.RecordBatch:
+    return pa.record_batch({"key": pa.nulls(rows, pa.binary()),
+                            "value": pa.array([VALUE] * rows, pa.binary())})
+
+
+def bench_raw_flight_put(workdir: Path, batches: list[pa.RecordBatch]) -> float:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", RAW_SERVER, str(port),
+                             str(workdir / "raw.arrow")], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    client = flight.connect(f"grpc://127.0.0.1:{port}")
+    start = time.perf_counter()
+    writer, reader = client.do_put(flight.FlightDescriptor.for_command(b"x"), batches[0].schema)
+    for b in batches:
+        writer.write_with_metadata(b, pa.py_buffer(b"m"))
+    for _ in batches:
+        reader.read()
+    writer.done_writing()
+    writer.close()
+    elapsed = time.perf_counter() - start
+    proc.terminate()
+    proc.wait()
+    return sum(b.num_rows for b in batches) / elapsed
+
+
+def bench_columnar_produce(bootstrap: str, topic: str, batches: list[pa.RecordBatch]) -> float:
+    with Producer(bootstrap, acks=1) as producer:
+        start = time.perf_counter()
+        futures = [producer.send_batch(topic, b, partition=0) for b in batches]
+        for f in futures:
+            f.result(120)
+        elapsed = time.perf_counter() - start
+    return sum(b.num_rows for b in batches) / elapsed
+
+
+def bench_record_send(bootstrap: str, topic: str, n: int, acks: object = 1) -> float:
+    with Producer(bootstrap, acks=acks, linger_ms=5) as producer:
+        send = producer.send
+        start = time.perf_counter()
+        for _ in range(n):
+            send(topic, VALUE)
+        producer.flush(300)
+        elapsed = time.perf_counter() - start
+    return n / elapsed
+
+
+def bench_consume(bootstrap: str, topic: str, total: int, arrow: bool) -> float:
+    tp = TopicPartition(topic, 0)
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        got = 0
+        start = time.perf_counter()
+        while got < total:
+            if arrow:
+                got += sum(t.num_rows for t in consumer.poll_arrow(timeout_ms=1000).values())
+            else:
+                for records in consumer.poll(timeout_ms=1000, max_records=50_000).values():
+                    for _record in records:
+                        got += 1
+        return got / (time.perf_counter() - start)
+
+
+def bench_latency(bootstrap: str, topic: str, rate: int = 10_000, seconds: float = 3.0
+                  ) -> tuple[float, float]:
+    """Produce-to-consume latency at ``rate`` records/s with acks=1 and linger_ms=0."""
+    tp = TopicPartition(topic, 0)
+    latencies: list[float] = []
+    total = int(rate * seconds)
+    done = threading.Event()
+
+    def consume() -> None:
+        with Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=100) as c:
+            c.assign([tp])
+            c.position(tp)
+            ready.set()
+            while len(latencies) < total and not done.is_set():
+                for table in c.poll_arrow(timeout_ms=200).values():
+                    now = time.perf_counter_ns()
+                    sent = np.frombuffer(b"".join(table.column("value").to_pylist()),
+                                         dtype=np.int64)
+                    latencies.extend(((now - sent) / 1e6).tolist())
+
+    ready = threading.Event()
+    thread = threading.Thread(target=consume)
+    thread.start()
+    ready.wait(30)
+    with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+        start = time.perf_counter()
+        for i in range(total):
+            target = start + i / rate
+            while time.perf_counter() < target:
+                pass  # pacing to the target rate: a spin is the only precise timer here
+            producer.send(topic, np.int64(time.perf_counter_ns()).tobytes(), partition=0)
+        producer.flush(60)
+    thread.join(30)
+    done.set()
+    arr = np.array(latencies)
+    return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
+
+
+def bench_acks_all(bootstrap: str, topic: str, n: int) -> float:
+    return bench_record_send(bootstrap, topic, n, acks="all")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--per-record", type=int, default=500_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    batches = [make_batch(ROWS_PER_BATCH) for _ in range(args.records // ROWS_PER_BATCH)]
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        results["raw_flight_put_rps"] = bench_raw_flight_put(workdir, batches)
+        broker = BrokerProcess(workdir)
+        try:
+            with Admin(broker.bootstrap) as admin:
+                admin.create_topics([NewTopic(t, 1) for t in ("columnar", "records", "latency",
+                                                              "acks-all", "acks-all-fsync")])
+                admin.alter_configs({"acks-all-fsync": {"flush_ms": 0}})
+            results["columnar_produce_rps"] = bench_columnar_produce(broker.bootstrap,
+                                                                     "columnar", batches)
+            results["record_send_rps"] = bench_record_send(broker.bootstrap, "records",
+                                                           args.per_record)
+            results["columnar_consume_rps"] = bench_consume(broker.bootstrap, "columnar",
+                                                            args.records, arrow=True)
+            results["record_consume_rps"] = bench_consume(broker.bootstrap, "records",
+                                                          args.per_record, arrow=False)
+            p50, p99 = bench_latency(broker.bootstrap, "latency")
+            results["latency_p50_ms"], results["latency_p99_ms"] = p50, p99
+            n = args.per_record // 2
+            no_fsync = bench_acks_all(broker.bootstrap, "acks-all", n)
+            fsync = bench_acks_all(broker.bootstrap, "acks-all-fsync", n)
+            results["acks_all_rps"], results["acks_all_fsync_rps"] = no_fsync, fsync
+            results["fsync_group_commit_vs_none"] = fsync / no_fsync
+        finally:
+            broker.stop()
+    results["columnar_produce_vs_raw"] = (results["columnar_produce_rps"]
+                                          / results["raw_flight_put_rps"])
+    if args.json:
+        print(json.dumps({k: round(v, 3) for k, v in results.items()}))
+    else:
+        targets = {"columnar_produce_rps": ">= 2.0M", "columnar_produce_vs_raw": ">= 0.8",
+                   "record_send_rps": ">= 821k", "columnar_consume_rps": ">= 5M",
+                   "record_consume_rps": ">= 1M", "latency_p50_ms": "<= 3",
+                   "latency_p99_ms": "<= 10", "fsync_group_commit_vs_none": ">= 0.5"}
+        print(f"{'figure':32} {'measured':>14}  target")
+        for k, v in results.items():
+            shown = f"{v:,.0f}" if v > 100 else f"{v:.3f}"
+            print(f"{k:32} {shown:>14}  {targets.get(k, '')}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
