@@ -1,0 +1,195 @@
+"""On-disk layout of one log directory: file names, suffixes, sidecar entry layouts, checkpoint
+files, and the small I/O helpers (atomic replace, directory fsync, batch-header peeking) that every
+other module in ``logstore/segments`` shares.
+
+Owns: every suffix and file-name rule, and the byte layout of the sidecar files. Must not: know
+about Log or LogSegment state, the network, or other partitions.
+
+Directory layout::
+
+    <log_dir>/
+      recovery-point-offset-checkpoint      text checkpoint (below)
+      log-start-offset-checkpoint           text checkpoint (below)
+      .clean_shutdown                       present only between a clean shutdown and startup
+      <topic>-<partition>/                  topic may contain '-' and '.': split on the LAST '-'
+        00000000000000000000.arrow          segment: Arrow IPC stream, named by base offset
+        00000000000000000000.index          sparse offset index of that segment
+        00000000000000000000.timeindex      sparse time index of that segment
+        00000000000000000000.txnindex       (reserved: aborted-transaction index)
+        00000000000000001234.snapshot       producer-state snapshot taken at offset 1234
+        *.cleaned / *.swap / *.tmp          transient files of compaction and atomic writes
+
+Segment file (``.arrow``), an Arrow IPC stream without end-of-stream marker:
+
+| part            | bytes                      | meaning                                          |
+|-----------------|----------------------------|--------------------------------------------------|
+| schema message  | len(schema_message(schema)) | ``records.schema_message(schema)``; batches start right after it |
+| batch message * | header.batch_size each     | ``records.encode_batch`` output: 0xFFFFFFFF, int32 metadata length, flatbuffer metadata (with the 74-byte batch header under ``logstore.batch``), body |
+
+Offset index (``.index``), little-endian fixed-width entries, strictly increasing in both fields:
+
+| field           | type  | meaning                                                          |
+|-----------------|-------|------------------------------------------------------------------|
+| relative_offset | int32 | base offset of an indexed batch minus the segment's base offset  |
+| position        | int32 | byte position of that batch's message in the segment file        |
+
+An entry is written for the first batch of a segment and then for each batch appended once at
+least ``index_interval_bytes`` have been written since the previous entry.
+
+Time index (``.timeindex``), little-endian, timestamps strictly increasing:
+
+| field           | type  | meaning                                                          |
+|-----------------|-------|------------------------------------------------------------------|
+| timestamp       | int64 | largest record timestamp in the segment so far (ms)              |
+| relative_offset | int32 | base offset of the batch that reached that timestamp, relative   |
+
+An entry is written at the same points as an offset-index entry when the segment's largest
+timestamp has risen since the last time entry, and once more when the segment is sealed.
+Every record before the batch at ``relative_offset`` has a timestamp <= ``timestamp``.
+
+Producer snapshot (``.snapshot``): UTF-8 JSON ``{"version": 1, "offset": N, "producers":
+[...]}``, the producer state after every batch below offset N (see producer_state.py).
+
+Checkpoint files (text, as in Kafka): line 1 the version (0), line 2 the number of entries, then
+one ``<topic> <partition> <offset>`` line per partition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import struct
+from pathlib import Path
+
+from logstore.errors import CorruptRecordError
+from logstore.model import TopicPartition
+from logstore.records import HEADER_SIZE, MAGIC, BatchHeader
+
+SEGMENT_SUFFIX = ".arrow"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+TMP_SUFFIX = ".tmp"
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+CHECKPOINT_VERSION = 0
+
+OFFSET_ENTRY = struct.Struct("<ii")
+TIME_ENTRY = struct.Struct("<qi")
+MAX_RELATIVE_OFFSET = 2**31 - 1
+MAX_POSITION = 2**31 - 1
+
+CONTINUATION = 0xFFFFFFFF
+PREFIX = struct.Struct("<Ii")
+PREFIX_SIZE = PREFIX.size
+
+_OFFSET_NAME_RE = re.compile(r"^(\d{20})(\.[a-z]+)$")
+_PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    """``00000000000000001234.arrow`` for base offset 1234 and suffix ``.arrow``."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_file_name(name: str) -> tuple[int, str] | None:
+    """(offset, suffix) of a segment, index or snapshot file name; None for anything else."""
+    match = _OFFSET_NAME_RE.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2)
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> TopicPartition | None:
+    """The partition a directory holds; topic names may contain '-', so split on the last one."""
+    match = _PARTITION_DIR_RE.match(name)
+    if match is None:
+        return None
+    return TopicPartition(match.group(1), int(match.group(2)))
+
+
+def fsync_dir(path: Path) -> None:
+    """Make file creations, renames and deletions in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(path.parent)
+
+
+def unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def write_checkpoint(path: Path, offsets: dict[TopicPartition, int]) -> None:
+    """Atomically write a Kafka-style offset checkpoint file."""
+    lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
+    lines += [f"{tp.topic} {tp.partition} {offset}" for tp, offset in sorted(offsets.items())]
+    atomic_write(path, ("\n".join(lines) + "\n").encode())
+
+
+def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    """The entries of a checkpoint file; an absent file is empty. Raises ValueError naming the
+    file on a malformed one."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    try:
+        if int(lines[0]) != CHECKPOINT_VERSION:
+            raise ValueError(f"unsupported version {lines[0]!r}")
+        count = int(lines[1])
+        entries = [line.split() for line in lines[2: 2 + count]]
+        if len(entries) != count or any(len(e) != 3 for e in entries):
+            raise ValueError(f"expected {count} entries of 3 fields")
+        return {TopicPartition(t, int(p)): int(o) for t, p, o in entries}
+    except (IndexError, ValueError) as e:
+        raise ValueError(f"malformed checkpoint file {path}: {e}") from e
+
+
+def peek_header(data: bytes | memoryview, at: int) -> BatchHeader | int:
+    """The batch header of the message starting at ``data[at:]``, or, when ``data`` ends too
+    early to tell, the number of bytes from ``at`` that are needed. Raises CorruptRecordError
+    (without file context) when the bytes cannot be a batch message."""
+    if len(data) - at < PREFIX_SIZE:
+        return PREFIX_SIZE
+    continuation, metadata_len = PREFIX.unpack_from(data, at)
+    if continuation != CONTINUATION or metadata_len < HEADER_SIZE:
+        raise CorruptRecordError(f"no IPC message prefix (got {continuation:#x}, {metadata_len})")
+    end = at + PREFIX_SIZE + metadata_len
+    if len(data) < end:
+        return PREFIX_SIZE + metadata_len
+    found = bytes(data[at + PREFIX_SIZE: end]).find(MAGIC)
+    if found < 0:
+        raise CorruptRecordError("message metadata carries no logstore batch header")
+    start = at + PREFIX_SIZE + found
+    if start + HEADER_SIZE > end:
+        raise CorruptRecordError("batch header runs past the message metadata")
+    header = BatchHeader.unpack(data[start: start + HEADER_SIZE])
+    if header.batch_size < PREFIX_SIZE + metadata_len or header.record_count <= 0:
+        raise CorruptRecordError(f"implausible batch header {header}")
+    return header
