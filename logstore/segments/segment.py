@@ -1,0 +1,382 @@
+"""One segment of a partition's log: a segment file plus its offset and time indexes.
+
+Owns: the segment's file descriptor (one per segment; ``os.pread`` is thread-safe), appending an
+encoded batch and indexing it, locating the batch that holds an offset, reading whole batches
+with CRC verification, scanning batch headers, truncating, sealing, fsync, and the lifetime of
+the descriptor (readers ``acquire`` it so that deleting or swapping a segment never closes a
+descriptor under a read in flight). Must not: decide when to roll, what to retain, or know about
+other segments.
+
+Writers call the mutating methods under the owning Log's lock. Readers call ``read``,
+``find_batch`` and ``iter_headers`` without it, bounded by a ``size`` they captured: every byte
+below a captured ``size`` was written before ``size`` was published.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from logstore.errors import CorruptRecordError
+from logstore.records import BatchHeader, StoredBatch, decode_message, iter_messages
+from logstore.segments.format import (
+    INDEX_SUFFIX,
+    PREFIX_SIZE,
+    SEGMENT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    file_name,
+    peek_header,
+    unlink_quietly,
+)
+from logstore.segments.index import OffsetIndex, TimeIndex
+
+logger = logging.getLogger(__name__)
+
+HEADER_WINDOW_BYTES = 64 * 1024
+
+
+class SegmentClosedError(Exception):
+    """The segment was deleted, truncated or swapped under a reader: re-read the log's state.
+    Internal to the storage layer; never escapes Log.read."""
+
+
+class LogSegment:
+    """A segment file ``{base_offset:020d}.arrow`` and its sidecar indexes."""
+
+    def __init__(self, dir: Path, base_offset: int, data_start: int, max_index_bytes: int,
+                 suffix: str = "") -> None:
+        self.dir = dir
+        self.base_offset = base_offset
+        self.data_start = data_start
+        self.suffix = suffix
+        self.path = dir / (file_name(base_offset, SEGMENT_SUFFIX) + suffix)
+        self.offset_index = OffsetIndex(dir / (file_name(base_offset, INDEX_SUFFIX) + suffix),
+                                        base_offset, max_index_bytes // 8)
+        self.time_index = TimeIndex(dir / (file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
+                                    base_offset, max_index_bytes // 12)
+        self.size = data_start
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.rolling_base_ms: int | None = None
+        self.dirty = False
+        self.sealed = False
+        self._bytes_since_index = 0
+        self._fd: int | None = None
+        self._refs = 0
+        self._closing = False
+        self._state_lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, dir: Path, base_offset: int, schema_bytes: bytes, max_index_bytes: int,
+               suffix: str = "") -> LogSegment:
+        """A new, empty segment file holding only the schema message."""
+        seg = cls(dir, base_offset, len(schema_bytes), max_index_bytes, suffix)
+        seg.offset_index.delete()
+        seg.time_index.delete()
+        seg._fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg._write_at(schema_bytes, 0)
+        seg.dirty = True
+        return seg
+
+    @classmethod
+    def open(cls, dir: Path, base_offset: int, max_index_bytes: int) -> LogSegment:
+        """An existing segment file; recovery sets ``data_start``, the indexes and counters."""
+        seg = cls(dir, base_offset, 0, max_index_bytes)
+        seg._fd = os.open(seg.path, os.O_RDWR)
+        seg.size = os.fstat(seg._fd).st_size
+        return seg
+
+    def acquire(self) -> None:
+        """Keep the descriptor open until ``release``; raises SegmentClosedError if it is gone."""
+        with self._state_lock:
+            if self._closing:
+                raise SegmentClosedError(str(self.path))
+            self._refs += 1
+
+    def release(self) -> None:
+        with self._state_lock:
+            self._refs -= 1
+            if self._closing and self._refs == 0:
+                self._close_fd()
+
+    def close(self) -> None:
+        """Close the descriptor now, or when the last reader releases it."""
+        self.offset_index.close()
+        self.time_index.close()
+        with self._state_lock:
+            self._closing = True
+            if self._refs == 0:
+                self._close_fd()
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        """Remove the files; readers holding the descriptor keep reading the unlinked file."""
+        self.close()
+        for path in (self.path, self.offset_index.path, self.time_index.path, self.txn_index_path):
+            unlink_quietly(path)
+
+    @property
+    def txn_index_path(self) -> Path:
+        return self.dir / (file_name(self.base_offset, TXN_INDEX_SUFFIX) + self.suffix)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size <= self.data_start
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.path.name}, size={self.size}, next_offset={self.next_offset})"
+
+    # -- raw I/O ---------------------------------------------------------------------------
+
+    def _write_at(self, data: bytes | bytearray | memoryview, position: int) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self._fd, view, position)
+            view, position = view[written:], position + written
+
+    def read_at(self, position: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``position`` (fewer only at the end of the file)."""
+        fd = self._fd
+        if fd is None:
+            raise SegmentClosedError(str(self.path))
+        data = os.pread(fd, length, position)
+        while len(data) < length:
+            more = os.pread(fd, length - len(data), position + len(data))
+            if not more:
+                break
+            data += more
+        return data
+
+    def fsync(self) -> None:
+        """fsync the segment file (the caller holds a reference)."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def flush_indexes(self) -> None:
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def truncate_file(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+        self.size = size
+        self.dirty = True
+
+    # -- appending and indexing ------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray, header: BatchHeader, index_interval_bytes: int,
+               now_ms: int) -> None:
+        """Write one encoded batch at the end of the file and index it."""
+        position = self.size
+        self._write_at(data, position)
+        if self.rolling_base_ms is None:
+            self.rolling_base_ms = now_ms
+        self.track_batch(position, header, index_interval_bytes)
+        self.dirty = True
+        self.size = position + len(data)
+
+    def track_batch(self, position: int, header: BatchHeader, index_interval_bytes: int) -> None:
+        """Account for a batch at ``position`` (appended, or found by a scan) in the counters
+        and the indexes: an index entry for the first batch and then every
+        ``index_interval_bytes``; a time entry at those points when the max timestamp rose."""
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.base_offset
+        if len(self.offset_index) == 0 or self._bytes_since_index >= index_interval_bytes:
+            self.offset_index.append(header.base_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.batch_size
+        self.next_offset = header.next_offset
+
+    def seal(self) -> None:
+        """The segment will take no more appends: index its max timestamp and sync the indexes."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.offset_index.fsync()
+        self.time_index.fsync()
+        self.offset_index.close()
+        self.time_index.close()
+        self.sealed = True
+
+    def reset_tracking(self) -> None:
+        """Forget the indexes and counters before a rescan."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self._bytes_since_index = 0
+
+    def resume_tracking(self, index_interval_bytes: int) -> None:
+        """Set the counters of a segment whose indexes were loaded and found sane, by scanning
+        only the batches from its last offset-index entry on (the time index covers the rest)."""
+        self.max_timestamp = self.time_index.max_timestamp
+        last_time_offset = self.time_index.last_offset
+        self.offset_of_max_timestamp = (
+            self.base_offset if last_time_offset is None else last_time_offset)
+        self.next_offset = self.base_offset
+        start = self.offset_index.last_position
+        if start is None:
+            return
+        for position, header in self.iter_headers(start, self.size):
+            if position != start:
+                self.track_batch(position, header, index_interval_bytes)
+                continue
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.base_offset
+            self._bytes_since_index = header.batch_size
+            self.next_offset = header.next_offset
+
+    def rebuild_indexes(self, index_interval_bytes: int) -> None:
+        """Re-derive both indexes and the counters from the batch headers in the file."""
+        self.reset_tracking()
+        for position, header in self.iter_headers(self.data_start, self.size):
+            self.track_batch(position, header, index_interval_bytes)
+        self.offset_index.rewrite()
+        self.time_index.rewrite()
+
+    def truncate_to(self, offset: int, index_interval_bytes: int) -> int | None:
+        """Drop every batch whose last offset is >= ``offset``; returns the base offset of the
+        first dropped batch, or None when nothing was dropped."""
+        found = self.find_batch(offset, self.size)
+        if found is None:
+            return None
+        position, header = found
+        self.truncate_file(position)
+        self.rebuild_indexes(index_interval_bytes)
+        if self.is_empty:
+            self.rolling_base_ms = None
+        self.sealed = False
+        return header.base_offset
+
+    # -- scanning and reading --------------------------------------------------------------
+
+    def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of every batch between ``start`` and ``end`` (a batch boundary),
+        reading windows of HEADER_WINDOW_BYTES. Raises CorruptRecordError naming the file and
+        position at a header that cannot be parsed or a batch that runs past ``end``."""
+        position, window, window_start = start, b"", start
+        while position < end:
+            at = position - window_start
+            result = self._peek(window, at, position) if at < len(window) else PREFIX_SIZE
+            if isinstance(result, int):
+                want = min(max(result, HEADER_WINDOW_BYTES), end - position)
+                window, window_start = self.read_at(position, want), position
+                if len(window) < want:
+                    raise SegmentClosedError(f"{self.path} shrank under a scan")
+                result = self._peek(window, 0, position)
+                if isinstance(result, int):
+                    raise self._corrupt(position, f"batch header cut short at byte {end}")
+            if position + result.batch_size > end:
+                raise self._corrupt(position, f"batch of {result.batch_size} bytes at offset "
+                                              f"{result.base_offset} runs past byte {end}")
+            yield position, result
+            position += result.batch_size
+
+    def _peek(self, window: bytes, at: int, position: int) -> BatchHeader | int:
+        try:
+            return peek_header(window, at)
+        except CorruptRecordError as e:
+            raise self._corrupt(position, e.message) from e
+
+    def _corrupt(self, position: int, why: str) -> CorruptRecordError:
+        return CorruptRecordError(f"segment file {self.path}, position {position}: {why}")
+
+    def find_batch(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch below ``end`` whose last offset is >= offset."""
+        start = self.offset_index.lookup(offset)
+        for position, header in self.iter_headers(start or self.data_start, end):
+            if header.next_offset > offset:
+                return position, header
+        return None
+
+    def read(self, offset: int, max_bytes: int, limit_offset: int,
+             min_one: bool) -> tuple[list[StoredBatch], bool]:
+        """Whole batches from the one holding ``offset``: at most ``max_bytes`` (but the first
+        batch regardless when ``min_one``), none whose base offset is >= ``limit_offset``.
+        Returns the batches and whether the segment's end was reached."""
+        end = self.size
+        found = self.find_batch(offset, end)
+        if found is None:
+            return [], True
+        position, first = found
+        if first.base_offset >= limit_offset:
+            return [], False
+        want = min(max_bytes, end - position)
+        if first.batch_size > want:
+            if not min_one:
+                return [], False
+            want = first.batch_size
+        data = self.read_at(position, want)
+        if len(data) < want:
+            raise SegmentClosedError(f"{self.path} shrank under a read")
+        batches, consumed, stopped = self._decode_chunk(data, position, first, limit_offset)
+        return batches, not stopped and position + consumed >= end
+
+    def _decode_chunk(self, data: bytes, position: int, first: BatchHeader,
+                      limit_offset: int) -> tuple[list[StoredBatch], int, bool]:
+        """Decode and CRC-check the complete batches in ``data`` (read at ``position``). A
+        corrupt batch after good ones ends the chunk early: the next read, which starts at it,
+        raises."""
+        buffer = pa.py_buffer(data)
+        batches: list[StoredBatch] = []
+        consumed, expected = 0, first.base_offset
+        try:
+            for at, message in iter_messages(buffer):
+                batch = self._decode(message, position + at, expected)
+                if batch.header.base_offset >= limit_offset:
+                    return batches, consumed, True
+                batches.append(batch)
+                consumed = at + batch.header.batch_size
+                expected = batch.header.next_offset
+            if consumed < len(data):
+                self._check_tail(data, consumed, position, expected)
+        except CorruptRecordError:
+            if not batches:
+                raise
+            return batches, consumed, True
+        return batches, consumed, False
+
+    def _decode(self, message: ipc.Message, position: int, expected: int) -> StoredBatch:
+        try:
+            batch = decode_message(message, verify=True)
+        except CorruptRecordError as e:
+            raise self._corrupt(position, f"batch at offset {expected}: {e.message}") from e
+        if batch.header.base_offset < expected or (
+                batch.header.batch_size != PREFIX_SIZE + message.metadata.size + message.body.size):
+            raise self._corrupt(position, f"batch header {batch.header} does not fit its place "
+                                          f"(expected offset >= {expected})")
+        return batch
+
+    def _check_tail(self, data: bytes, at: int, position: int, expected: int) -> None:
+        """The bytes after the last decodable message of a chunk must be a message cut off by the
+        chunk's end; a complete but undecodable message is corruption."""
+        header = self._peek(data, at, position + at)
+        if isinstance(header, BatchHeader) and at + header.batch_size <= len(data):
+            raise self._corrupt(position + at, f"batch at offset {expected} cannot be decoded")
+
+    def read_batch_at(self, position: int, header: BatchHeader) -> StoredBatch:
+        """The whole, CRC-checked batch whose header was found at ``position``."""
+        data = self.read_at(position, header.batch_size)
+        if len(data) < header.batch_size:
+            raise SegmentClosedError(f"{self.path} shrank under a read")
+        try:
+            message = ipc.read_message(pa.py_buffer(data))
+        except (pa.ArrowInvalid, OSError, EOFError) as e:
+            raise self._corrupt(position, f"batch at offset {header.base_offset}: {e}") from e
+        return self._decode(message, position, header.base_offset)
