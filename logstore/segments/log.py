@@ -1,0 +1,643 @@
+"""One partition's log: an ordered set of segments with a log start offset, a log end offset, a
+high watermark and a recovery point.
+
+Owns: offset assignment, appends (leader and follower), idempotent-producer checks, rolling,
+reads, time lookups, group-commit flushing, truncation, retention and the log start offset.
+Must not: know about the network, replication protocol or other partitions.
+
+Concurrency: one lock per Log serialises appends and structural changes (roll, truncate,
+retention, compaction swap). Encoding happens before the lock; fsync happens outside it (group
+commit: one thread fsyncs for everybody waiting). Reads take no lock: they capture the published
+segment list and end offsets, hold a reference on each segment they read, and do I/O with
+``os.pread``. When a segment disappears under a read, the read starts over.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import struct
+import threading
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from logstore.clock import Clock
+from logstore.config import TopicConfig
+from logstore.errors import (
+    InvalidRecordError,
+    KafkaStorageError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+)
+from logstore.records import (
+    FLAG_LOG_APPEND_TIME,
+    MAGIC,
+    BatchHeader,
+    StoredBatch,
+    encode_batch,
+    schema_message,
+)
+from logstore.segments import recovery
+from logstore.segments.batches import (
+    follower_bytes,
+    stamp_timestamps,
+    validate_batch,
+    write_options,
+)
+from logstore.segments.format import MAX_POSITION, MAX_RELATIVE_OFFSET, fsync_dir
+from logstore.segments.producer_state import BatchMetadata, ProducerStateManager
+from logstore.segments.reads import read_segments, search_time
+from logstore.segments.retention import deletable_segments
+from logstore.segments.segment import LogSegment, SegmentClosedError
+
+if TYPE_CHECKING:
+    from logstore.segments.cleaner import CompactionStats
+
+logger = logging.getLogger(__name__)
+
+_READ_ATTEMPTS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append did. ``log_append_time`` is -1 unless the topic uses LogAppendTime."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int
+    batch_size: int
+    log_start_offset: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchData:
+    """Whole CRC-checked batches in offset order, and the log's offsets when they were read."""
+
+    batches: list[StoredBatch]
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(b.header.batch_size for b in self.batches)
+
+
+@dataclass(frozen=True, slots=True)
+class _Segments:
+    """The published segment list (replaced, never mutated) and the log start offset."""
+
+    bases: tuple[int, ...]
+    segments: tuple[LogSegment, ...]
+    log_start_offset: int
+
+    @classmethod
+    def of(cls, segments: list[LogSegment] | tuple[LogSegment, ...], lso: int) -> _Segments:
+        return cls(tuple(s.base_offset for s in segments), tuple(segments), lso)
+
+    def floor(self, offset: int) -> int:
+        """Index of the segment that holds ``offset`` (0 when it is below every segment)."""
+        return max(0, bisect_right(self.bases, offset) - 1)
+
+
+class Log:
+    """A partition's log in the directory ``dir`` (``<log_dir>/<topic>-<partition>``)."""
+
+    def __init__(self, dir: Path, topic: str, partition: int, config: TopicConfig,
+                 schema: pa.Schema, clock: Clock) -> None:
+        self._dir = dir
+        self._topic = topic
+        self._partition = partition
+        self._tp = f"{topic}-{partition}"
+        self._schema = schema
+        self._schema_bytes = schema_message(schema)
+        self._clock = clock
+        self._config = config
+        self._write_options = write_options(config)
+        self._lock = threading.Lock()
+        self._flush_cond = threading.Condition()
+        self._flushing = False
+        self._state = _Segments((), (), 0)
+        self._log_end_offset = 0
+        self._high_watermark = 0
+        self._recovery_point = 0
+        self._last_flush_ms = clock.time_ms()
+        self._truncations = 0
+        self._dir_dirty = False
+        self._closed = False
+        self._producers = ProducerStateManager(dir, self._tp)
+        self.cleaned_until = 0
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, dir: Path, topic: str, partition: int, config: TopicConfig,
+             schema: pa.Schema | None, clock: Clock, recovery_point: int = 0,
+             log_start_offset: int = 0, clean_shutdown: bool = False) -> Log:
+        """Open (recovering as needed) or create the log in the partition directory ``dir``.
+        ``schema`` None reads it from the first segment file; a new log needs one."""
+        tp = f"{topic}-{partition}"
+        dir.mkdir(parents=True, exist_ok=True)
+        recovery.finish_interrupted_swaps(dir, tp)
+        bases = recovery.segment_base_offsets(dir)
+        schema = recovery.resolve_schema(dir, bases, schema, tp)
+        log = cls(dir, topic, partition, config, schema, clock)
+        if bases:
+            segments = recovery.load_segments(
+                dir, tp, schema, bases, config.index_interval_bytes, config.segment_index_bytes,
+                recovery_point, clean_shutdown)
+        else:
+            segments = [LogSegment.create(dir, max(0, log_start_offset), log._schema_bytes,
+                                          config.segment_index_bytes)]
+            fsync_dir(dir)
+        log._finish_open(segments, log_start_offset, clock.time_ms())
+        logger.info("%s: opened log with %d segment(s), offsets [%d, %d), clean_shutdown=%s",
+                    tp, len(segments), log.log_start_offset, log.log_end_offset, clean_shutdown)
+        return log
+
+    def _finish_open(self, segments: list[LogSegment], log_start_offset: int, now: int) -> None:
+        active = segments[-1]
+        if not active.is_empty:
+            stamps = active.time_index.entries()[0]
+            active.rolling_base_ms = min(now, int(stamps[0])) if len(stamps) else now
+        self._log_end_offset = max(active.next_offset, active.base_offset)
+        lso = min(max(log_start_offset, segments[0].base_offset), self._log_end_offset)
+        self._state = _Segments.of(segments, lso)
+        self._high_watermark = lso
+        self._recovery_point = self._log_end_offset
+        self._load_producer_state()
+
+    def _load_producer_state(self) -> None:
+        start = self._producers.load(self._log_end_offset)
+        self._scan_producer_state(self.log_start_offset if start is None else start)
+
+    def _scan_producer_state(self, from_offset: int) -> None:
+        """Feed the headers of every batch ending after ``from_offset`` to the producer state."""
+        state = self._state
+        for seg in state.segments[state.floor(from_offset):]:
+            start = seg.offset_index.lookup(from_offset) or seg.data_start
+            try:
+                for _, header in seg.iter_headers(start, seg.size):
+                    if header.next_offset > from_offset:
+                        self._producers.update(header)
+            except Exception as e:  # noqa: BLE001 - a corrupt batch must not stop the open
+                logger.error("%s: producer state scan stopped in %s: %s", self._tp, seg.path, e)
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def partition(self) -> int:
+        return self._partition
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._config
+
+    def update_config(self, config: TopicConfig) -> None:
+        self._write_options = write_options(config)
+        self._config = config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._state.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producers
+
+    def __repr__(self) -> str:
+        return (f"Log({self._tp}, [{self.log_start_offset}, {self.log_end_offset}), "
+                f"hw={self.high_watermark})")
+
+    # -- appending -------------------------------------------------------------------------
+
+    def append_as_leader(self, batch: pa.RecordBatch, leader_epoch: int = 0,
+                         producer_id: int = -1, producer_epoch: int = -1,
+                         base_sequence: int = -1, flags: int = 0) -> AppendInfo:
+        """Assign offsets LEO..LEO+n-1 to ``batch`` and append it (see module docstring)."""
+        validate_batch(self._tp, batch, self._schema, self._config)
+        now = self._clock.time_ms()
+        batch, first_ts, max_ts, flags = stamp_timestamps(batch, now, self._config, flags)
+        n = batch.num_rows
+        header = BatchHeader(0, n - 1, n, first_ts, max_ts, producer_id, producer_epoch,
+                             base_sequence, leader_epoch, flags)
+        data = encode_batch(batch, header, options=self._write_options)
+        if len(data) > self._config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"{self._tp}: batch of {len(data)} bytes exceeds max_message_bytes "
+                f"{self._config.max_message_bytes}")
+        at = data.find(MAGIC) + len(MAGIC)
+        append_time = now if flags & FLAG_LOG_APPEND_TIME else -1
+        with self._lock:
+            self._check_open()
+            if producer_id >= 0:
+                duplicate = self._producers.check(producer_id, producer_epoch, base_sequence, n)
+                if duplicate is not None:
+                    return self._duplicate_info(duplicate)
+            base = self._log_end_offset
+            struct.pack_into("<q", data, at, base)
+            stored = replace(header, base_offset=base, batch_size=len(data))
+            self._append_locked(data, stored, now)
+            lso = self.log_start_offset
+        return AppendInfo(base, base + n - 1, max_ts, append_time, len(data), lso)
+
+    def _duplicate_info(self, original: BatchMetadata) -> AppendInfo:
+        return AppendInfo(original.first_offset, original.last_offset, original.max_timestamp,
+                          original.log_append_time, original.batch_size, self.log_start_offset,
+                          duplicate=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"{self._tp}: the log is closed")
+
+    def _append_locked(self, data: bytes | bytearray, header: BatchHeader, now: int) -> None:
+        segment = self._maybe_roll(len(data), header, now)
+        segment.append(data, header, self._config.index_interval_bytes, now)
+        self._producers.update(header)
+        self._log_end_offset = max(self._log_end_offset, header.next_offset)
+
+    def append_as_follower(self, batches: list[StoredBatch]) -> AppendInfo | None:
+        """Append batches fetched from the leader verbatim (offsets included) after checking
+        their CRCs and that they start at or after the log end offset."""
+        if not batches:
+            return None
+        prepared = [follower_bytes(self._tp, b) for b in batches]
+        now = self._clock.time_ms()
+        with self._lock:
+            self._check_open()
+            for header, data in prepared:
+                if header.base_offset < self._log_end_offset:
+                    raise InvalidRecordError(
+                        f"{self._tp}: follower batch at offset {header.base_offset} is below "
+                        f"the log end offset {self._log_end_offset}")
+                self._append_locked(data, header, now)
+            lso = self.log_start_offset
+        headers = [h for h, _ in prepared]
+        return AppendInfo(headers[0].base_offset, headers[-1].last_offset,
+                          max(h.max_timestamp for h in headers), -1,
+                          sum(h.batch_size for h in headers), lso)
+
+    # -- rolling ---------------------------------------------------------------------------
+
+    @property
+    def _active(self) -> LogSegment:
+        return self._state.segments[-1]
+
+    def _maybe_roll(self, size: int, header: BatchHeader, now: int) -> LogSegment:
+        segment = self._active
+        reason = self._roll_reason(segment, size, header, now)
+        if reason is None:
+            return segment
+        logger.debug("%s: rolling segment %s: %s", self._tp, segment.path.name, reason)
+        return self._roll_locked()
+
+    def _roll_reason(self, seg: LogSegment, size: int, header: BatchHeader,
+                     now: int) -> str | None:
+        config = self._config
+        if header.last_offset - seg.base_offset > MAX_RELATIVE_OFFSET:
+            return "relative offsets would overflow int32"
+        if seg.is_empty:
+            return None
+        if seg.size + size > min(config.segment_bytes, MAX_POSITION):
+            return f"size {seg.size} + {size} > segment_bytes {config.segment_bytes}"
+        if seg.rolling_base_ms is not None and now - seg.rolling_base_ms >= config.segment_ms:
+            return f"age {now - seg.rolling_base_ms} ms >= segment_ms {config.segment_ms}"
+        if seg.offset_index.is_full or seg.time_index.is_full:
+            return "index full"
+        return None
+
+    def roll(self) -> None:
+        """Seal the active segment and start a new one at the log end offset."""
+        with self._lock:
+            self._check_open()
+            self._roll_locked()
+
+    def _roll_locked(self) -> LogSegment:
+        active, leo = self._active, self._log_end_offset
+        if active.is_empty and active.base_offset == leo:
+            return active
+        active.seal()
+        new = LogSegment.create(self._dir, leo, self._schema_bytes,
+                                self._config.segment_index_bytes)
+        self._state = _Segments.of(self._state.segments + (new,), self.log_start_offset)
+        self._dir_dirty = True
+        self._producers.take_snapshot(leo)
+        logger.info("%s: rolled new segment at offset %d", self._tp, leo)
+        return new
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one: bool = True) -> FetchData:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` in total (the
+        first one regardless when ``min_one``), none starting at or after ``max_offset``."""
+        for _ in range(_READ_ATTEMPTS):
+            hw, leo, state = self._high_watermark, self._log_end_offset, self._state
+            self._check_range(offset, state.log_start_offset, leo)
+            limit = leo if max_offset is None else min(max_offset, leo)
+            try:
+                batches = read_segments(state.segments[state.floor(offset):], offset,
+                                        max_bytes, limit, min_one)
+            except SegmentClosedError:
+                continue
+            return FetchData(batches, state.log_start_offset, leo, min(hw, leo))
+        raise KafkaStorageError(f"{self._tp}: read at offset {offset} kept racing with "
+                                "segment changes")
+
+    def _check_range(self, offset: int, lso: int, leo: int) -> None:
+        if offset < lso or offset > leo:
+            raise OffsetOutOfRangeError(f"{self._tp}: offset {offset} is out of range; valid "
+                                        f"offsets are [{lso}, {leo}]")
+
+    def offsets_for_time(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record, in offset order, whose timestamp is >=
+        ``timestamp_ms``; None when there is none."""
+        for _ in range(_READ_ATTEMPTS):
+            leo, state = self._log_end_offset, self._state
+            try:
+                return search_time(state.segments, timestamp_ms, state.log_start_offset, leo,
+                                   self._schema)
+            except SegmentClosedError:
+                continue
+        raise KafkaStorageError(f"{self._tp}: time lookup kept racing with segment changes")
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def update_high_watermark(self, offset: int) -> None:
+        """Move the high watermark forward to ``offset`` clamped to [log start, log end]."""
+        with self._lock:
+            offset = min(max(offset, self.log_start_offset), self._log_end_offset)
+            if offset > self._high_watermark:
+                self._high_watermark = offset
+
+    def maybe_increment_log_start_offset(self, offset: int) -> None:
+        """Raise the log start offset (never past the log end offset); segments wholly below
+        it are deleted by the next ``delete_old_segments``."""
+        with self._lock:
+            offset = min(offset, self._log_end_offset)
+            if offset <= self.log_start_offset:
+                return
+            self._state = _Segments.of(self._state.segments, offset)
+            self._high_watermark = max(self._high_watermark, offset)
+            logger.info("%s: log start offset raised to %d", self._tp, offset)
+
+    # -- flushing --------------------------------------------------------------------------
+
+    def flush_until(self, offset: int) -> None:
+        """Return once every batch below ``offset`` is fsynced. Group commit: when an fsync is
+        running, wait for it and re-check; otherwise fsync everything appended so far."""
+        offset = min(offset, self._log_end_offset)
+        with self._flush_cond:
+            while self._recovery_point < offset:
+                if not self._flushing:
+                    self._flushing = True
+                    break
+                self._flush_cond.wait()
+            else:
+                return
+        self._run_flush()
+
+    def _run_flush(self) -> None:
+        done, target, generation = False, 0, 0
+        segments: list[LogSegment] = []
+        try:
+            target, segments, generation, dir_dirty = self._flush_snapshot()
+            for seg in segments:
+                seg.fsync()
+            if dir_dirty:
+                fsync_dir(self._dir)
+            done = True
+        except OSError as e:
+            for seg in segments:
+                seg.dirty = True
+            raise KafkaStorageError(f"{self._tp}: fsync failed: {e}") from e
+        finally:
+            for seg in segments:
+                seg.release()
+            with self._flush_cond:
+                if done and generation == self._truncations:
+                    self._recovery_point = max(self._recovery_point, target)
+                    self._last_flush_ms = self._clock.time_ms()
+                self._flushing = False
+                self._flush_cond.notify_all()
+
+    def _flush_snapshot(self) -> tuple[int, list[LogSegment], int, bool]:
+        """Under the lock: the log end offset to flush up to and the segments to fsync."""
+        with self._lock:
+            segments = []
+            for seg in self._state.segments:
+                if seg.dirty:
+                    seg.acquire()
+                    seg.dirty = False
+                    seg.flush_indexes()
+                    segments.append(seg)
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            return self._log_end_offset, segments, self._truncations, dir_dirty
+
+    def flush(self) -> None:
+        """fsync everything appended so far."""
+        self.flush_until(self._log_end_offset)
+
+    def maybe_flush(self) -> None:
+        """For flush_ms > 0: flush when the last flush is at least flush_ms old."""
+        flush_ms = self._config.flush_ms
+        if not flush_ms or self._recovery_point >= self._log_end_offset:
+            return
+        if self._clock.time_ms() - self._last_flush_ms >= flush_ms:
+            self.flush()
+
+    # -- truncation ------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch holding an offset >= ``offset`` (a batch straddling it goes whole;
+        the log end offset becomes ``offset`` or that batch's base offset, if lower)."""
+        with self._lock:
+            self._check_open()
+            if offset >= self._log_end_offset:
+                return
+            if offset < self.log_start_offset:
+                self._truncate_fully_locked(offset)
+                return
+            segments = self._state.segments
+            keep = [s for s in segments if s.base_offset <= offset] or [segments[0]]
+            cut = keep[-1].truncate_to(offset, self._config.index_interval_bytes)
+            new_leo = offset if cut is None else min(offset, cut)
+            self._replace_segments(keep, segments[len(keep):], new_leo, self.log_start_offset)
+            logger.info("%s: truncated to offset %d (log end offset %d)", self._tp, offset,
+                        new_leo)
+
+    def _replace_segments(self, keep: list[LogSegment], drop: tuple[LogSegment, ...] | list,
+                          leo: int, lso: int) -> None:
+        """Publish ``keep`` after a truncation, delete ``drop`` and fix every offset."""
+        self._state = _Segments.of(keep, lso)
+        for seg in drop:
+            seg.delete()
+        active = keep[-1]
+        active.sealed = False
+        if not active.is_empty and active.rolling_base_ms is None:
+            active.rolling_base_ms = self._clock.time_ms()
+        self._log_end_offset = leo
+        self._high_watermark = min(max(self._high_watermark, lso), leo)
+        with self._flush_cond:
+            self._recovery_point = min(self._recovery_point, leo)
+            self._truncations += 1
+        self._dir_dirty = True
+        self._producers.load(leo)
+        snapshot = self._producers.snapshot_offsets()
+        self._scan_producer_state(snapshot[-1] if snapshot else lso)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log, empty, at ``offset``."""
+        with self._lock:
+            self._check_open()
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        old = self._state.segments
+        self._state = _Segments((), (), offset)
+        for seg in old:
+            seg.delete()
+        self._producers.delete_all_snapshots()
+        new = LogSegment.create(self._dir, offset, self._schema_bytes,
+                                self._config.segment_index_bytes)
+        self._replace_segments([new], (), offset, offset)
+        self._high_watermark = offset
+        logger.info("%s: truncated fully; log restarts at offset %d", self._tp, offset)
+
+    # -- retention -------------------------------------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Delete sealed segments wholly below the log start offset, and (cleanup policy
+        "delete") those past retention_ms or beyond retention_bytes, oldest first, only below
+        the high watermark and never the active segment. Returns how many were deleted."""
+        now = self._clock.time_ms()
+        with self._lock:
+            if self._closed:
+                return 0
+            segments = self._state.segments
+            doomed = deletable_segments(segments, self._config, self.log_start_offset,
+                                        self._high_watermark, now)
+            if not doomed:
+                return 0
+            keep = segments[len(doomed):]
+            lso = max(self.log_start_offset, keep[0].base_offset)
+            self._state = _Segments.of(keep, lso)
+            self._high_watermark = max(self._high_watermark, lso)
+            self._dir_dirty = True
+        for seg in doomed:
+            seg.delete()
+        logger.info("%s: retention deleted %d segment(s); log start offset is now %d",
+                    self._tp, len(doomed), lso)
+        return len(doomed)
+
+    # -- compaction ------------------------------------------------------------------------
+
+    def compact(self, now_ms: int | None = None) -> CompactionStats:
+        """Compact the sealed segments (see cleaner.py)."""
+        from logstore.segments.cleaner import compact_log
+
+        return compact_log(self, self._clock.time_ms() if now_ms is None else now_ms)
+
+    def cleanable_segments(self, now_ms: int) -> tuple[list[LogSegment], int]:
+        """For the cleaner: the sealed segments whose records are all older than
+        min_compaction_lag_ms, each acquired (release them), and the truncation generation."""
+        horizon = now_ms - self._config.min_compaction_lag_ms
+        with self._lock:
+            if self._closed:
+                return [], self._truncations
+            chosen = []
+            for seg in self._state.segments[:-1]:
+                if seg.max_timestamp > horizon:
+                    break
+                seg.acquire()
+                chosen.append(seg)
+            return chosen, self._truncations
+
+    def dirty_ratio(self) -> float:
+        """Share of the sealed bytes at or after ``cleaned_until`` (not compacted yet)."""
+        sealed = self._state.segments[:-1]
+        total = sum(s.size - s.data_start for s in sealed)
+        dirty = sum(s.size - s.data_start for s in sealed if s.base_offset >= self.cleaned_until)
+        return dirty / total if total else 0.0
+
+    def swap_cleaned_segment(self, old: LogSegment, new: LogSegment, generation: int,
+                             commit: Callable[[LogSegment, LogSegment], None]) -> bool:
+        """For the cleaner: replace sealed segment ``old`` by its cleaned copy ``new`` (``commit``
+        renames the files) unless the log was truncated or ``old`` left meanwhile."""
+        with self._lock:
+            segments = self._state.segments
+            if self._closed or generation != self._truncations or old not in segments[:-1]:
+                return False
+            commit(old, new)
+            i = segments.index(old)
+            self._state = _Segments.of(segments[:i] + (new,) + segments[i + 1:],
+                                       self.log_start_offset)
+        old.close()
+        return True
+
+    # -- inspection and lifecycle ----------------------------------------------------------
+
+    def segments_info(self) -> list[dict]:
+        """base_offset, next_offset, size_bytes, path, sealed and max_timestamp per segment."""
+        segments = self._state.segments
+        infos = []
+        for seg, following in zip(segments, segments[1:] + (None,), strict=True):
+            next_offset = self._log_end_offset if following is None else following.base_offset
+            infos.append({"base_offset": seg.base_offset, "next_offset": next_offset,
+                          "size_bytes": seg.size, "path": seg.path, "sealed": following is not None,
+                          "max_timestamp": seg.max_timestamp})
+        return infos
+
+    def close(self) -> None:
+        """Flush, seal the active segment's indexes, snapshot producer state, close files."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.flush()
+        with self._lock:
+            self._active.seal()
+            self._producers.take_snapshot(self._log_end_offset)
+            for seg in self._state.segments:
+                seg.close()
+        logger.info("%s: closed at log end offset %d", self._tp, self._log_end_offset)
+
+    def delete(self) -> None:
+        """Close the files and remove the partition directory."""
+        with self._lock:
+            self._closed = True
+            for seg in self._state.segments:
+                seg.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        logger.info("%s: deleted log directory %s", self._tp, self._dir)

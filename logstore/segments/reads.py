@@ -1,0 +1,84 @@
+"""The read paths over a captured list of segments: fetching whole batches, and finding the
+first record at or after a timestamp.
+
+Owns: walking segments for a fetch (continuing into the next segment while the byte budget
+lasts) and the time lookup (segment max timestamps, then the time index, then batch headers,
+then a vectorised search inside one batch). Must not: take the log's lock or change any state;
+a segment closed under a read raises SegmentClosedError and the caller starts over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from logstore.records import StoredBatch
+from logstore.segments.segment import LogSegment
+
+
+def read_segments(segments: Sequence[LogSegment], offset: int, max_bytes: int, limit: int,
+                  min_one: bool) -> list[StoredBatch]:
+    """Whole batches from the one holding ``offset`` in ``segments`` (the first of which holds
+    it), at most ``max_bytes`` in total except the first when ``min_one``, none at or after
+    ``limit``."""
+    batches: list[StoredBatch] = []
+    remaining = max_bytes
+    if offset >= limit:
+        return batches
+    for seg in segments:
+        seg.acquire()
+        try:
+            got, at_end = seg.read(offset, remaining, limit, min_one and not batches)
+        finally:
+            seg.release()
+        batches.extend(got)
+        remaining -= sum(b.header.batch_size for b in got)
+        if not at_end or remaining <= 0:
+            break
+    return batches
+
+
+def search_time(segments: Sequence[LogSegment], timestamp_ms: int, lso: int, leo: int,
+                schema: pa.Schema) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record in offset order, within [lso, leo), whose
+    timestamp is >= ``timestamp_ms``."""
+    for seg in segments:
+        if seg.max_timestamp >= timestamp_ms:
+            seg.acquire()
+            try:
+                found = _search_segment(seg, timestamp_ms, lso, leo, schema)
+            finally:
+                seg.release()
+            if found is not None:
+                return found
+    return None
+
+
+def _search_segment(seg: LogSegment, timestamp_ms: int, lso: int, leo: int,
+                    schema: pa.Schema) -> tuple[int, int] | None:
+    start = seg.offset_index.lookup(seg.time_index.lookup(timestamp_ms))
+    for position, header in seg.iter_headers(start or seg.data_start, seg.size):
+        if header.base_offset >= leo:
+            return None
+        if header.max_timestamp >= timestamp_ms and header.next_offset > lso:
+            found = search_batch(seg.read_batch_at(position, header), timestamp_ms, lso, schema)
+            if found is not None:
+                return found
+    return None
+
+
+def search_batch(batch: StoredBatch, timestamp_ms: int, lso: int,
+                 schema: pa.Schema) -> tuple[int, int] | None:
+    """The first record of ``batch`` at or after ``lso`` with timestamp >= ``timestamp_ms``."""
+    offsets = batch.offsets()
+    if "timestamp" in schema.names:
+        column = batch.record_batch(schema).column("timestamp")
+        stamps = column.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    else:
+        stamps = np.full(len(offsets), batch.header.max_timestamp, dtype=np.int64)
+    hits = np.flatnonzero((stamps >= timestamp_ms) & (offsets >= lso))
+    if hits.size == 0:
+        return None
+    return int(offsets[hits[0]]), int(stamps[hits[0]])
