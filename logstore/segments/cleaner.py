@@ -1,0 +1,232 @@
+"""Log compaction: keep only the latest record per key in the sealed segments of a log whose
+cleanup policy contains "compact".
+
+Owns: the key map (the last offset of every key across the cleanable segments, from one
+vectorised group-by), the per-batch filtering, tombstone expiry, writing cleaned segments and
+swapping them in. Must not: loop over records in Python, touch the active segment, or know about
+other partitions.
+
+Rules:
+- a record is kept when it is the latest of its key among the cleaned segments, or its key is
+  null (such records predate the compact policy and are left alone);
+- a tombstone (``value`` null; for typed topics every value column null) is dropped once its
+  batch's max timestamp is older than ``now - delete_retention_ms``;
+- records keep their offsets: a batch with gaps sets FLAG_HAS_OFFSET_DELTAS; its header keeps
+  the producer fields, and its last offset (base_sequence is shifted with the base offset so
+  that the producer's last sequence is unchanged); batches left empty are dropped; untouched
+  batches and control batches are copied byte for byte.
+
+Swap protocol (crash-safe, finished by recovery.finish_interrupted_swaps): write
+``X.arrow.cleaned`` with ``X.index.cleaned``/``X.timeindex.cleaned`` and fsync them; rename the
+data file to ``X.arrow.swap`` (commit point); delete the old indexes and rename the new ones into
+place; rename ``X.arrow.swap`` over ``X.arrow``. Readers in flight hold the old file descriptor,
+which keeps reading the old, unlinked file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from logstore.records import (
+    FLAG_HAS_OFFSET_DELTAS,
+    BatchHeader,
+    StoredBatch,
+    encode_batch,
+    value_columns,
+)
+from logstore.segments.batches import write_options
+from logstore.segments.format import CLEANED_SUFFIX, SWAP_SUFFIX, fsync_dir
+from logstore.segments.producer_state import SEQUENCE_MODULUS
+from logstore.segments.segment import LogSegment
+
+if TYPE_CHECKING:
+    from logstore.segments.log import Log
+
+logger = logging.getLogger(__name__)
+
+_ALL_OFFSETS = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionStats:
+    segments_cleaned: int = 0
+    batches_read: int = 0
+    batches_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    tombstones_dropped: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+    def __add__(self, other: CompactionStats) -> CompactionStats:
+        return CompactionStats(*(getattr(self, f.name) + getattr(other, f.name)
+                                 for f in fields(self)))
+
+
+def compact_log(log: Log, now_ms: int) -> CompactionStats:
+    """Compact ``log``'s cleanable sealed segments; returns what was done."""
+    tp = f"{log.topic}-{log.partition}"
+    if "key" not in log.schema.names:
+        logger.warning("%s: cannot compact a topic without a 'key' column", tp)
+        return CompactionStats()
+    segments, generation = log.cleanable_segments(now_ms)
+    try:
+        if not segments:
+            return CompactionStats()
+        latest = latest_offsets(log, segments)
+        stats = CompactionStats()
+        for seg in segments:
+            cleaned, seg_stats = clean_segment(log, seg, latest, now_ms)
+            if not log.swap_cleaned_segment(seg, cleaned, generation, commit_swap):
+                logger.info("%s: log changed during compaction; discarding %s", tp, cleaned.path)
+                cleaned.delete()
+                break
+            stats += seg_stats
+            log.cleaned_until = max(log.cleaned_until, cleaned.next_offset)
+    finally:
+        for seg in segments:
+            seg.release()
+    logger.info("%s: compaction kept %d of %d records in %d segment(s), %d -> %d bytes, "
+                "%d tombstone(s) dropped", tp, stats.records_kept, stats.records_read,
+                stats.segments_cleaned, stats.bytes_before, stats.bytes_after,
+                stats.tombstones_dropped)
+    return stats
+
+
+def segment_batches(seg: LogSegment) -> Iterator[StoredBatch]:
+    """Every batch of a sealed segment, CRC-checked."""
+    end = seg.size
+    batches, _ = seg.read(seg.base_offset, end, _ALL_OFFSETS, True)
+    yield from batches
+
+
+def latest_offsets(log: Log, segments: list[LogSegment]) -> np.ndarray:
+    """Sorted offsets of the latest record of every non-null key in ``segments``."""
+    key_type = log.schema.field("key").type
+    keys: list[pa.Array] = []
+    offsets: list[np.ndarray] = []
+    for seg in segments:
+        seg_keys, seg_offsets = [], []
+        for batch in segment_batches(seg):
+            if not batch.header.is_control:
+                seg_keys.append(batch.record_batch(log.schema).column("key"))
+                seg_offsets.append(batch.offsets())
+        if seg_keys:
+            # concat copies the keys, so the segment's file buffer can be freed
+            keys.append(pa.concat_arrays(seg_keys))
+            offsets.append(np.concatenate(seg_offsets))
+    if not keys:
+        return np.empty(0, dtype=np.int64)
+    table = pa.table({"key": pa.chunked_array(keys, type=key_type),
+                      "offset": np.concatenate(offsets)})
+    table = table.filter(pc.is_valid(table.column("key")))
+    grouped = table.group_by("key").aggregate([("offset", "max")])
+    return np.sort(grouped.column("offset_max").to_numpy())
+
+
+def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray,
+                  now_ms: int) -> tuple[LogSegment, CompactionStats]:
+    """Write the cleaned copy of ``seg`` as ``X.arrow.cleaned`` (indexed, sealed, fsynced)."""
+    config = log.config
+    out = LogSegment.create(seg.dir, seg.base_offset, seg.read_at(0, seg.data_start),
+                            config.segment_index_bytes, suffix=CLEANED_SUFFIX)
+    horizon = now_ms - config.delete_retention_ms
+    read = written = records = kept = tombstones = 0
+    for batch in segment_batches(seg):
+        read += 1
+        records += batch.header.record_count
+        header, data, dropped_tombstones = clean_batch(log, batch, latest, horizon)
+        tombstones += dropped_tombstones
+        if header is not None:
+            out.append(data, header, config.index_interval_bytes, now_ms)
+            written += 1
+            kept += header.record_count
+    out.seal()
+    out.fsync()
+    out.dirty = False
+    stats = CompactionStats(1, read, written, records, kept, tombstones,
+                            seg.size, out.size)
+    return out, stats
+
+
+def clean_batch(log: Log, batch: StoredBatch, latest: np.ndarray,
+                horizon: int) -> tuple[BatchHeader | None, pa.Buffer | bytearray | None, int]:
+    """(header, bytes, tombstones dropped) of the cleaned batch; header and bytes are None
+    when no record is left."""
+    if batch.header.is_control:
+        return batch.header, batch.message.serialize(), 0
+    offsets = batch.offsets()
+    records = batch.record_batch(log.schema)
+    keep = _is_latest(offsets, latest) | records.column("key").is_null().to_numpy(
+        zero_copy_only=False)
+    dropped = 0
+    if batch.header.max_timestamp < horizon:
+        tombstones = _tombstones(records, log.schema) & keep
+        dropped = int(tombstones.sum())
+        keep &= ~tombstones
+    if keep.all():
+        return batch.header, batch.message.serialize(), 0
+    if not keep.any():
+        return None, None, dropped
+    header, data = _rewrite(log, batch, records.filter(pa.array(keep)), offsets[keep])
+    return header, data, dropped
+
+
+def _is_latest(offsets: np.ndarray, latest: np.ndarray) -> np.ndarray:
+    if latest.size == 0:
+        return np.zeros(len(offsets), dtype=bool)
+    at = np.minimum(np.searchsorted(latest, offsets), latest.size - 1)
+    return latest[at] == offsets
+
+
+def _tombstones(records: pa.RecordBatch, schema: pa.Schema) -> np.ndarray:
+    nulls = [records.column(name).is_null().to_numpy(zero_copy_only=False)
+             for name in value_columns(schema)]
+    return np.logical_and.reduce(nulls) if nulls else np.zeros(records.num_rows, dtype=bool)
+
+
+def _rewrite(log: Log, batch: StoredBatch, records: pa.RecordBatch,
+             offsets: np.ndarray) -> tuple[BatchHeader, bytearray]:
+    """Encode the kept ``records`` with their original ``offsets``."""
+    old = batch.header
+    base = int(offsets[0])
+    last_delta = old.last_offset - base
+    deltas = (offsets - base).astype(np.int32)
+    gaps = len(offsets) != last_delta + 1
+    first_ts, max_ts = old.first_timestamp, old.max_timestamp
+    if "timestamp" in log.schema.names:
+        bounds = pc.min_max(records.column("timestamp"))
+        first_ts, max_ts = bounds["min"].value, bounds["max"].value
+    sequence = old.base_sequence
+    if sequence >= 0:
+        sequence = (sequence + base - old.base_offset) % SEQUENCE_MODULUS
+    flags = old.flags | FLAG_HAS_OFFSET_DELTAS if gaps else old.flags & ~FLAG_HAS_OFFSET_DELTAS
+    header = replace(old, base_offset=base, last_offset_delta=last_delta,
+                     record_count=records.num_rows, first_timestamp=first_ts,
+                     max_timestamp=max_ts, base_sequence=sequence, flags=flags, batch_size=0,
+                     crc=0)
+    data = encode_batch(records, header, offset_deltas=deltas if gaps else None,
+                        options=write_options(log.config))
+    return replace(header, batch_size=len(data)), data
+
+
+def commit_swap(old: LogSegment, new: LogSegment) -> None:
+    """Put the cleaned files of ``new`` in place of ``old``'s (see the module docstring)."""
+    swap = old.path.with_name(old.path.name + SWAP_SUFFIX)
+    os.replace(new.path, swap)
+    fsync_dir(old.dir)
+    old.offset_index.delete()
+    old.time_index.delete()
+    new.offset_index.rename_to(old.offset_index.path)
+    new.time_index.rename_to(old.time_index.path)
+    os.replace(swap, old.path)
+    fsync_dir(old.dir)
+    new.path, new.suffix = old.path, ""
