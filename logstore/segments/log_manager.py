@@ -1,0 +1,218 @@
+"""Every partition log of one broker, across its log directories.
+
+Owns: loading the ``<topic>-<partition>`` directories at startup (with the recovery-point and
+log-start-offset checkpoints and the clean-shutdown marker), placing new partitions in the log
+directory with the fewest, writing checkpoints, and the background threads (retention, cleaner,
+flush_ms scheduler, periodic checkpoint) that stop on ``shutdown``. Must not: know about
+replication, leadership or the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+from logstore.clock import Clock
+from logstore.config import TopicConfig
+from logstore.model import TopicPartition
+from logstore.segments.format import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    atomic_write,
+    fsync_dir,
+    parse_partition_dir,
+    partition_dir_name,
+    read_checkpoint,
+    unlink_quietly,
+    write_checkpoint,
+)
+from logstore.segments.log import Log
+
+logger = logging.getLogger(__name__)
+
+
+class LogManager:
+    """Opens, creates, deletes and maintains the logs in ``log_dirs``."""
+
+    def __init__(self, log_dirs: list[Path], clock: Clock,
+                 config_for: Callable[[str], TopicConfig],
+                 retention_check_interval_ms: int = 60_000, cleaner_interval_ms: int = 15_000,
+                 flush_check_interval_ms: int = 1_000,
+                 checkpoint_interval_ms: int = 60_000) -> None:
+        if not log_dirs:
+            raise ValueError("LogManager needs at least one log directory")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.clock = clock
+        self.config_for = config_for
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.cleaner_interval_ms = cleaner_interval_ms
+        self.flush_check_interval_ms = flush_check_interval_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self._logs: dict[TopicPartition, Log] = {}
+        self._lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._started = False
+
+    # -- startup and shutdown ------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Load every partition directory, recovering as needed, then start the threads."""
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._load_dir(log_dir)
+        self._started = True
+        self._stop.clear()
+        for name, interval, task in (
+                ("retention", self.retention_check_interval_ms, self.run_retention_once),
+                ("cleaner", self.cleaner_interval_ms, self.run_cleaner_once),
+                ("flusher", self.flush_check_interval_ms, self.run_flush_once),
+                ("checkpoint", self.checkpoint_interval_ms, self.checkpoint)):
+            thread = threading.Thread(target=self._loop, args=(name, interval, task),
+                                      name=f"log-manager-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        logger.info("log manager started with %d log(s) in %s", len(self._logs),
+                    [str(d) for d in self.log_dirs])
+
+    def _load_dir(self, log_dir: Path) -> None:
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        for path in sorted(log_dir.iterdir()):
+            tp = parse_partition_dir(path.name) if path.is_dir() else None
+            if tp is None:
+                continue
+            log = Log.open(path, tp.topic, tp.partition, self.config_for(tp.topic), None,
+                           self.clock, recovery_point=recovery_points.get(tp, 0),
+                           log_start_offset=start_offsets.get(tp, 0), clean_shutdown=clean)
+            with self._lock:
+                self._logs[tp] = log
+        unlink_quietly(marker)
+        fsync_dir(log_dir)
+
+    @staticmethod
+    def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+        try:
+            return read_checkpoint(path)
+        except ValueError as e:
+            logger.warning("%s; recovering every log in %s from its start", e, path.parent)
+            return {}
+
+    def shutdown(self) -> None:
+        """Stop the threads, flush and close every log, checkpoint, mark a clean shutdown."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+        with self._lock:
+            logs = list(self._logs.values())
+        for log in logs:
+            log.close()
+        self.checkpoint()
+        for log_dir in self.log_dirs:
+            if log_dir.exists():
+                atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
+        self._started = False
+        logger.info("log manager shut down cleanly (%d logs)", len(logs))
+
+    def _loop(self, name: str, interval_ms: int, task: Callable[[], object]) -> None:
+        while not self._stop.wait(interval_ms / 1000.0):
+            try:
+                task()
+            except Exception:
+                logger.exception("log manager %s task failed", name)
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def get_log(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
+
+    def all_logs(self) -> dict[TopicPartition, Log]:
+        with self._lock:
+            return dict(self._logs)
+
+    def get_or_create_log(self, tp: TopicPartition, config: TopicConfig,
+                          schema: pa.Schema) -> Log:
+        """The log of ``tp``, created in the log directory with the fewest partitions."""
+        tp = TopicPartition(tp.topic, tp.partition)
+        with self._lock:
+            log = self._logs.get(tp)
+            if log is None:
+                log_dir = self._least_loaded_dir()
+                log = Log.open(log_dir / partition_dir_name(tp.topic, tp.partition), tp.topic,
+                               tp.partition, config, schema, self.clock)
+                self._logs[tp] = log
+                logger.info("%s: created log in %s", tp, log_dir)
+            return log
+
+    def _least_loaded_dir(self) -> Path:
+        counts = {d: 0 for d in self.log_dirs}
+        for log in self._logs.values():
+            counts[log.dir.parent] = counts.get(log.dir.parent, 0) + 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def delete_log(self, tp: TopicPartition) -> None:
+        """Delete the log of ``tp`` and its directory (no-op if absent)."""
+        with self._lock:
+            log = self._logs.pop(TopicPartition(tp.topic, tp.partition), None)
+        if log is not None:
+            log.delete()
+            self.checkpoint()
+
+    # -- checkpoints and background work -----------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Atomically write the recovery-point and log-start-offset checkpoint of every dir."""
+        with self._checkpoint_lock:
+            logs = self.all_logs()
+            for log_dir in self.log_dirs:
+                if not log_dir.exists():
+                    continue
+                mine = {tp: log for tp, log in logs.items() if log.dir.parent == log_dir}
+                write_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT,
+                                 {tp: log.recovery_point for tp, log in mine.items()})
+                write_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT,
+                                 {tp: log.log_start_offset for tp, log in mine.items()})
+
+    def run_retention_once(self) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        deleted = 0
+        for tp, log in self.all_logs().items():
+            try:
+                deleted += log.delete_old_segments()
+            except Exception:
+                logger.exception("%s: retention failed", tp)
+        return deleted
+
+    def run_cleaner_once(self) -> int:
+        """Compact every log with a compact policy whose dirty ratio is at least
+        min_cleanable_dirty_ratio; returns the number of logs compacted."""
+        compacted = 0
+        for tp, log in self.all_logs().items():
+            config = log.config
+            if not config.compact or log.dirty_ratio() < config.min_cleanable_dirty_ratio:
+                continue
+            if log.dirty_ratio() == 0.0:
+                continue
+            try:
+                log.compact()
+                compacted += 1
+            except Exception:
+                logger.exception("%s: compaction failed", tp)
+        return compacted
+
+    def run_flush_once(self) -> None:
+        """Flush the logs whose flush_ms has elapsed since their last flush."""
+        for tp, log in self.all_logs().items():
+            try:
+                log.maybe_flush()
+            except Exception:
+                logger.exception("%s: scheduled flush failed", tp)
