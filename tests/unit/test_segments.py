@@ -1,0 +1,838 @@
+"""Unit tests of the storage layer (logstore/segments): real segment files in tmp_path, a
+FakeClock for time, and direct byte surgery on the files for torn writes and bit flips."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from logstore import errors
+from logstore.clock import FakeClock
+from logstore.config import TopicConfig
+from logstore.model import TopicPartition
+from logstore.records import DEFAULT_SCHEMA, FLAG_HAS_OFFSET_DELTAS, TIMESTAMP_TYPE, topic_schema
+from logstore.segments import format as fmt
+from logstore.segments.log import Log
+from logstore.segments.log_manager import LogManager
+
+VALUE = b"v" * 100
+
+
+def make_batch(keys: list, values: list | None = None, timestamps: list | None = None,
+               clock: FakeClock | None = None) -> pa.RecordBatch:
+    n = len(keys)
+    values = [VALUE] * n if values is None else values
+    if timestamps is None:
+        timestamps = [clock.time_ms() if clock else 1_000] * n
+    return pa.record_batch([
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array(timestamps, pa.int64()).cast(TIMESTAMP_TYPE),
+        pa.nulls(n, DEFAULT_SCHEMA.field("headers").type),
+    ], schema=DEFAULT_SCHEMA)
+
+
+def keyed(start: int, n: int, clock: FakeClock | None = None) -> pa.RecordBatch:
+    return make_batch([b"k%d" % i for i in range(start, start + n)], clock=clock)
+
+
+def open_log(path: Path, clock: FakeClock, schema: pa.Schema | None = DEFAULT_SCHEMA,
+             **config) -> Log:
+    return Log.open(path / "topic-0", "topic", 0, TopicConfig(**config), schema, clock)
+
+
+def reopen(log: Log, clock: FakeClock, clean: bool, recovery_point: int = 0, **config) -> Log:
+    config = {**log.config.to_dict(), **config}
+    return Log.open(log.dir, "topic", 0, TopicConfig(**config), None, clock,
+                    recovery_point=recovery_point, clean_shutdown=clean)
+
+
+def records(log: Log, start: int | None = None) -> list[tuple[int, bytes, bytes | None]]:
+    """(offset, key, value) of every record from ``start`` (the log start) to the end."""
+    offset = log.log_start_offset if start is None else start
+    out = []
+    while offset < log.log_end_offset:
+        fetch = log.read(offset, 1 << 30)
+        if not fetch.batches:
+            break
+        for batch in fetch.batches:
+            rb = batch.record_batch(log.schema)
+            out += [r for r in zip(batch.offsets().tolist(), rb.column("key").to_pylist(),
+                                   rb.column("value").to_pylist(), strict=True) if r[0] >= offset]
+        offset = fetch.batches[-1].header.next_offset
+    return out
+
+
+def segment_files(log: Log) -> list[Path]:
+    return sorted(log.dir.glob("*" + fmt.SEGMENT_SUFFIX))
+
+
+# -- append and read ---------------------------------------------------------------------
+
+
+def test_append_read_round_trip(tmp_path: Path) -> None:
+    """Goal: what is appended is read back, with offsets assigned from the log end offset.
+    Method: append three batches, read from 0, compare keys, values, offsets and headers."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock)
+    infos = [log.append_as_leader(keyed(i * 10, 10, clock)) for i in range(3)]
+    assert [(i.first_offset, i.last_offset) for i in infos] == [(0, 9), (10, 19), (20, 29)]
+    assert log.log_end_offset == 30
+    fetch = log.read(0, 1 << 20)
+    assert [b.header.base_offset for b in fetch.batches] == [0, 10, 20]
+    assert fetch.size_bytes == sum(i.batch_size for i in infos)
+    assert records(log) == [(i, b"k%d" % i, VALUE) for i in range(30)]
+    assert fetch.batches[0].header.max_timestamp == clock.time_ms()
+
+
+def test_read_from_middle_of_batch_returns_whole_batch(tmp_path: Path) -> None:
+    """Goal: a fetch at an offset inside a batch returns that whole batch.
+    Method: append batches of 10 and read at offset 15."""
+    log = open_log(tmp_path, FakeClock(), index_interval_bytes=1)
+    for i in range(4):
+        log.append_as_leader(keyed(i * 10, 10))
+    fetch = log.read(15, 1 << 20)
+    assert [b.header.base_offset for b in fetch.batches] == [10, 20, 30]
+
+
+def test_read_respects_max_bytes_but_returns_at_least_one_batch(tmp_path: Path) -> None:
+    """Goal: max_bytes bounds a fetch, except that the first batch always comes with min_one.
+    Method: append equal batches and fetch with budgets of 1 byte, 2.5 batches and 0 (no
+    min_one)."""
+    log = open_log(tmp_path, FakeClock())
+    size = log.append_as_leader(keyed(0, 1)).batch_size
+    for _ in range(4):
+        log.append_as_leader(keyed(0, 1))
+    assert len(log.read(0, 1).batches) == 1
+    assert len(log.read(0, int(size * 2.5)).batches) == 2
+    assert log.read(0, size - 1, min_one=False).batches == []
+    assert log.read(0, 1 << 20).size_bytes == 5 * size
+
+
+def test_read_stops_before_max_offset(tmp_path: Path) -> None:
+    """Goal: no batch starting at or after max_offset (the high watermark) is returned.
+    Method: append four batches, read with max_offset 20 and 25."""
+    log = open_log(tmp_path, FakeClock())
+    for i in range(4):
+        log.append_as_leader(keyed(i * 10, 10))
+    assert [b.header.base_offset for b in log.read(0, 1 << 20, max_offset=20).batches] == [0, 10]
+    assert [b.header.base_offset for b in log.read(0, 1 << 20, 25).batches] == [0, 10, 20]
+    assert log.read(20, 1 << 20, max_offset=20).batches == []
+
+
+def test_read_at_log_end_is_empty_and_out_of_range_errors_name_the_range(tmp_path: Path) -> None:
+    """Goal: offset == LEO gives an empty fetch; below the start or past the end raises
+    OffsetOutOfRangeError naming topic-partition, offset and valid range.
+    Method: append, raise the log start offset, read at the edges."""
+    log = open_log(tmp_path, FakeClock())
+    log.append_as_leader(keyed(0, 10))
+    fetch = log.read(10, 100)
+    assert fetch.batches == [] and fetch.log_end_offset == 10
+    log.maybe_increment_log_start_offset(3)
+    for bad in (2, 11):
+        with pytest.raises(errors.OffsetOutOfRangeError) as e:
+            log.read(bad, 100)
+        assert "topic-0" in str(e.value) and str(bad) in str(e.value)
+        assert "[3, 10]" in str(e.value)
+
+
+def test_reads_span_segments(tmp_path: Path) -> None:
+    """Goal: one fetch continues into the next segment while the budget lasts.
+    Method: roll after every batch and read everything in one call."""
+    log = open_log(tmp_path, FakeClock())
+    for i in range(3):
+        log.append_as_leader(keyed(i * 10, 10))
+        log.roll()
+    assert len(segment_files(log)) == 4
+    assert [b.header.base_offset for b in log.read(5, 1 << 20).batches] == [0, 10, 20]
+
+
+def test_schema_mismatch_empty_and_oversized_batches_are_rejected(tmp_path: Path) -> None:
+    """Goal: bad batches raise errors naming the partition (and the column / size and limit).
+    Method: append a batch with a wrong column type, an empty batch and a too-large batch."""
+    log = open_log(tmp_path, FakeClock(), max_message_bytes=5_000)
+    wrong = pa.record_batch([pa.array([1]), pa.array([b"x"]), pa.array([1]).cast(TIMESTAMP_TYPE),
+                             pa.nulls(1, DEFAULT_SCHEMA.field("headers").type)],
+                            names=DEFAULT_SCHEMA.names)
+    with pytest.raises(errors.InvalidRecordError, match="topic-0.*column 0.*'key'"):
+        log.append_as_leader(wrong)
+    with pytest.raises(errors.InvalidRecordError, match="empty"):
+        log.append_as_leader(keyed(0, 0))
+    with pytest.raises(errors.MessageTooLargeError, match="topic-0.*bytes.*5000"):
+        log.append_as_leader(keyed(0, 100))
+    assert log.log_end_offset == 0
+
+
+def test_null_timestamps_become_append_time_and_log_append_time_replaces_all(
+        tmp_path: Path) -> None:
+    """Goal: null timestamps are filled with the append time; under LogAppendTime every
+    timestamp is the append time and the AppendInfo says so.
+    Method: append a batch with a null timestamp to a CreateTime and a LogAppendTime log."""
+    clock = FakeClock(start_ms=50_000)
+    batch = make_batch([b"a", b"b"], timestamps=[10, None])
+    log = open_log(tmp_path, clock)
+    info = log.append_as_leader(batch)
+    stamps = log.read(0, 1 << 20).batches[0].record_batch(log.schema).column("timestamp")
+    assert stamps.cast(pa.int64()).to_pylist() == [10, 50_000]
+    assert (info.max_timestamp, info.log_append_time) == (50_000, -1)
+    other = Log.open(tmp_path / "lat-0", "lat", 0,
+                     TopicConfig(message_timestamp_type="LogAppendTime"), DEFAULT_SCHEMA, clock)
+    info = other.append_as_leader(batch)
+    assert (info.max_timestamp, info.log_append_time) == (50_000, 50_000)
+    stamps = other.read(0, 1 << 20).batches[0].record_batch(DEFAULT_SCHEMA).column("timestamp")
+    assert stamps.cast(pa.int64()).to_pylist() == [50_000, 50_000]
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_compressed_topics_round_trip(tmp_path: Path, codec: str) -> None:
+    """Goal: compression_type lz4/zstd writes compressed batches that read back equal.
+    Method: append compressible values with and without compression, compare sizes and data."""
+    plain = open_log(tmp_path / "plain", FakeClock())
+    packed = open_log(tmp_path / codec, FakeClock(), compression_type=codec)
+    batch = keyed(0, 200)
+    assert packed.append_as_leader(batch).batch_size < plain.append_as_leader(batch).batch_size
+    assert records(packed) == records(plain)
+
+
+def test_typed_topic_round_trip(tmp_path: Path) -> None:
+    """Goal: a topic with a typed value schema stores and returns typed columns.
+    Method: append a batch with int and string value columns and read it back."""
+    schema = topic_schema(pa.schema([("n", pa.int32()), ("s", pa.string())]))
+    log = open_log(tmp_path, FakeClock(), schema=schema)
+    batch = pa.record_batch([pa.array([b"a", b"b"]), pa.array([1, 2], pa.int32()),
+                             pa.array(["x", None]), pa.array([5, 6]).cast(TIMESTAMP_TYPE),
+                             pa.nulls(2, schema.field("headers").type)], schema=schema)
+    log.append_as_leader(batch)
+    assert log.read(0, 1 << 20).batches[0].record_batch(schema).equals(batch)
+
+
+# -- rolling and retention ---------------------------------------------------------------
+
+
+def test_roll_by_segment_bytes(tmp_path: Path) -> None:
+    """Goal: a batch that would push the active segment past segment_bytes goes to a new one.
+    Method: segment_bytes of about three batches; append ten and check segment bases."""
+    log = open_log(tmp_path, FakeClock())
+    size = log.append_as_leader(keyed(0, 10)).batch_size
+    log.update_config(TopicConfig(segment_bytes=3 * size + 1000))
+    for i in range(1, 10):
+        log.append_as_leader(keyed(i * 10, 10))
+    assert [s["base_offset"] for s in log.segments_info()] == [0, 30, 60, 90]
+    assert all(s["size_bytes"] <= 3 * size + 1000 for s in log.segments_info())
+    assert [s["sealed"] for s in log.segments_info()] == [True, True, True, False]
+    assert records(log) == [(i, b"k%d" % i, VALUE) for i in range(100)]
+
+
+def test_roll_by_segment_ms(tmp_path: Path) -> None:
+    """Goal: a segment whose first append is segment_ms old is rolled at the next append.
+    Method: FakeClock; append, advance just under and then to segment_ms, append."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, segment_ms=1000)
+    log.append_as_leader(keyed(0, 5, clock))
+    clock.advance(999)
+    log.append_as_leader(keyed(5, 5, clock))
+    assert len(log.segments_info()) == 1
+    clock.advance(1)
+    log.append_as_leader(keyed(10, 5, clock))
+    assert [s["base_offset"] for s in log.segments_info()] == [0, 10]
+
+
+def _three_old_segments(tmp_path: Path, clock: FakeClock, **config) -> Log:
+    log = open_log(tmp_path, clock, **config)
+    for i in range(3):
+        log.append_as_leader(keyed(i * 10, 10, clock))
+        log.roll()
+        clock.advance(1000)
+    log.append_as_leader(keyed(30, 10, clock))
+    log.update_high_watermark(log.log_end_offset)
+    return log
+
+
+def test_retention_by_time_keeps_active_segment_and_advances_log_start(tmp_path: Path) -> None:
+    """Goal: retention_ms deletes sealed segments whose max timestamp is too old, oldest first,
+    never the active segment, and moves the log start offset.
+    Method: segments stamped 1 s apart; retention 1.5 s; then a retention far in the past."""
+    clock = FakeClock()
+    log = _three_old_segments(tmp_path, clock, retention_ms=1500)
+    assert log.delete_old_segments() == 2
+    assert log.log_start_offset == 20
+    assert records(log)[0][0] == 20
+    clock.advance(1_000_000)
+    assert log.delete_old_segments() == 1
+    assert [s["base_offset"] for s in log.segments_info()] == [30]
+    assert log.log_start_offset == 30 and len(records(log)) == 10
+    with pytest.raises(errors.OffsetOutOfRangeError):
+        log.read(5, 100)
+
+
+def test_retention_by_bytes_keeps_active_segment(tmp_path: Path) -> None:
+    """Goal: retention_bytes deletes the oldest sealed segments until the log fits, never the
+    active one. Method: four segments of one batch, retention of about two and a half."""
+    clock = FakeClock()
+    log = _three_old_segments(tmp_path, clock, retention_ms=None)
+    sizes = [s["size_bytes"] for s in log.segments_info()]
+    log.update_config(TopicConfig(retention_ms=None, retention_bytes=sum(sizes[2:])))
+    assert log.delete_old_segments() == 2
+    assert log.log_start_offset == 20
+    log.update_config(TopicConfig(retention_ms=None, retention_bytes=0))
+    assert log.delete_old_segments() == 1
+    assert [s["base_offset"] for s in log.segments_info()] == [30]
+
+
+def test_retention_waits_for_high_watermark_and_ignores_compact_policy(tmp_path: Path) -> None:
+    """Goal: segments above the high watermark are never deleted by retention; compact-only
+    topics are not deleted by time, but segments below the log start offset always are.
+    Method: old segments with HW 0, then a compact policy with a raised log start offset."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, retention_ms=1)
+    for i in range(3):
+        log.append_as_leader(keyed(i * 10, 10, clock))
+        log.roll()
+    clock.advance(10_000)
+    assert log.delete_old_segments() == 0
+    log.update_config(TopicConfig(retention_ms=1, cleanup_policy="compact"))
+    log.update_high_watermark(30)
+    assert log.delete_old_segments() == 0
+    log.maybe_increment_log_start_offset(15)
+    assert log.delete_old_segments() == 1
+    assert log.log_start_offset == 15 and records(log)[0][0] == 15
+
+
+def test_offsets_for_time(tmp_path: Path) -> None:
+    """Goal: offsets_for_time finds the first record (in offset order) with a timestamp >= the
+    target, across segments and inside batches whose timestamps are not sorted.
+    Method: three segments with known timestamps; query below, between, inside and above."""
+    log = open_log(tmp_path, FakeClock(), index_interval_bytes=1)
+    log.append_as_leader(make_batch([b"a", b"b", b"c"], timestamps=[100, 300, 200]))
+    log.roll()
+    log.append_as_leader(make_batch([b"d", b"e"], timestamps=[400, 350]))
+    log.append_as_leader(make_batch([b"f"], timestamps=[500]))
+    log.roll()
+    log.append_as_leader(make_batch([b"g"], timestamps=[250]))
+    assert log.offsets_for_time(0) == (0, 100)
+    assert log.offsets_for_time(150) == (1, 300)
+    assert log.offsets_for_time(300) == (1, 300)
+    assert log.offsets_for_time(301) == (3, 400)
+    assert log.offsets_for_time(450) == (5, 500)
+    assert log.offsets_for_time(501) is None
+    log.maybe_increment_log_start_offset(2)
+    assert log.offsets_for_time(150) == (2, 200)
+    reopened = reopen(log, FakeClock(), clean=False)
+    assert reopened.offsets_for_time(301) == (3, 400)
+
+
+# -- truncation and follower appends -----------------------------------------------------
+
+
+def test_truncate_to_drops_later_segments_and_fixes_offsets(tmp_path: Path) -> None:
+    """Goal: truncate_to drops everything at or after the offset, across segments, and the
+    log keeps working. Method: five segments, truncate inside the third, append, reopen."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, index_interval_bytes=1)
+    for i in range(5):
+        log.append_as_leader(keyed(i * 10, 10))
+        log.roll()
+    log.update_high_watermark(50)
+    log.truncate_to(20)
+    assert log.log_end_offset == 20 and log.high_watermark == 20
+    assert [s["base_offset"] for s in log.segments_info()] == [0, 10, 20]
+    log.truncate_to(15)  # inside a batch: the whole batch goes
+    assert log.log_end_offset == 10
+    log.append_as_leader(keyed(100, 5))
+    assert [r[0] for r in records(log)] == list(range(15))
+    log.close()
+    assert [r[1] for r in records(reopen(log, clock, clean=True))][10:] == [
+        b"k%d" % i for i in range(100, 105)]
+
+
+def test_truncate_fully_and_start_at(tmp_path: Path) -> None:
+    """Goal: the log restarts empty at the given offset. Method: append, truncate, append."""
+    log = open_log(tmp_path, FakeClock())
+    log.append_as_leader(keyed(0, 10))
+    log.truncate_fully_and_start_at(500)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (500, 500, 500)
+    assert log.append_as_leader(keyed(0, 3)).first_offset == 500
+    assert [r[0] for r in records(log)] == [500, 501, 502]
+
+
+def test_append_as_follower_copies_batches_verbatim(tmp_path: Path) -> None:
+    """Goal: a follower appends the leader's batches byte for byte, offsets included, and
+    rejects batches below its log end offset or with a bad CRC.
+    Method: read batches from a leader log, append them to a follower, compare files."""
+    leader = open_log(tmp_path / "leader", FakeClock())
+    for i in range(3):
+        leader.append_as_leader(keyed(i * 10, 10), producer_id=7, producer_epoch=0,
+                                base_sequence=i * 10)
+    follower = open_log(tmp_path / "follower", FakeClock())
+    batches = leader.read(0, 1 << 20).batches
+    info = follower.append_as_follower(batches[:2])
+    assert (info.first_offset, info.last_offset) == (0, 19)
+    assert follower.append_as_follower([]) is None
+    with pytest.raises(errors.InvalidRecordError, match="below the log end offset"):
+        follower.append_as_follower(batches[:1])
+    follower.append_as_follower(batches[2:])
+    assert segment_files(follower)[0].read_bytes() == segment_files(leader)[0].read_bytes()
+    assert follower.producer_state.entry(7).last_seq == 29
+
+
+# -- compaction --------------------------------------------------------------------------
+
+
+def _compacted_log(tmp_path: Path, clock: FakeClock) -> Log:
+    log = open_log(tmp_path, clock, cleanup_policy="compact", delete_retention_ms=10_000,
+                   index_interval_bytes=1)
+    log.append_as_leader(make_batch([b"a", b"b", b"c"], [b"a0", b"b0", b"c0"], clock=clock))
+    log.append_as_leader(make_batch([b"a", b"d"], [b"a1", None], clock=clock))
+    log.roll()
+    log.append_as_leader(make_batch([b"b", b"c"], [b"b1", None], clock=clock))
+    log.roll()
+    log.append_as_leader(make_batch([b"a"], [b"active"], clock=clock))
+    return log
+
+
+def test_compaction_keeps_latest_per_key_with_original_offsets(tmp_path: Path) -> None:
+    """Goal: compaction keeps the latest record of each key in the sealed segments, with its
+    original offset (gaps are visible), keeps recent tombstones and never touches the active
+    segment. Method: three segments with overwrites; compact; read back offsets and values."""
+    clock = FakeClock()
+    log = _compacted_log(tmp_path, clock)
+    before = segment_files(log)[-1].read_bytes()
+    stats = log.compact()
+    assert stats.segments_cleaned == 2 and stats.records_read == 7 and stats.records_kept == 4
+    assert records(log) == [(3, b"a", b"a1"), (4, b"d", None), (5, b"b", b"b1"), (6, b"c", None),
+                            (7, b"a", b"active")]
+    first = log.read(0, 1 << 20).batches[0]
+    assert first.header.base_offset == 3 and first.header.last_offset == 4
+    assert segment_files(log)[-1].read_bytes() == before
+    assert log.read(1, 1 << 20).batches[0].header.base_offset == 3
+    assert reopen(log, clock, clean=False).log_end_offset == 8
+    assert records(reopen(log, clock, clean=False)) == records(log)
+
+
+def test_compaction_drops_tombstones_older_than_delete_retention(tmp_path: Path) -> None:
+    """Goal: tombstones survive until their batch is delete_retention_ms old, then go.
+    Method: compact at now and again after delete_retention_ms has passed."""
+    clock = FakeClock()
+    log = _compacted_log(tmp_path, clock)
+    log.compact(now_ms=clock.time_ms() + 5_000)
+    assert (4, b"d", None) in records(log)
+    stats = log.compact(now_ms=clock.time_ms() + 10_001)
+    assert stats.tombstones_dropped == 2
+    assert records(log) == [(3, b"a", b"a1"), (5, b"b", b"b1"), (7, b"a", b"active")]
+    batch = log.read(3, 1 << 20).batches[0]
+    assert batch.offsets().tolist() == [3] and batch.header.last_offset == 4
+
+
+def test_compaction_writes_offset_deltas_and_keeps_producer_fields(tmp_path: Path) -> None:
+    """Goal: a batch with holes in the middle carries offset deltas; its producer fields and
+    last offset are preserved. Method: one idempotent batch with a duplicate key, compact."""
+    log = open_log(tmp_path, FakeClock(), cleanup_policy="compact")
+    log.append_as_leader(make_batch([b"a", b"b", b"c", b"a", b"c", b"d"]), producer_id=3,
+                         producer_epoch=1, base_sequence=0)
+    log.roll()
+    log.compact()
+    batch = log.read(0, 1 << 20).batches[0]
+    assert batch.header.flags & FLAG_HAS_OFFSET_DELTAS
+    assert batch.offsets().tolist() == [1, 3, 4, 5]
+    assert batch.record_batch(log.schema).column("key").to_pylist() == [b"b", b"a", b"c", b"d"]
+    assert (batch.header.producer_id, batch.header.producer_epoch) == (3, 1)
+    assert batch.header.last_offset == 5 and batch.header.base_sequence == 1
+
+
+def test_compaction_does_not_disturb_concurrent_readers(tmp_path: Path) -> None:
+    """Goal: reads running while segments are swapped never fail and always see whole data.
+    Method: a thread reads the log in a loop while the main thread compacts repeatedly."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, cleanup_policy="compact")
+    for i in range(20):
+        log.append_as_leader(make_batch([b"k%d" % (j % 5) for j in range(50)], clock=clock))
+        if i % 4 == 3:
+            log.roll()
+    stop, failures = threading.Event(), []
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                assert records(log)[-1][0] == log.log_end_offset - 1
+            except Exception as e:  # noqa: BLE001
+                failures.append(e)
+                return
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for _ in range(5):
+        log.compact()
+    stop.set()
+    thread.join()
+    assert failures == []
+
+
+def test_compacted_topic_rejects_null_keys(tmp_path: Path) -> None:
+    """Goal: as in Kafka, a compacted topic refuses records without a key.
+    Method: append a batch with a null key."""
+    log = open_log(tmp_path, FakeClock(), cleanup_policy="compact")
+    with pytest.raises(errors.InvalidRecordError, match="topic-0.*key"):
+        log.append_as_leader(make_batch([b"a", None]))
+
+
+# -- recovery ----------------------------------------------------------------------------
+
+
+def _log_with_batches(tmp_path: Path, clock: FakeClock, n: int = 5) -> tuple[Log, list[int]]:
+    log = open_log(tmp_path, clock, index_interval_bytes=1)
+    sizes = [log.append_as_leader(keyed(i * 10, 10)).batch_size for i in range(n)]
+    return log, sizes
+
+
+def _abandon(log: Log) -> None:
+    """Forget a log without closing it cleanly (as a crash would)."""
+    for seg in log._state.segments:
+        seg.flush_indexes()
+        seg.close()
+
+
+def test_recovery_truncates_torn_batch(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Goal: after a crash mid-write, every complete batch survives and the torn one goes.
+    Method: cut the segment file in the middle of its last batch, reopen uncleanly."""
+    log, sizes = _log_with_batches(tmp_path, FakeClock())
+    _abandon(log)
+    path = segment_files(log)[0]
+    os.truncate(path, path.stat().st_size - sizes[-1] // 2)
+    reopened = reopen(log, FakeClock(), clean=False)
+    assert reopened.log_end_offset == 40
+    assert [r[0] for r in records(reopened)] == list(range(40))
+    assert "truncating segment file" in caplog.text and str(path) in caplog.text
+    assert reopened.append_as_leader(keyed(0, 1)).first_offset == 40
+
+
+def test_recovery_truncates_flipped_byte_in_tail(tmp_path: Path) -> None:
+    """Goal: a batch whose body fails its CRC in the unflushed tail is truncated with all that
+    follows, including later segment files. Method: flip a byte in the body of batch 3 of 5,
+    roll once more, reopen uncleanly with recovery point 0."""
+    log, sizes = _log_with_batches(tmp_path, FakeClock())
+    log.roll()
+    log.append_as_leader(keyed(50, 10))
+    _abandon(log)
+    path = segment_files(log)[0]
+    data = bytearray(path.read_bytes())
+    data[log.segments_info()[0]["size_bytes"] - sizes[-1] - 10] ^= 0xFF  # body of batch 30
+    path.write_bytes(bytes(data))
+    reopened = reopen(log, FakeClock(), clean=False)
+    assert reopened.log_end_offset == 30
+    assert len(segment_files(reopened)) == 1
+    assert [r[0] for r in records(reopened)] == list(range(30))
+
+
+def test_flipped_byte_below_recovery_point_makes_read_raise(tmp_path: Path) -> None:
+    """Goal: data below the recovery point is trusted at open, and a corrupt batch there is
+    reported by read() naming the file and offset, never returned.
+    Method: flush, roll, flip a byte in the sealed segment, reopen with the recovery point."""
+    clock = FakeClock()
+    log, sizes = _log_with_batches(tmp_path, clock)
+    log.roll()
+    log.append_as_leader(keyed(50, 10))
+    log.flush()
+    rp = log.recovery_point
+    _abandon(log)
+    path = segment_files(log)[0]
+    data = bytearray(path.read_bytes())
+    data[len(data) - 10] ^= 0xFF  # inside the body of the batch at offset 40
+    path.write_bytes(bytes(data))
+    reopened = reopen(log, clock, clean=False, recovery_point=rp)
+    assert reopened.log_end_offset == 60
+    assert len(reopened.read(0, 1 << 20, min_one=True).batches) == 4
+    with pytest.raises(errors.CorruptRecordError) as e:
+        reopened.read(42, 1 << 20)
+    assert str(path) in str(e.value) and "offset 40" in str(e.value)
+    assert reopened.read(50, 1 << 20).batches[0].header.base_offset == 50
+
+
+@pytest.mark.parametrize("damage", ["delete", "garbage", "truncate", "stale"])
+def test_broken_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    """Goal: a missing, garbage, truncated or stale offset/time index is rebuilt and reads and
+    time lookups still work. Method: damage the sealed segment's indexes, reopen cleanly."""
+    clock = FakeClock()
+    log, _ = _log_with_batches(tmp_path, clock)
+    log.roll()
+    log.append_as_leader(keyed(50, 10))
+    log.close()
+    index = log.dir / fmt.file_name(0, fmt.INDEX_SUFFIX)
+    time_index = log.dir / fmt.file_name(0, fmt.TIME_INDEX_SUFFIX)
+    if damage == "delete":
+        index.unlink()
+        time_index.unlink()
+    elif damage == "garbage":
+        index.write_bytes(os.urandom(64))
+        time_index.write_bytes(os.urandom(36))
+    elif damage == "truncate":
+        index.write_bytes(index.read_bytes()[:-3])
+    else:
+        index.write_bytes(fmt.OFFSET_ENTRY.pack(0, 10_000_000))
+    reopened = reopen(log, clock, clean=True, index_interval_bytes=1)
+    assert [r[0] for r in records(reopened)] == list(range(60))
+    assert reopened.read(25, 1 << 20).batches[0].header.base_offset == 20
+    assert reopened.offsets_for_time(0) == (0, 1_000)
+    assert len(index.read_bytes()) == 5 * fmt.OFFSET_ENTRY.size
+
+
+def test_reopen_after_clean_close_keeps_everything(tmp_path: Path) -> None:
+    """Goal: a clean close and reopen keeps every record, offset, segment and the log start
+    offset, with no re-validation. Method: several segments, close, reopen cleanly, append."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, segment_bytes=5_000)
+    for i in range(10):
+        log.append_as_leader(keyed(i * 10, 10))
+    before, info = records(log), log.segments_info()
+    log.close()
+    with pytest.raises(errors.KafkaStorageError):
+        log.append_as_leader(keyed(0, 1))
+    reopened = Log.open(log.dir, "topic", 0, TopicConfig(segment_bytes=5_000), DEFAULT_SCHEMA,
+                        clock, recovery_point=100, log_start_offset=5, clean_shutdown=True)
+    assert reopened.log_start_offset == 5
+    assert records(reopened, 0 + 5) == before[5:]
+    assert [s["base_offset"] for s in reopened.segments_info()] == [s["base_offset"]
+                                                                   for s in info]
+    assert reopened.append_as_leader(keyed(0, 1)).first_offset == 100
+
+
+def test_torn_schema_message_without_batches_is_recreated(tmp_path: Path) -> None:
+    """Goal: a segment file whose schema message is torn and holds no batch is recreated
+    empty, and the log works. Method: cut the active (empty) segment file to 10 bytes."""
+    clock = FakeClock()
+    log, _ = _log_with_batches(tmp_path, clock, n=2)
+    log.roll()
+    _abandon(log)
+    os.truncate(segment_files(log)[-1], 10)
+    reopened = reopen(log, clock, clean=False)
+    assert reopened.log_end_offset == 20
+    assert reopened.append_as_leader(keyed(0, 1)).first_offset == 20
+    assert [r[0] for r in records(reopened)] == list(range(21))
+
+
+def test_interrupted_compaction_swap_is_completed(tmp_path: Path) -> None:
+    """Goal: a committed swap file (crash between the cleaner's renames) replaces the segment
+    and its stale indexes are rebuilt; a half-written .cleaned file is discarded.
+    Method: build the on-disk state of a crash by hand, reopen."""
+    clock = FakeClock()
+    log, _ = _log_with_batches(tmp_path, clock, n=3)
+    log.roll()
+    log.append_as_leader(keyed(30, 10))
+    log.close()
+    path = segment_files(log)[0]
+    os.rename(path, path.with_name(path.name + fmt.SWAP_SUFFIX))
+    path.write_bytes(b"old junk")
+    (log.dir / fmt.file_name(30, fmt.SEGMENT_SUFFIX + fmt.CLEANED_SUFFIX)).write_bytes(b"x")
+    reopened = reopen(log, clock, clean=True)
+    assert [r[0] for r in records(reopened)] == list(range(40))
+    assert not list(log.dir.glob("*.swap")) and not list(log.dir.glob("*.cleaned"))
+
+
+# -- flushing ----------------------------------------------------------------------------
+
+
+def test_group_commit_uses_fewer_fsyncs_than_appends(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: many threads appending and then waiting for durability all return, and one fsync
+    covers many appends. Method: 8 threads x 25 append + flush_until; os.fsync wrapped to count
+    calls and take 2 ms like a disk."""
+    log = open_log(tmp_path, FakeClock(), flush_ms=0)
+    calls, real_fsync, lock = [0], os.fsync, threading.Lock()
+
+    def slow_fsync(fd: int) -> None:
+        with lock:
+            calls[0] += 1
+        threading.Event().wait(0.002)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    batch, errors_seen = keyed(0, 10), []
+
+    def producer() -> None:
+        try:
+            for _ in range(25):
+                info = log.append_as_leader(batch)
+                log.flush_until(info.last_offset + 1)
+                assert log.recovery_point > info.last_offset
+        except Exception as e:  # noqa: BLE001
+            errors_seen.append(e)
+
+    threads = [threading.Thread(target=producer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors_seen == []
+    assert log.recovery_point == log.log_end_offset == 2000
+    assert calls[0] < 200 / 2
+
+
+def test_maybe_flush_follows_flush_ms(tmp_path: Path) -> None:
+    """Goal: maybe_flush fsyncs only once flush_ms has passed since the last flush.
+    Method: FakeClock; append, maybe_flush before and after flush_ms."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, flush_ms=100)
+    log.append_as_leader(keyed(0, 5))
+    log.maybe_flush()
+    assert log.recovery_point == 0
+    clock.advance(100)
+    log.maybe_flush()
+    assert log.recovery_point == 5
+
+
+# -- idempotent producers ----------------------------------------------------------------
+
+
+def test_idempotent_retry_is_deduplicated(tmp_path: Path) -> None:
+    """Goal: a retried batch equal to one of the producer's last five returns the original
+    AppendInfo with duplicate=True and writes nothing. Method: append 6 batches, retry #2..#6
+    and #1 (too old to be recognised, so it is out of order)."""
+    log = open_log(tmp_path, FakeClock())
+    infos = [log.append_as_leader(keyed(0, 10), producer_id=1, producer_epoch=0,
+                                  base_sequence=i * 10) for i in range(6)]
+    end = log.log_end_offset
+    for i in range(1, 6):
+        again = log.append_as_leader(keyed(0, 10), producer_id=1, producer_epoch=0,
+                                     base_sequence=i * 10)
+        assert again.duplicate and again.first_offset == infos[i].first_offset
+        assert again.batch_size == infos[i].batch_size
+    assert log.log_end_offset == end
+    with pytest.raises(errors.OutOfOrderSequenceError):
+        log.append_as_leader(keyed(0, 10), producer_id=1, producer_epoch=0, base_sequence=0)
+
+
+def test_sequence_gaps_and_epochs_are_checked(tmp_path: Path) -> None:
+    """Goal: Kafka's rules: a gap raises OutOfOrderSequenceError, an older epoch raises
+    InvalidProducerEpochError, a new epoch must restart at sequence 0.
+    Method: drive one producer id through each case."""
+    log = open_log(tmp_path, FakeClock())
+    log.append_as_leader(keyed(0, 5), producer_id=9, producer_epoch=1, base_sequence=0)
+    with pytest.raises(errors.OutOfOrderSequenceError, match="topic-0.*expected 5"):
+        log.append_as_leader(keyed(0, 5), producer_id=9, producer_epoch=1, base_sequence=7)
+    with pytest.raises(errors.InvalidProducerEpochError):
+        log.append_as_leader(keyed(0, 5), producer_id=9, producer_epoch=0, base_sequence=5)
+    with pytest.raises(errors.OutOfOrderSequenceError):
+        log.append_as_leader(keyed(0, 5), producer_id=9, producer_epoch=2, base_sequence=5)
+    assert not log.append_as_leader(keyed(0, 5), producer_id=9, producer_epoch=2,
+                                    base_sequence=0).duplicate
+    assert log.log_end_offset == 10
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_producer_state_survives_restart(tmp_path: Path, clean: bool) -> None:
+    """Goal: duplicates are still detected after a clean or unclean restart (snapshot at roll
+    or close, plus a scan of the batch headers after it).
+    Method: append, roll, append more, restart, retry the last batch and continue."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock)
+    for i in range(2):
+        log.append_as_leader(keyed(0, 10), producer_id=4, producer_epoch=0, base_sequence=i * 10)
+    log.roll()
+    last = log.append_as_leader(keyed(0, 10), producer_id=4, producer_epoch=0, base_sequence=20)
+    if clean:
+        log.close()
+    else:
+        _abandon(log)
+    reopened = reopen(log, clock, clean=clean)
+    again = reopened.append_as_leader(keyed(0, 10), producer_id=4, producer_epoch=0,
+                                      base_sequence=20)
+    assert again.duplicate and again.first_offset == last.first_offset
+    with pytest.raises(errors.OutOfOrderSequenceError):
+        reopened.append_as_leader(keyed(0, 10), producer_id=4, producer_epoch=0,
+                                  base_sequence=40)
+    assert list(log.dir.glob("*" + fmt.SNAPSHOT_SUFFIX))
+
+
+# -- log manager -------------------------------------------------------------------------
+
+
+def test_log_manager_startup_shutdown_and_checkpoints(tmp_path: Path) -> None:
+    """Goal: the manager places partitions in the emptiest dir, checkpoints recovery points and
+    log start offsets, marks a clean shutdown and reloads everything, including topic names
+    with '-' and '.'. Method: two dirs, three partitions, shutdown, inspect files, restart."""
+    clock, dirs = FakeClock(), [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, clock, lambda topic: TopicConfig())
+    manager.startup()
+    tps = [TopicPartition("my-topic.v1", 0), TopicPartition("my-topic.v1", 1),
+           TopicPartition("x-1", 12)]
+    for tp in tps:
+        log = manager.get_or_create_log(tp, TopicConfig(), DEFAULT_SCHEMA)
+        log.append_as_leader(keyed(0, 10))
+    assert manager.get_or_create_log(tps[0], TopicConfig(), DEFAULT_SCHEMA) is manager.get_log(
+        tps[0])
+    assert sorted(len(list(d.iterdir())) for d in dirs) == [1, 2]
+    manager.get_log(tps[2]).maybe_increment_log_start_offset(4)
+    manager.shutdown()
+    assert all((d / fmt.CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    points = {}
+    for d in dirs:
+        points |= fmt.read_checkpoint(d / fmt.RECOVERY_POINT_CHECKPOINT)
+    assert points == {tp: 10 for tp in tps}
+
+    again = LogManager(dirs, clock, lambda topic: TopicConfig())
+    again.startup()
+    assert not any((d / fmt.CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    assert set(again.all_logs()) == set(tps)
+    assert again.get_log(tps[2]).log_start_offset == 4
+    assert records(again.get_log(tps[0])) == [(i, b"k%d" % i, VALUE) for i in range(10)]
+    again.delete_log(tps[1])
+    assert again.get_log(tps[1]) is None
+    again.shutdown()
+
+
+def test_log_manager_runs_retention_and_cleaner(tmp_path: Path) -> None:
+    """Goal: run_retention_once and run_cleaner_once apply each topic's policy.
+    Method: one delete topic with old segments, one compact topic with overwrites."""
+    clock = FakeClock()
+    configs = {"old": TopicConfig(retention_ms=10),
+               "kv": TopicConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.1)}
+    manager = LogManager([tmp_path], clock, configs.__getitem__)
+    manager.startup()
+    for topic, config in configs.items():
+        log = manager.get_or_create_log(TopicPartition(topic, 0), config, DEFAULT_SCHEMA)
+        for _ in range(3):
+            log.append_as_leader(make_batch([b"same"] * 3, clock=clock))
+            log.roll()
+        log.update_high_watermark(log.log_end_offset)
+    clock.advance(100)
+    assert manager.run_retention_once() == 3
+    assert manager.run_cleaner_once() == 1
+    assert len(records(manager.get_log(TopicPartition("kv", 0)))) == 1
+    assert manager.run_cleaner_once() == 0
+    manager.shutdown()
+
+
+def test_checkpoint_files_round_trip_and_partition_dir_names(tmp_path: Path) -> None:
+    """Goal: checkpoint files use Kafka's text layout and partition dirs split on the last '-'.
+    Method: write and read a checkpoint; parse directory names."""
+    path = tmp_path / fmt.RECOVERY_POINT_CHECKPOINT
+    offsets = {TopicPartition("a-b.c", 3): 17, TopicPartition("z", 0): 0}
+    fmt.write_checkpoint(path, offsets)
+    assert path.read_text().splitlines()[:3] == ["0", "2", "a-b.c 3 17"]
+    assert fmt.read_checkpoint(path) == offsets
+    assert fmt.parse_partition_dir("a-b.c-3") == ("a-b.c", 3)
+    assert fmt.parse_partition_dir("nodash") is None
+    path.write_text("0\n5\nbad\n")
+    with pytest.raises(ValueError, match=str(path)):
+        fmt.read_checkpoint(path)
+
+
+def test_records_never_looped_in_python_for_large_batches(tmp_path: Path) -> None:
+    """Goal: a smoke check of throughput: 200 batches of 5k rows append and read back in well
+    under the suite's budget. Method: time-independent: just append and read 1M records."""
+    log = open_log(tmp_path, FakeClock(), segment_bytes=64 << 20)
+    batch = make_batch([b"k"] * 5000, [VALUE] * 5000)
+    for _ in range(200):
+        log.append_as_leader(batch)
+    total = 0
+    offset = 0
+    while offset < log.log_end_offset:
+        fetch = log.read(offset, 8 << 20)
+        total += sum(b.header.record_count for b in fetch.batches)
+        offset = fetch.batches[-1].header.next_offset
+    assert total == 1_000_000
+    assert np.all(log.read(0, 1).batches[0].offsets() == np.arange(5000))
