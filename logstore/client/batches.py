@@ -23,13 +23,13 @@ from logstore.model import RecordMetadata, TopicPartition
 class RecordChunk:
     """Records sent one at a time to one topic, waiting to be turned into Arrow batches."""
 
-    __slots__ = ("topic", "rows", "nbytes", "created", "done", "partitions", "offsets",
+    __slots__ = ("topic", "rows", "limit", "created", "done", "partitions", "offsets",
                  "timestamps", "error", "_pending", "_lock")
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, limit: int = 1000) -> None:
         self.topic = topic
         self.rows: list[tuple[Any, ...]] = []
-        self.nbytes = 0
+        self.limit = limit  # rows that make about batch_size bytes, learnt from earlier chunks
         self.created = time.monotonic()
         self.done = threading.Event()
         self.partitions: np.ndarray | None = None

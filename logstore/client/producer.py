@@ -76,6 +76,7 @@ class Producer:
         self._lock = threading.Lock()
         self._order = 0
         self._ready_chunks: list[RecordChunk] = []
+        self._rows_limit: dict[str, int] = {}  # rows per chunk that make about batch_size
         self._last_partitions = np.zeros(0, dtype=np.int32)
         self._closed = False
         self._wake = threading.Event()
@@ -93,17 +94,17 @@ class Producer:
             key = _as_bytes(key, "key", topic)
         if value is not None and type(value) is not bytes and type(value) is not dict:
             value = _as_bytes(value, "value", topic)
-        chunk = self._chunks.get(topic)
-        if chunk is None:
-            chunk = self._start_topic(topic, partition)
         with self._lock:
-            chunk = self._chunks[topic]
-            rows = chunk.rows
-            rows.append((key, value, partition, timestamp_ms, headers))
-            chunk.nbytes += 64 if value is None or type(value) is dict else len(value) + 16
-            if chunk.nbytes >= self.batch_size:
-                self._swap_chunk(topic)
-        return FutureRecordMetadata(chunk, len(rows) - 1)
+            chunk = self._chunks.get(topic)
+            if chunk is not None:
+                rows = chunk.rows
+                rows.append((key, value, partition, timestamp_ms, headers))
+                index = len(rows) - 1
+                if index >= chunk.limit:
+                    self._swap_chunk(topic)
+                return FutureRecordMetadata(chunk, index)
+        self._start_topic(topic)
+        return self.send(topic, value, key, partition, timestamp_ms, headers)
 
     def send_batch(self, topic: str, data: pa.Table | pa.RecordBatch,
                    partition: int | None = None) -> FutureBatchMetadata:
@@ -155,18 +156,18 @@ class Producer:
 
     # -- per-record path ---------------------------------------------------------------------
 
-    def _start_topic(self, topic: str, partition: int | None) -> RecordChunk:
+    def _start_topic(self, topic: str) -> RecordChunk:
         self._check_open()
         self._topic_info(topic)
         with self._lock:
             if topic not in self._chunks:
-                self._chunks[topic] = RecordChunk(topic)
+                self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000))
             return self._chunks[topic]
 
     def _swap_chunk(self, topic: str) -> None:
         """Hand the topic's full chunk to the drainer (caller holds ``self._lock``)."""
         full = self._chunks[topic]
-        self._chunks[topic] = RecordChunk(topic)
+        self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000))
         self._ready_chunks.append(full)
         self._wake.set()
 
@@ -194,6 +195,8 @@ class Producer:
             info = self._topic_info(chunk.topic)
             keys, values, parts, stamps, headers = zip(*chunk.rows)
             batch, timestamps = self._rows_to_batch(info, keys, values, stamps, headers)
+            self._rows_limit[chunk.topic] = max(
+                1, min(1_000_000, int(self.batch_size * batch.num_rows / max(batch.nbytes, 1))))
             explicit = None
             if parts.count(None) != len(parts):
                 explicit = np.array([-1 if p is None else p for p in parts], dtype=np.int32)
