@@ -1,0 +1,151 @@
+"""The composition root: builds one broker from a BrokerConfig and runs it until a signal.
+
+Owns: process-level concerns of ``logstore broker start``: logging to stderr, the startup line
+on stdout that tests and scripts wait for, and SIGTERM/SIGINT handling. Must not: contain broker,
+storage or transport logic, or parse config files (the CLI does that).
+
+Why the Flight server is served from a thread: ``FlightServerBase.serve()`` waits in C++ with the
+GIL released, so a Python signal handler installed for the main thread would not run until it
+returned, which it never would. The main thread therefore only waits on the serving thread (an
+interruptible wait), and a signal handler starts a separate thread that calls ``broker.stop()``:
+``shutdown()`` blocks until in-flight requests finish, so it must not run inside the handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import IO, Any, Protocol
+
+import pyarrow as pa
+
+from logstore.config import BrokerConfig
+from logstore.errors import LogstoreError
+
+log = logging.getLogger(__name__)
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Runnable(Protocol):
+    """What ``run_broker`` needs of a broker (``logstore.broker.broker.Broker`` has it)."""
+
+    @property
+    def port(self) -> int: ...
+
+    def start(self) -> None: ...
+
+    def serve(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def configure_logging(level: int | str = logging.INFO) -> None:
+    """Log to stderr; stdout is kept for the startup line."""
+    logging.basicConfig(level=level, stream=sys.stderr, format=LOG_FORMAT)
+
+
+def _default_broker(config: BrokerConfig) -> Runnable:
+    from logstore.broker.broker import Broker  # the heavy imports happen only when run
+
+    return Broker(config)
+
+
+class _Stopper:
+    """Stops the broker once, from its own thread, whatever asks first (a signal or a crash)."""
+
+    def __init__(self, broker: Runnable) -> None:
+        self._broker = broker
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.failed = False
+
+    def request(self, reason: str) -> None:
+        with self._lock:
+            if self._thread is not None:
+                log.debug("already stopping; ignoring %s", reason)
+                return
+            log.info("stopping on %s", reason)
+            self._thread = threading.Thread(target=self._stop, name="broker-stop", daemon=True)
+            self._thread.start()
+
+    def _stop(self) -> None:
+        try:
+            self._broker.stop()
+        except Exception:  # reported through run_broker's exit code
+            log.exception("broker stop failed")
+            self.failed = True
+
+    def join(self) -> None:
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def serve(self) -> None:
+        """Body of the serving thread; a crashed server still stops storage cleanly."""
+        try:
+            self._broker.serve()
+        except Exception:
+            log.exception("the Flight server failed")
+            self.failed = True
+        with self._lock:
+            if self._thread is not None:
+                return
+        self.request("serve() returning")
+
+
+def _install_handlers(stopper: _Stopper) -> dict[int, Any]:
+    def handle(signum: int, frame: object) -> None:
+        stopper.request(signal.Signals(signum).name)
+
+    return {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
+
+
+def _restore_handlers(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def run_broker(config: BrokerConfig, make_broker: Callable[[BrokerConfig], Runnable] | None = None,
+               out: IO[str] | None = None) -> int:
+    """Run one broker in the foreground until SIGTERM or SIGINT; 0 after a clean stop, 1 if it
+    could not start or did not stop cleanly. Must be called from the main thread (only it can
+    install signal handlers)."""
+    broker = (make_broker or _default_broker)(config)
+    if not _start(broker, config):
+        return 1
+    stopper = _Stopper(broker)
+    previous = _install_handlers(stopper)
+    try:
+        serving = threading.Thread(target=stopper.serve, name="flight-serve", daemon=True)
+        serving.start()
+        print(f"logstore broker {config.broker_id} listening on {config.host}:{broker.port}",
+              file=out or sys.stdout, flush=True)
+        serving.join()  # interruptible: signal handlers run while the main thread waits here
+        stopper.join()
+    finally:
+        _restore_handlers(previous)
+    if stopper.failed:
+        return 1
+    log.info("broker %d stopped cleanly", config.broker_id)
+    return 0
+
+
+def _start(broker: Runnable, config: BrokerConfig) -> bool:
+    """Start the broker; an expected failure (port in use, bad directory) is logged in one line
+    and what did start is stopped again."""
+    try:
+        broker.start()
+        return True
+    except (LogstoreError, OSError, pa.ArrowException) as e:
+        log.error("broker %d could not start on %s: %s", config.broker_id, config.listener, e)
+    try:
+        broker.stop()
+    except Exception:
+        log.debug("stop after a failed start also failed", exc_info=True)
+    return False
