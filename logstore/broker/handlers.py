@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
 from logstore.config import TopicConfig
 from logstore.controller.controller import NewTopicRequest, TopicController
 from logstore.controller.store import MetadataStore, TopicRecord, decode_schema, encode_schema
@@ -26,7 +27,6 @@ from logstore.errors import (
 from logstore.model import TopicPartition
 from logstore.records import DEFAULT_SCHEMA, StoredBatch, conform_batch, topic_schema
 from logstore.rpc.codec import error_fields, field
-from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
 
 log = logging.getLogger(__name__)
 

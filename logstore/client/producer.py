@@ -193,7 +193,7 @@ class Producer:
     def _drain_chunk(self, chunk: RecordChunk) -> None:
         try:
             info = self._topic_info(chunk.topic)
-            keys, values, parts, stamps, headers = zip(*chunk.rows)
+            keys, values, parts, stamps, headers = zip(*chunk.rows, strict=False)
             batch, timestamps = self._rows_to_batch(info, keys, values, stamps, headers)
             self._rows_limit[chunk.topic] = max(
                 1, min(1_000_000, int(self.batch_size * batch.num_rows / max(batch.nbytes, 1))))

@@ -7,6 +7,7 @@ partitioning); that is ``logstore/client``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,10 +150,8 @@ class BrokerConnection:
             response.partitions = {p["partition"]: p for p in summary["partitions"]}
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(flight.FlightError, OSError):
             self._client.close()
-        except (flight.FlightError, OSError):
-            pass
 
 
 def raise_first_error(entries: list[dict[str, Any]], what: str) -> None:

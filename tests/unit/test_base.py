@@ -16,7 +16,13 @@ from logstore.client.partitioner import (
     partitions_for_keys,
 )
 from logstore.config import TopicConfig, broker_config_from_dict, load_broker_config
-from logstore.errors import ConfigError, ErrorCode, InvalidConfigError, InvalidTopicError, error_class
+from logstore.errors import (
+    ConfigError,
+    ErrorCode,
+    InvalidConfigError,
+    InvalidTopicError,
+    error_class,
+)
 from logstore.model import validate_topic_name
 from logstore.records import (
     DEFAULT_SCHEMA,
