@@ -355,13 +355,12 @@ def _to_records(tp: TopicPartition, table: pa.Table) -> list[ConsumerRecord]:
     stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
     offsets = table.column("offset").to_pylist()
     hcol = table.column("headers")
-    headers: Iterable[Any] = repeat([], n) if hcol.null_count == n else [
-        [(h["key"], h["value"]) for h in hs] if hs else [] for hs in hcol.to_pylist()]
     if hcol.null_count == n:
-        return list(map(ConsumerRecord, repeat(tp.topic, n), repeat(tp.partition, n), offsets,
-                        stamps, keys, values, (() for _ in range(n))))
+        headers: Iterable[Any] = repeat((), n)  # shared empty tuple: no per-record allocation
+    else:
+        headers = [[(h["key"], h["value"]) for h in hs] if hs else []
+                   for hs in hcol.to_pylist()]
     return list(map(ConsumerRecord, repeat(tp.topic, n), repeat(tp.partition, n), offsets,
                     stamps, keys, values, headers))
-
 
 __all__ = ["Consumer", "NetworkError"]
