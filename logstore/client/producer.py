@@ -102,6 +102,8 @@ class Producer:
                 index = len(rows) - 1
                 if index >= chunk.limit:
                     self._swap_chunk(topic)
+                elif index == 0 and self.linger_s == 0:
+                    self._wake.set()  # linger_ms=0: go now, with whatever gathers meanwhile
                 return FutureRecordMetadata(chunk, index)
         self._start_topic(topic)
         return self.send(topic, value, key, partition, timestamp_ms, headers)
