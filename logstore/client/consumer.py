@@ -13,7 +13,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import repeat
 from typing import Any
 
@@ -60,6 +60,7 @@ class Consumer:
         self.max_poll_records = max_poll_records
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
+        self._fetch_offsets: dict[TopicPartition, int] = {}  # next offset to fetch (buffer end)
         self._paused: set[TopicPartition] = set()
         self._buffer: dict[TopicPartition, deque[tuple[pa.RecordBatch, np.ndarray]]] = {}
         self._inflight: dict[_Group, tuple[dict[TopicPartition, int], Future]] = {}
@@ -76,6 +77,7 @@ class Consumer:
         keep = set(self._assignment)
         self._positions = {tp: o for tp, o in self._positions.items() if tp in keep}
         self._buffer = {tp: b for tp, b in self._buffer.items() if tp in keep}
+        self._fetch_offsets = {tp: o for tp, o in self._fetch_offsets.items() if tp in keep}
         self._paused &= keep
         self._inflight.clear()
 
@@ -186,10 +188,9 @@ class Consumer:
         while True:
             out = self._drain_buffer(limit)
             if out:
-                self._prefetch()
                 return out
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            self._fetch_once(max(remaining_ms, 0))
+            remaining = deadline - time.monotonic()
+            self._fetch_once(max(remaining, 0.0))
             if time.monotonic() >= deadline and not any(self._buffer.values()):
                 return {}
 
@@ -199,55 +200,63 @@ class Consumer:
             queue = self._buffer.get(tp)
             if not queue or tp in self._paused or limit <= 0:
                 continue
-            pieces = []
+            batches, offsets = [], []
             while queue and limit > 0:
-                batch, offsets = queue.popleft()
+                batch, offs = queue.popleft()
                 if batch.num_rows > limit:
-                    queue.appendleft((batch.slice(limit), offsets[limit:]))
-                    batch, offsets = batch.slice(0, limit), offsets[:limit]
-                pieces.append(_with_offsets(batch, offsets, tp.partition))
+                    queue.appendleft((batch.slice(limit), offs[limit:]))
+                    batch, offs = batch.slice(0, limit), offs[:limit]
+                batches.append(batch)
+                offsets.append(offs)
                 limit -= batch.num_rows
-                self._positions[tp] = int(offsets[-1]) + 1
-            out[tp] = pa.Table.from_batches(pieces)
+            all_offsets = np.concatenate(offsets)
+            self._positions[tp] = int(all_offsets[-1]) + 1
+            out[tp] = _with_offsets(pa.Table.from_batches(batches), all_offsets, tp.partition)
         return out
 
     # -- fetching ----------------------------------------------------------------------------
 
     def _fetchable(self) -> dict[_Group, dict[TopicPartition, int]]:
+        """Partitions to fetch now, from the end of what is buffered, grouped by leader and
+        topic; a partition with a full buffer waits until the caller drains it."""
         groups: dict[_Group, dict[TopicPartition, int]] = {}
         for tp in self._assignment:
-            if tp in self._paused or self._buffer.get(tp):
+            queue = self._buffer.get(tp)
+            if tp in self._paused or (
+                    queue and sum(b.nbytes for b, _ in queue) >= self._partition_max_bytes):
                 continue
             try:
-                position = self.position(tp)
+                offset = self._fetch_offsets.get(tp)
+                if offset is None:
+                    offset = self.position(tp)
                 leader = self._metadata.leader(tp)
             except ApiError as e:
                 if not e.retriable:
                     raise
                 self._metadata.refresh([tp.topic])
                 continue
-            groups.setdefault((leader, tp.topic), {})[tp] = position
+            groups.setdefault((leader, tp.topic), {})[tp] = offset
         return groups
 
-    def _fetch_once(self, max_wait_ms: int) -> None:
-        groups = self._fetchable()
-        futures = {}
-        for group, positions in groups.items():
-            pending = self._inflight.pop(group, None)
-            if pending is not None and pending[0] == positions:
-                futures[group] = (positions, pending[1])
-            else:
-                futures[group] = (positions, self._pool.submit(
-                    self._fetch, group, positions, min(max_wait_ms, self._max_wait_ms)))
-        for group, (positions, future) in futures.items():
-            self._handle_response(group, positions, future)
-        self._inflight.clear()
+    def _fetch_once(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for a fetch to land, buffer it, and send the next fetch
+        straight away so the network works while the caller decodes."""
+        self._send_fetches(int(min(timeout_s * 1000, self._max_wait_ms)))
+        if not self._inflight:
+            return
+        done, _ = wait([f for _, f in self._inflight.values()], timeout=timeout_s,
+                       return_when=FIRST_COMPLETED)
+        for group, (positions, future) in list(self._inflight.items()):
+            if future in done:
+                del self._inflight[group]
+                self._handle_response(group, positions, future)
+        self._send_fetches(self._max_wait_ms)
 
-    def _prefetch(self) -> None:
+    def _send_fetches(self, max_wait_ms: int) -> None:
         for group, positions in self._fetchable().items():
             if group not in self._inflight:
                 self._inflight[group] = (positions, self._pool.submit(
-                    self._fetch, group, positions, self._max_wait_ms))
+                    self._fetch, group, positions, max_wait_ms))
 
     def _fetch(self, group: _Group, positions: dict[TopicPartition, int], max_wait_ms: int
                ) -> FetchResponse:
@@ -275,13 +284,18 @@ class Consumer:
                 self._on_partition_error(TopicPartition(group[1], partition), err)
         for fetched in response.batches:
             tp = TopicPartition(group[1], fetched.partition)
-            if tp not in positions or self._positions.get(tp) != positions[tp]:
+            expected = self._fetch_offsets.get(tp, self._positions.get(tp))
+            if tp not in positions or expected is None or positions[tp] > expected:
                 continue  # the position moved (seek) while the fetch was in flight
             offsets = fetched.offsets()
-            start = int(np.searchsorted(offsets, positions[tp]))
-            if start < len(offsets) and not fetched.header.is_control:
-                self._buffer.setdefault(tp, deque()).append(
-                    (fetched.batch.slice(start), offsets[start:]))
+            start = int(np.searchsorted(offsets, expected))
+            if start < len(offsets):
+                self._fetch_offsets[tp] = int(offsets[-1]) + 1
+                if not fetched.header.is_control:
+                    self._buffer.setdefault(tp, deque()).append(
+                        (fetched.batch.slice(start), offsets[start:]))
+            else:
+                self._fetch_offsets[tp] = max(expected, fetched.header.next_offset)
 
     def _on_partition_error(self, tp: TopicPartition, err: ApiError) -> None:
         if isinstance(err, OffsetOutOfRangeError):
@@ -304,6 +318,7 @@ class Consumer:
 
     def _set_position(self, tp: TopicPartition, offset: int) -> None:
         self._positions[tp] = offset
+        self._fetch_offsets.pop(tp, None)
         self._buffer.pop(tp, None)
         for group in [g for g, (pos, _) in self._inflight.items() if tp in pos]:
             del self._inflight[group]
@@ -339,12 +354,10 @@ class Consumer:
                 yield from records
 
 
-def _with_offsets(batch: pa.RecordBatch, offsets: np.ndarray, partition: int) -> pa.RecordBatch:
-    n = batch.num_rows
-    return pa.RecordBatch.from_arrays(
-        [*batch.columns, pa.array(offsets, pa.int64()),
-         pa.array(np.full(n, partition, dtype=np.int32))],
-        names=[*batch.schema.names, "offset", "partition"])
+def _with_offsets(table: pa.Table, offsets: np.ndarray, partition: int) -> pa.Table:
+    table = table.append_column("offset", pa.array(offsets, pa.int64()))
+    return table.append_column("partition",
+                               pa.array(np.full(len(offsets), partition, dtype=np.int32)))
 
 
 def _to_records(tp: TopicPartition, table: pa.Table) -> list[ConsumerRecord]:
