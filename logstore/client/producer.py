@@ -144,7 +144,9 @@ class Producer:
         try:
             self.flush(timeout)
         finally:
-            self._closed = True
+            with self._lock:
+                self._closed = True
+                self._chunks.clear()  # a later send() finds no chunk and raises
             self._wake.set()
             self._drainer.join(5)
             self._sender.close()
