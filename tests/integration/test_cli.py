@@ -1,0 +1,189 @@
+"""The ``logstore`` command against a real broker process, run the way a user runs it: as a
+subprocess, with stdin, stdout, stderr and exit codes checked."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import free_port, subprocess_env, write_broker_toml
+
+pytestmark = pytest.mark.integration
+
+CLI_TIMEOUT_S = 60
+
+
+def logstore(*args: str, stdin: str | None = None, bootstrap: str | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "logstore", *args]
+    if bootstrap is not None:
+        command += ["--bootstrap-server", bootstrap]
+    return subprocess.run(command, input=stdin, capture_output=True, text=True,
+                          env=subprocess_env(), timeout=CLI_TIMEOUT_S)
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr}"
+    return result.stdout
+
+
+def expected_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1, f"exit {result.returncode}\n{result.stderr}"
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("error: "), result.stderr
+    return result.stderr
+
+
+def new_topic() -> str:
+    return f"cli-{uuid.uuid4().hex[:8]}"
+
+
+def test_topic_lifecycle_create_list_describe_alter_delete(broker) -> None:
+    """A topic created from the CLI is listed, described with one line per partition, takes a
+    config change, and is gone after delete."""
+    topic = new_topic()
+    assert topic in ok(logstore("topics", "create", topic, "--partitions", "3",
+                                "--config", "retention.ms=60000", bootstrap=broker.bootstrap))
+    assert topic in ok(logstore("topics", "list", bootstrap=broker.bootstrap)).split()
+    described = ok(logstore("topics", "describe", topic, bootstrap=broker.bootstrap))
+    assert "PartitionCount: 3" in described and "retention_ms=60000" in described
+    partition_lines = [line for line in described.splitlines() if "Partition:" in line]
+    assert len(partition_lines) == 3
+    assert all("Leader: 0" in line and "LogEndOffset: 0" in line for line in partition_lines)
+    ok(logstore("topics", "alter", topic, "--config", "retention_ms=1000",
+                bootstrap=broker.bootstrap))
+    assert "retention_ms=1000" in ok(logstore("topics", "describe", topic,
+                                              bootstrap=broker.bootstrap))
+    ok(logstore("topics", "delete", topic, bootstrap=broker.bootstrap))
+    assert topic not in ok(logstore("topics", "list", bootstrap=broker.bootstrap)).split()
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in expected_error(
+        logstore("topics", "describe", topic, bootstrap=broker.bootstrap))
+
+
+def test_produce_from_stdin_then_consume_from_beginning(broker) -> None:
+    """Lines on stdin become records (key before the separator); consume prints each back as
+    offset<TAB>key<TAB>value, and a record without a key prints its key as null."""
+    topic = new_topic()
+    ok(logstore("topics", "create", topic, "--partitions", "1", bootstrap=broker.bootstrap))
+    lines = "".join(f"k{i}:value {i}\n" for i in range(50))
+    ok(logstore("produce", topic, "--key-separator", ":", "--acks", "all", stdin=lines,
+                bootstrap=broker.bootstrap))
+    ok(logstore("produce", topic, "--acks", "1", stdin="no key here\n",
+                bootstrap=broker.bootstrap))
+    out = ok(logstore("consume", topic, "--from-beginning", "--max-messages", "51",
+                      "--timeout-ms", "10000", bootstrap=broker.bootstrap))
+    expected = [f"{i}\tk{i}\tvalue {i}" for i in range(50)] + ["50\tnull\tno key here"]
+    assert out.splitlines() == expected
+
+
+def test_consume_from_an_offset_and_stop_after_max_messages(broker) -> None:
+    topic = new_topic()
+    ok(logstore("topics", "create", topic, "--partitions", "2", bootstrap=broker.bootstrap))
+    stdin = "".join(f"v{i}\n" for i in range(20))
+    ok(logstore("produce", topic, "--partition", "1", stdin=stdin, bootstrap=broker.bootstrap))
+    out = ok(logstore("consume", topic, "--partition", "1", "--offset", "15", "--max-messages",
+                      "3", "--timeout-ms", "10000", bootstrap=broker.bootstrap))
+    assert out.splitlines() == ["15\tnull\tv15", "16\tnull\tv16", "17\tnull\tv17"]
+
+
+def test_consume_across_partitions_stops_after_timeout(broker) -> None:
+    """Without --max-messages, consume ends once nothing arrived for --timeout-ms."""
+    topic = new_topic()
+    ok(logstore("topics", "create", topic, "--partitions", "3", bootstrap=broker.bootstrap))
+    stdin = "".join(f"k{i}\tv{i}\n" for i in range(30))
+    ok(logstore("produce", topic, "--key-separator", "\t", stdin=stdin,
+                bootstrap=broker.bootstrap))
+    out = ok(logstore("consume", topic, "--from-beginning", "--timeout-ms", "1500",
+                      bootstrap=broker.bootstrap))
+    pairs = sorted(tuple(line.split("\t")[1:]) for line in out.splitlines())
+    assert pairs == sorted((f"k{i}", f"v{i}") for i in range(30))
+
+
+@pytest.mark.parametrize("name", ["bad name!", "..", "x" * 250])
+def test_invalid_topic_name_exits_1_with_a_clear_message(broker, name) -> None:
+    err = expected_error(logstore("topics", "create", name, "--partitions", "1",
+                                  bootstrap=broker.bootstrap))
+    assert "INVALID_TOPIC_EXCEPTION" in err and "topic name" in err
+
+
+def test_bad_topic_requests_exit_1_naming_the_problem(broker) -> None:
+    assert "INVALID_PARTITIONS" in expected_error(
+        logstore("topics", "create", new_topic(), "--partitions", "0",
+                 bootstrap=broker.bootstrap))
+    assert "'no_such_key'" in expected_error(
+        logstore("topics", "create", new_topic(), "--partitions", "1", "--config",
+                 "no_such_key=1", bootstrap=broker.bootstrap))
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in expected_error(
+        logstore("consume", new_topic(), "--from-beginning", "--timeout-ms", "100",
+                 bootstrap=broker.bootstrap))
+
+
+def test_produce_line_without_separator_exits_1_after_sending_earlier_lines(broker) -> None:
+    topic = new_topic()
+    ok(logstore("topics", "create", topic, "--partitions", "1", bootstrap=broker.bootstrap))
+    err = expected_error(logstore("produce", topic, "--key-separator", ":",
+                                  stdin="a:1\nb:2\nno separator\nc:3\n",
+                                  bootstrap=broker.bootstrap))
+    assert "line 3" in err and "2 record(s)" in err
+    out = ok(logstore("consume", topic, "--from-beginning", "--timeout-ms", "1000",
+                      bootstrap=broker.bootstrap))
+    assert out.splitlines() == ["0\ta\t1", "1\tb\t2"]
+
+
+def test_unreachable_broker_exits_1_without_traceback(tmp_path: Path) -> None:
+    err = expected_error(logstore("topics", "list", bootstrap=f"127.0.0.1:{free_port()}"))
+    assert "NETWORK_EXCEPTION" in err or "BROKER_NOT_AVAILABLE" in err
+
+
+def test_unknown_key_in_broker_toml_names_key_and_file(tmp_path: Path) -> None:
+    config = write_broker_toml(tmp_path / "broker.toml", {
+        "broker_id": 0, "listener": "127.0.0.1:0", "log_dirs": [str(tmp_path / "data")],
+        "log_dir": "typo"})
+    err = expected_error(logstore("broker", "start", "--config", str(config)))
+    assert "'log_dir'" in err and str(config) in err
+    assert not (tmp_path / "data").exists(), "a rejected config must not create log dirs"
+
+
+def test_missing_broker_toml_is_reported(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    assert str(missing) in expected_error(logstore("broker", "start", "--config", str(missing)))
+
+
+def test_broker_stops_cleanly_on_sigint_and_keeps_data_across_restart(broker_factory) -> None:
+    """Ctrl-C (SIGINT) stops the broker with exit 0; after a restart on the same log dir the
+    records produced before are still there."""
+    broker = broker_factory()
+    topic = new_topic()
+    ok(logstore("topics", "create", topic, "--partitions", "1", bootstrap=broker.bootstrap))
+    ok(logstore("produce", topic, stdin="one\ntwo\n", bootstrap=broker.bootstrap))
+    assert broker.kill(signal.SIGINT) == 0, broker.stderr_tail()
+    broker.restart()
+    out = ok(logstore("consume", topic, "--from-beginning", "--max-messages", "2",
+                      "--timeout-ms", "10000", bootstrap=broker.bootstrap))
+    assert out.splitlines() == ["0\tnull\tone", "1\tnull\ttwo"]
+
+
+def test_broker_listener_and_log_dir_flags_override_the_file(tmp_path: Path) -> None:
+    """--listener and --log-dir win over the TOML file; the startup line names the real port."""
+    port = free_port()
+    config = write_broker_toml(tmp_path / "broker.toml", {
+        "broker_id": 7, "listener": "127.0.0.1:1", "log_dirs": [str(tmp_path / "unused")]})
+    command = [sys.executable, "-m", "logstore", "broker", "start", "--config", str(config),
+               "--listener", f"127.0.0.1:{port}", "--log-dir", str(tmp_path / "used")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=subprocess_env())
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # bounded: the process either prints or exits
+        assert line.strip() == f"logstore broker 7 listening on 127.0.0.1:{port}", \
+            process.stderr.read() if process.poll() is not None else line
+        assert (tmp_path / "used").is_dir() and not (tmp_path / "unused").exists()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
+    assert process.returncode == 0, stderr
