@@ -1,0 +1,44 @@
+# make demo / make test work on a fresh machine with Python 3.11+ and Java 17: both create
+# .venv and install the package with its test extra first. The install is redone only when
+# pyproject.toml changes (the stamp file .venv/.installed is older than it).
+
+SHELL := bash
+BOOT_PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+.PHONY: venv install demo test lint bench clean
+
+venv: $(PY)
+
+$(PY):
+	@test -n "$(BOOT_PYTHON)" || { echo "error: python3.11 or python3 is needed" >&2; exit 1; }
+	@$(BOOT_PYTHON) -c "import sys; sys.exit(sys.version_info < (3, 11))" || \
+		{ echo "error: $(BOOT_PYTHON) is older than Python 3.11" >&2; exit 1; }
+	$(BOOT_PYTHON) -m venv $(VENV)
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -e '.[test]'
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/logstore demo
+
+# pytest exit code 5 means "no tests collected": not a failure.
+test: install
+	PYSPARK_PYTHON="$(abspath $(PY))" $(PY) -m pytest -q tests $(PYTEST_ARGS); \
+	code=$$?; if [ $$code -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$code
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+bench: install
+	$(PY) benchmarks/produce_consume.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info
