@@ -332,8 +332,11 @@ def _settle(producer: Any, pending: list[Any]) -> int:
 def _cmd_consume(args: argparse.Namespace) -> int:
     from logstore import Consumer, TopicPartition
 
+    # An explicit --offset outside the log is an error naming the valid range, not a silent
+    # jump to the beginning.
+    reset = "none" if args.offset is not None else "earliest"
     with closing(Consumer(bootstrap_servers=args.bootstrap_server,
-                           auto_offset_reset="earliest")) as consumer:
+                          auto_offset_reset=reset)) as consumer:
         tps = [TopicPartition(args.topic, p) for p in _partitions(args)]
         consumer.assign(tps)
         if args.offset is not None:

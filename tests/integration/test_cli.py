@@ -187,3 +187,12 @@ def test_broker_listener_and_log_dir_flags_override_the_file(tmp_path: Path) -> 
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
     assert process.returncode == 0, stderr
+
+
+def test_consume_from_an_offset_past_the_end_names_the_valid_range(broker) -> None:
+    topic = new_topic()
+    ok(logstore("topics", "create", topic, "--partitions", "1", bootstrap=broker.bootstrap))
+    ok(logstore("produce", topic, stdin="a\nb\n", bootstrap=broker.bootstrap))
+    err = expected_error(logstore("consume", topic, "--partition", "0", "--offset", "5",
+                                  "--timeout-ms", "2000", bootstrap=broker.bootstrap))
+    assert "OFFSET_OUT_OF_RANGE" in err and "[0, 2]" in err
