@@ -51,7 +51,7 @@ from logstore.segments.batches import (
 )
 from logstore.segments.format import MAX_POSITION, MAX_RELATIVE_OFFSET, fsync_dir
 from logstore.segments.producer_state import BatchMetadata, ProducerStateManager
-from logstore.segments.reads import read_segments, search_time
+from logstore.segments.reads import read_segments, scan_headers, search_time
 from logstore.segments.retention import deletable_segments
 from logstore.segments.segment import LogSegment, SegmentClosedError
 
@@ -181,14 +181,9 @@ class Log:
     def _scan_producer_state(self, from_offset: int) -> None:
         """Feed the headers of every batch ending after ``from_offset`` to the producer state."""
         state = self._state
-        for seg in state.segments[state.floor(from_offset):]:
-            start = seg.offset_index.lookup(from_offset) or seg.data_start
-            try:
-                for _, header in seg.iter_headers(start, seg.size):
-                    if header.next_offset > from_offset:
-                        self._producers.update(header)
-            except Exception as e:  # noqa: BLE001 - a corrupt batch must not stop the open
-                logger.error("%s: producer state scan stopped in %s: %s", self._tp, seg.path, e)
+        for header in scan_headers(state.segments[state.floor(from_offset):], from_offset,
+                                   self._tp):
+            self._producers.update(header)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -417,9 +412,13 @@ class Log:
     def flush_until(self, offset: int) -> None:
         """Return once every batch below ``offset`` is fsynced. Group commit: when an fsync is
         running, wait for it and re-check; otherwise fsync everything appended so far."""
-        offset = min(offset, self._log_end_offset)
+        self._flush_until(min(offset, self._log_end_offset), force=False)
+
+    def _flush_until(self, offset: int, force: bool) -> None:
+        """``force``: run a flush of our own even if ``offset`` is covered (to sync files that
+        changed without new offsets: sealed indexes, truncations)."""
         with self._flush_cond:
-            while self._recovery_point < offset:
+            while force or self._recovery_point < offset:
                 if not self._flushing:
                     self._flushing = True
                     break
@@ -466,8 +465,8 @@ class Log:
             return self._log_end_offset, segments, self._truncations, dir_dirty
 
     def flush(self) -> None:
-        """fsync everything appended so far."""
-        self.flush_until(self._log_end_offset)
+        """fsync everything written so far."""
+        self._flush_until(self._log_end_offset, force=True)
 
     def maybe_flush(self) -> None:
         """For flush_ms > 0: flush when the last flush is at least flush_ms old."""
@@ -480,20 +479,27 @@ class Log:
     # -- truncation ------------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
-        """Drop every batch holding an offset >= ``offset`` (a batch straddling it goes whole;
-        the log end offset becomes ``offset`` or that batch's base offset, if lower)."""
+        """Drop every batch holding an offset >= ``offset``. A batch straddling ``offset`` goes
+        whole: the log end offset becomes ``offset`` or that batch's base offset, if lower (and
+        when that is below the log start offset, the log restarts empty there)."""
         with self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
                 return
-            if offset < self.log_start_offset:
+            lso = self.log_start_offset
+            if offset < lso:
                 self._truncate_fully_locked(offset)
                 return
             segments = self._state.segments
             keep = [s for s in segments if s.base_offset <= offset] or [segments[0]]
             cut = keep[-1].truncate_to(offset, self._config.index_interval_bytes)
             new_leo = offset if cut is None else min(offset, cut)
-            self._replace_segments(keep, segments[len(keep):], new_leo, self.log_start_offset)
+            if new_leo < lso:
+                self._truncate_fully_locked(lso)
+                return
+            self._replace_segments(keep, segments[len(keep):], new_leo, lso)
+            if new_leo > keep[-1].next_offset:
+                self._roll_locked()  # a segment based at the log end offset keeps it on reopen
             logger.info("%s: truncated to offset %d (log end offset %d)", self._tp, offset,
                         new_leo)
 
@@ -513,9 +519,7 @@ class Log:
             self._recovery_point = min(self._recovery_point, leo)
             self._truncations += 1
         self._dir_dirty = True
-        self._producers.load(leo)
-        snapshot = self._producers.snapshot_offsets()
-        self._scan_producer_state(snapshot[-1] if snapshot else lso)
+        self._load_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at ``offset``."""
@@ -625,10 +629,10 @@ class Log:
             if self._closed:
                 return
             self._closed = True
+            self._active.seal()
+            self._producers.take_snapshot(self._log_end_offset, durable=True)
         self.flush()
         with self._lock:
-            self._active.seal()
-            self._producers.take_snapshot(self._log_end_offset)
             for seg in self._state.segments:
                 seg.close()
         logger.info("%s: closed at log end offset %d", self._tp, self._log_end_offset)

@@ -145,12 +145,13 @@ class ProducerStateManager:
     def _path(self, offset: int) -> Path:
         return self.dir / file_name(offset, SNAPSHOT_SUFFIX)
 
-    def take_snapshot(self, offset: int) -> None:
-        """Write the current state as the snapshot at ``offset``; keep the newest few."""
+    def take_snapshot(self, offset: int, durable: bool = False) -> None:
+        """Write the current state as the snapshot at ``offset``; keep the newest few. An
+        unreadable snapshot is skipped at load, so only a clean close needs ``durable``."""
         body = {"version": SNAPSHOT_VERSION, "offset": offset, "producers": [
             {"producer_id": e.producer_id, "epoch": e.epoch,
              "batches": [asdict(b) for b in e.batches]} for e in self._producers.values()]}
-        atomic_write(self._path(offset), json.dumps(body).encode(), durable=False)
+        atomic_write(self._path(offset), json.dumps(body).encode(), durable=durable)
         for old in self.snapshot_offsets()[:-SNAPSHOTS_KEPT]:
             self._path(old).unlink(missing_ok=True)
 

@@ -1,5 +1,5 @@
-"""The read paths over a captured list of segments: fetching whole batches, and finding the
-first record at or after a timestamp.
+"""The read paths over a captured list of segments: fetching whole batches, finding the
+first record at or after a timestamp, and scanning batch headers (to rebuild producer state).
 
 Owns: walking segments for a fetch (continuing into the next segment while the byte budget
 lasts) and the time lookup (segment max timestamps, then the time index, then batch headers,
@@ -9,13 +9,17 @@ a segment closed under a read raises SegmentClosedError and the caller starts ov
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from logstore.records import StoredBatch
+from logstore.errors import CorruptRecordError
+from logstore.records import BatchHeader, StoredBatch
 from logstore.segments.segment import LogSegment
+
+logger = logging.getLogger(__name__)
 
 
 def read_segments(segments: Sequence[LogSegment], offset: int, max_bytes: int, limit: int,
@@ -82,3 +86,17 @@ def search_batch(batch: StoredBatch, timestamp_ms: int, lso: int,
     if hits.size == 0:
         return None
     return int(offsets[hits[0]]), int(stamps[hits[0]])
+
+
+def scan_headers(segments: Sequence[LogSegment], from_offset: int,
+                 tp: str) -> Iterator[BatchHeader]:
+    """Headers of every batch ending after ``from_offset``; a corrupt header ends the scan of
+    its segment with an ERROR (reads of that range report the corruption)."""
+    for seg in segments:
+        start = seg.offset_index.lookup(from_offset) or seg.data_start
+        try:
+            for _, header in seg.iter_headers(start, seg.size):
+                if header.next_offset > from_offset:
+                    yield header
+        except CorruptRecordError as e:
+            logger.error("%s: header scan stopped in %s: %s", tp, seg.path, e.message)

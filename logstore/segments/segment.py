@@ -69,6 +69,7 @@ class LogSegment:
         self.dirty = False
         self.sealed = False
         self._bytes_since_index = 0
+        self._index_sync_pending = False
         self._fd: int | None = None
         self._refs = 0
         self._closing = False
@@ -162,9 +163,14 @@ class LogSegment:
         return data
 
     def fsync(self) -> None:
-        """fsync the segment file (the caller holds a reference)."""
+        """fsync the segment file, and the index files once after sealing (the caller holds a
+        reference)."""
         if self._fd is not None:
             os.fsync(self._fd)
+        if self._index_sync_pending:
+            self._index_sync_pending = False
+            for path in (self.offset_index.path, self.time_index.path):
+                _fsync_path(path)
 
     def flush_indexes(self) -> None:
         self.offset_index.flush()
@@ -203,14 +209,15 @@ class LogSegment:
         self.next_offset = header.next_offset
 
     def seal(self) -> None:
-        """The segment will take no more appends: index its max timestamp and sync the indexes."""
+        """The segment will take no more appends: index its max timestamp and write the indexes
+        out; the next flush fsyncs them (no fsync here: the caller holds the log's lock)."""
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        self.offset_index.fsync()
-        self.time_index.fsync()
         self.offset_index.close()
         self.time_index.close()
         self.sealed = True
+        self.dirty = True
+        self._index_sync_pending = True
 
     def reset_tracking(self) -> None:
         """Forget the indexes and counters before a rescan."""
@@ -380,3 +387,14 @@ class LogSegment:
         except (pa.ArrowInvalid, OSError, EOFError) as e:
             raise self._corrupt(position, f"batch at offset {header.base_offset}: {e}") from e
         return self._decode(message, position, header.base_offset)
+
+
+def _fsync_path(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
