@@ -129,7 +129,8 @@ def latest_offsets(log: Log, segments: list[LogSegment]) -> np.ndarray:
                       "offset": np.concatenate(offsets)})
     table = table.filter(pc.is_valid(table.column("key")))
     grouped = table.group_by("key").aggregate([("offset", "max")])
-    return np.sort(grouped.column("offset_max").to_numpy())
+    latest: np.ndarray = np.sort(grouped.column("offset_max").to_numpy())
+    return latest
 
 
 def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray,
@@ -145,7 +146,7 @@ def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray,
         records += batch.header.record_count
         header, data, dropped_tombstones = clean_batch(log, batch, latest, horizon)
         tombstones += dropped_tombstones
-        if header is not None:
+        if header is not None and data is not None:
             out.append(data, header, config.index_interval_bytes, now_ms)
             written += 1
             kept += header.record_count
@@ -184,7 +185,8 @@ def _is_latest(offsets: np.ndarray, latest: np.ndarray) -> np.ndarray:
     if latest.size == 0:
         return np.zeros(len(offsets), dtype=bool)
     at = np.minimum(np.searchsorted(latest, offsets), latest.size - 1)
-    return latest[at] == offsets
+    found: np.ndarray = latest[at] == offsets
+    return found
 
 
 def _tombstones(records: pa.RecordBatch, schema: pa.Schema) -> np.ndarray:

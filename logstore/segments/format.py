@@ -177,7 +177,7 @@ def peek_header(data: bytes | memoryview, at: int) -> BatchHeader | int:
     (without file context) when the bytes cannot be a batch message."""
     if len(data) - at < PREFIX_SIZE:
         return PREFIX_SIZE
-    continuation, metadata_len = PREFIX.unpack_from(data, at)
+    continuation, metadata_len = (int(v) for v in PREFIX.unpack_from(data, at))
     if continuation != CONTINUATION or metadata_len < HEADER_SIZE:
         raise CorruptRecordError(f"no IPC message prefix (got {continuation:#x}, {metadata_len})")
     end = at + PREFIX_SIZE + metadata_len

@@ -34,7 +34,7 @@ class _SparseIndex:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_entries)
-        self._entries: tuple[array, array] = (array(self._key_code), array("i"))
+        self._entries: tuple[array[int], array[int]] = (array(self._key_code), array("i"))
         self._pending = bytearray()
         self._fd: int | None = None
 

@@ -19,10 +19,10 @@ import shutil
 import struct
 import threading
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -53,7 +53,7 @@ from logstore.segments.format import MAX_POSITION, MAX_RELATIVE_OFFSET, fsync_di
 from logstore.segments.producer_state import BatchMetadata, ProducerStateManager
 from logstore.segments.reads import read_segments, scan_headers, search_time
 from logstore.segments.retention import deletable_segments
-from logstore.segments.segment import LogSegment, SegmentClosedError
+from logstore.segments.segment import Bytes, LogSegment, SegmentClosedError
 
 if TYPE_CHECKING:
     from logstore.segments.cleaner import CompactionStats
@@ -276,7 +276,7 @@ class Log:
         if self._closed:
             raise KafkaStorageError(f"{self._tp}: the log is closed")
 
-    def _append_locked(self, data: bytes | bytearray, header: BatchHeader, now: int) -> None:
+    def _append_locked(self, data: Bytes, header: BatchHeader, now: int) -> None:
         segment = self._maybe_roll(len(data), header, now)
         segment.append(data, header, self._config.index_interval_bytes, now)
         self._producers.update(header)
@@ -503,7 +503,7 @@ class Log:
             logger.info("%s: truncated to offset %d (log end offset %d)", self._tp, offset,
                         new_leo)
 
-    def _replace_segments(self, keep: list[LogSegment], drop: tuple[LogSegment, ...] | list,
+    def _replace_segments(self, keep: list[LogSegment], drop: Sequence[LogSegment],
                           leo: int, lso: int) -> None:
         """Publish ``keep`` after a truncation, delete ``drop`` and fix every offset."""
         self._state = _Segments.of(keep, lso)
@@ -612,7 +612,7 @@ class Log:
 
     # -- inspection and lifecycle ----------------------------------------------------------
 
-    def segments_info(self) -> list[dict]:
+    def segments_info(self) -> list[dict[str, Any]]:
         """base_offset, next_offset, size_bytes, path, sealed and max_timestamp per segment."""
         segments = self._state.segments
         infos = []

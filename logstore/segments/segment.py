@@ -19,11 +19,12 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeAlias
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from logstore.errors import CorruptRecordError
+from logstore.errors import ApiError, CorruptRecordError
 from logstore.records import BatchHeader, StoredBatch, decode_message, iter_messages
 from logstore.segments.format import (
     INDEX_SUFFIX,
@@ -39,7 +40,8 @@ from logstore.segments.index import OffsetIndex, TimeIndex
 
 logger = logging.getLogger(__name__)
 
-HEADER_WINDOW_BYTES = 64 * 1024
+HEADER_WINDOW_BYTES = 16 * 1024
+Bytes: TypeAlias = "bytes | bytearray | memoryview | pa.Buffer"
 
 
 class SegmentClosedError(Exception):
@@ -143,17 +145,21 @@ class LogSegment:
 
     # -- raw I/O ---------------------------------------------------------------------------
 
-    def _write_at(self, data: bytes | bytearray | memoryview, position: int) -> None:
-        view = memoryview(data)
+    def _require_fd(self) -> int:
+        fd = self._fd
+        if fd is None:
+            raise SegmentClosedError(str(self.path))
+        return fd
+
+    def _write_at(self, data: Bytes, position: int) -> None:
+        fd, view = self._require_fd(), memoryview(data)
         while view:
-            written = os.pwrite(self._fd, view, position)
+            written = os.pwrite(fd, view, position)
             view, position = view[written:], position + written
 
     def read_at(self, position: int, length: int) -> bytes:
         """Up to ``length`` bytes at ``position`` (fewer only at the end of the file)."""
-        fd = self._fd
-        if fd is None:
-            raise SegmentClosedError(str(self.path))
+        fd = self._require_fd()
         data = os.pread(fd, length, position)
         while len(data) < length:
             more = os.pread(fd, length - len(data), position + len(data))
@@ -177,13 +183,13 @@ class LogSegment:
         self.time_index.flush()
 
     def truncate_file(self, size: int) -> None:
-        os.ftruncate(self._fd, size)
+        os.ftruncate(self._require_fd(), size)
         self.size = size
         self.dirty = True
 
     # -- appending and indexing ------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray, header: BatchHeader, index_interval_bytes: int,
+    def append(self, data: Bytes, header: BatchHeader, index_interval_bytes: int,
                now_ms: int) -> None:
         """Write one encoded batch at the end of the file and index it."""
         position = self.size
@@ -301,7 +307,7 @@ class LogSegment:
         except CorruptRecordError as e:
             raise self._corrupt(position, e.message) from e
 
-    def _corrupt(self, position: int, why: str) -> CorruptRecordError:
+    def _corrupt(self, position: int, why: str) -> ApiError:
         return CorruptRecordError(f"segment file {self.path}, position {position}: {why}")
 
     def find_batch(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
