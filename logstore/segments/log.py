@@ -158,8 +158,12 @@ class Log:
                                           config.segment_index_bytes)]
             fsync_dir(dir)
         log._finish_open(segments, log_start_offset, clock.time_ms())
-        logger.info("%s: opened log with %d segment(s), offsets [%d, %d), clean_shutdown=%s",
-                    tp, len(segments), log.log_start_offset, log.log_end_offset, clean_shutdown)
+        if bases:
+            logger.info("%s: opened log with %d segment(s), offsets [%d, %d), clean_shutdown=%s",
+                        tp, len(segments), log.log_start_offset, log.log_end_offset,
+                        clean_shutdown)
+        else:
+            logger.info("%s: created log at offset %d", tp, log.log_end_offset)
         return log
 
     def _finish_open(self, segments: list[LogSegment], log_start_offset: int, now: int) -> None:

@@ -70,10 +70,10 @@ class LogManager:
         self._started = True
         self._stop.clear()
         for name, interval, task in (
-                ("retention", self.retention_check_interval_ms, self.run_retention_once),
-                ("cleaner", self.cleaner_interval_ms, self.run_cleaner_once),
-                ("flusher", self.flush_check_interval_ms, self.run_flush_once),
-                ("checkpoint", self.checkpoint_interval_ms, self.checkpoint)):
+                ("retention", lambda: self.retention_check_interval_ms, self.run_retention_once),
+                ("cleaner", lambda: self.cleaner_interval_ms, self.run_cleaner_once),
+                ("flusher", self._flush_interval_ms, self.run_flush_once),
+                ("checkpoint", lambda: self.checkpoint_interval_ms, self.checkpoint)):
             thread = threading.Thread(target=self._loop, args=(name, interval, task),
                                       name=f"log-manager-{name}", daemon=True)
             thread.start()
@@ -123,12 +123,19 @@ class LogManager:
         self._started = False
         logger.info("log manager shut down cleanly (%d logs)", len(logs))
 
-    def _loop(self, name: str, interval_ms: int, task: Callable[[], object]) -> None:
-        while not self._stop.wait(interval_ms / 1000.0):
+    def _loop(self, name: str, interval_ms: Callable[[], int],
+              task: Callable[[], object]) -> None:
+        while not self._stop.wait(interval_ms() / 1000.0):
             try:
                 task()
             except Exception:
                 logger.exception("log manager %s task failed", name)
+
+    def _flush_interval_ms(self) -> int:
+        """Check often enough for the smallest positive flush_ms of any log."""
+        periods = [log.config.flush_ms for log in self.all_logs().values()
+                   if log.config.flush_ms]
+        return max(1, min([self.flush_check_interval_ms, *periods]))
 
     # -- logs ----------------------------------------------------------------------------------
 
@@ -198,9 +205,8 @@ class LogManager:
         compacted = 0
         for tp, log in self.all_logs().items():
             config = log.config
-            if not config.compact or log.dirty_ratio() < config.min_cleanable_dirty_ratio:
-                continue
-            if log.dirty_ratio() == 0.0:
+            ratio = log.dirty_ratio() if config.compact else 0.0
+            if ratio == 0.0 or ratio < config.min_cleanable_dirty_ratio:
                 continue
             try:
                 log.compact()
