@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
@@ -35,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from logstore.errors import CorruptRecordError
 from logstore.records import (
     FLAG_HAS_OFFSET_DELTAS,
     BatchHeader,
@@ -101,11 +101,15 @@ def compact_log(log: Log, now_ms: int) -> CompactionStats:
     return stats
 
 
-def segment_batches(seg: LogSegment) -> Iterator[StoredBatch]:
-    """Every batch of a sealed segment, CRC-checked."""
-    end = seg.size
-    batches, _ = seg.read(seg.base_offset, end, _ALL_OFFSETS, True)
-    yield from batches
+def segment_batches(seg: LogSegment) -> list[StoredBatch]:
+    """Every batch of a sealed segment, CRC-checked. Raises CorruptRecordError when any batch
+    is unreadable: compacting around corruption would silently drop the rest of the segment."""
+    batches, at_end = seg.read(seg.base_offset, seg.size, _ALL_OFFSETS, True)
+    if not at_end:
+        raise CorruptRecordError(f"segment file {seg.path}: unreadable batch after offset "
+                                 f"{batches[-1].header.last_offset if batches else '-'}; "
+                                 "not compacting it")
+    return batches
 
 
 def latest_offsets(log: Log, segments: list[LogSegment]) -> np.ndarray:

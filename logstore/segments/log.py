@@ -35,7 +35,9 @@ from logstore.errors import (
     OffsetOutOfRangeError,
 )
 from logstore.records import (
+    FLAG_CONTROL,
     FLAG_LOG_APPEND_TIME,
+    FLAG_TRANSACTIONAL,
     MAGIC,
     BatchHeader,
     StoredBatch,
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _READ_ATTEMPTS = 8
+CALLER_FLAGS = FLAG_TRANSACTIONAL | FLAG_CONTROL  # the log sets the others itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +249,7 @@ class Log:
                          base_sequence: int = -1, flags: int = 0) -> AppendInfo:
         """Assign offsets LEO..LEO+n-1 to ``batch`` and append it (see module docstring)."""
         validate_batch(self._tp, batch, self._schema, self._config)
+        flags &= CALLER_FLAGS
         now = self._clock.time_ms()
         batch, first_ts, max_ts, flags = stamp_timestamps(batch, now, self._config, flags)
         n = batch.num_rows

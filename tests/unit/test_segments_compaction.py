@@ -118,3 +118,19 @@ def test_compacted_topic_rejects_null_keys(tmp_path: Path) -> None:
     log = open_log(tmp_path, FakeClock(), cleanup_policy="compact")
     with pytest.raises(errors.InvalidRecordError, match="topic-0.*key"):
         log.append_as_leader(make_batch([b"a", None]))
+
+
+def test_compaction_refuses_a_segment_with_a_corrupt_batch(tmp_path: Path) -> None:
+    """Goal: compaction never rewrites a segment it cannot fully read (that would silently drop
+    the batches after the corruption). Method: flip a byte in the last batch of a sealed
+    segment, compact, and check the file is untouched and the error names it."""
+    clock = FakeClock()
+    log = _compacted_log(tmp_path, clock)
+    path = segment_files(log)[0]
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(errors.CorruptRecordError, match=str(path)):
+        log.compact()
+    assert path.read_bytes() == bytes(data)
+    assert [b.header.base_offset for b in log.read(0, 1 << 20).batches] == [0]
