@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from logstore.errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
-from logstore.records import decode_message, schema_message
+from logstore.records import BatchHeader, decode_message, schema_message
 from logstore.segments.format import (
     CLEANED_SUFFIX,
     CONTINUATION,
@@ -137,8 +137,8 @@ def scan_messages(seg: LogSegment, start: int, end: int) -> Iterator[tuple[int, 
         position, window = position + consumed, SCAN_CHUNK_BYTES
 
 
-def _batch_problem(message: ipc.Message, length: int, expected: int) -> str | None:
-    """Why a message cannot be the next batch of the segment, or None when it is fine."""
+def _check_batch(message: ipc.Message, length: int, expected: int) -> BatchHeader | str:
+    """The header of a message that is a valid next batch of the segment, or why it is not."""
     try:
         header = decode_message(message, verify=True).header
     except CorruptRecordError as e:
@@ -149,7 +149,7 @@ def _batch_problem(message: ipc.Message, length: int, expected: int) -> str | No
         return f"header batch_size {header.batch_size} != message length {length}"
     if header.record_count <= 0 or header.last_offset_delta < header.record_count - 1:
         return f"implausible counts in header {header}"
-    return None
+    return header
 
 
 def _schema_problem(seg: LogSegment, schema: pa.Schema) -> str | None:
@@ -180,20 +180,17 @@ def validate_segment(seg: LogSegment, schema: pa.Schema, index_interval_bytes: i
     if problem is not None:
         logger.warning("%s: segment file %s: %s; recreating it empty (offset %d onwards is "
                        "lost)", tp, seg.path, problem, seg.base_offset)
-        schema_bytes = schema_message(schema)
-        seg.truncate_file(0)
-        seg._write_at(schema_bytes, 0)
-        seg.data_start = seg.size = len(schema_bytes)
+        seg.recreate_empty(schema_message(schema))
         _rewrite_indexes(seg)
         return True
     good_end, expected, problem = seg.data_start, seg.base_offset, "torn message"
     for position, length, message in scan_messages(seg, seg.data_start, seg.size):
-        problem = _batch_problem(message, length, expected)
-        if problem is not None:
+        checked = _check_batch(message, length, expected)
+        if isinstance(checked, str):
+            problem = checked
             break
-        header = decode_message(message, verify=False).header
-        seg.track_batch(position, header, index_interval_bytes)
-        good_end, expected, problem = position + length, header.next_offset, "torn message"
+        seg.track_batch(position, checked, index_interval_bytes)
+        good_end, expected = position + length, checked.next_offset
     truncated = good_end < seg.size
     if truncated:
         logger.warning("%s: truncating segment file %s at position %d (offset %d, %d bytes "

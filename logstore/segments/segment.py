@@ -182,6 +182,12 @@ class LogSegment:
         self.offset_index.flush()
         self.time_index.flush()
 
+    def recreate_empty(self, schema_bytes: bytes) -> None:
+        """Replace the file's content with just a schema message (recovery of a torn one)."""
+        self.truncate_file(0)
+        self._write_at(schema_bytes, 0)
+        self.data_start = self.size = len(schema_bytes)
+
     def truncate_file(self, size: int) -> None:
         os.ftruncate(self._require_fd(), size)
         self.size = size
