@@ -366,6 +366,7 @@ class Log:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` in total (the
         first one regardless when ``min_one``), none starting at or after ``max_offset``."""
         for _ in range(_READ_ATTEMPTS):
+            self._check_open()
             hw, leo, state = self._high_watermark, self._log_end_offset, self._state
             self._check_range(offset, state.log_start_offset, leo)
             limit = leo if max_offset is None else min(max_offset, leo)

@@ -174,6 +174,6 @@ class LogModel(RuleBasedStateMachine):
 
 
 TestLogModel = LogModel.TestCase
-TestLogModel.settings = settings(max_examples=int(os.environ.get("LOGSTORE_PROPERTY_EXAMPLES", "60")),
+TestLogModel.settings = settings(max_examples=int(os.environ.get("LOGSTORE_PROPERTY_EXAMPLES", "100")),
                                  stateful_step_count=30, deadline=None,
                                  suppress_health_check=[HealthCheck.too_slow])
