@@ -22,14 +22,17 @@ producer batch. Each record-batch message carries, under the custom-metadata key
 | leader_epoch       | int32  | epoch of the leader that appended the batch                     |
 | flags              | int16  | TRANSACTIONAL, CONTROL, HAS_OFFSET_DELTAS, LOG_APPEND_TIME       |
 | batch_size         | int32  | bytes of the whole encapsulated IPC message, prefix included    |
-| crc                | uint32 | CRC32C of the message body (the Arrow buffers)                  |
+| crc                | uint32 | CRC32C of the fields from last_offset_delta on, deltas and body |
 
 A batch whose offsets have gaps (after compaction) sets HAS_OFFSET_DELTAS and stores the
 per-record offset deltas under ``logstore.offset_deltas``: ``DELTAS_MAGIC`` then the int32
 little-endian deltas in base64, so that they can never contain either magic.
 
 The header is written with ``crc = 0`` and ``batch_size = 0``, the message is serialised once,
-and then both fields are patched in place: one serialisation, no second copy of the body.
+and then both fields are patched in place: one serialisation, no second copy of the body. The
+CRC covers every header field from ``last_offset_delta`` to ``batch_size``, the raw offset
+deltas (if any) and the body, so a flipped bit in a header field is caught as surely as one in
+the data. Like Kafka's, it leaves out the base offset, which the log patches in at append.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ DELTAS_MAGIC = b"\x00LSD\x01\x00"
 _HEADER = struct.Struct("<6sqiiqqqhiihiI")
 HEADER_SIZE = _HEADER.size
 _CRC_POS = HEADER_SIZE - 4
+# As in Kafka, the CRC leaves out the base offset (and the magic before it), so the log can
+# assign offsets by patching eight bytes of an already-encoded batch under its append lock.
+_CRC_START = struct.calcsize("<6sq")
 _SIZE_POS = HEADER_SIZE - 8
 
 NO_PRODUCER_ID = -1
@@ -193,10 +199,21 @@ def encode_batch(
     data = sink.getvalue()  # not closed: closing would append an end-of-stream marker
     message = bytearray(memoryview(data)[_schema_message_size(batch.schema):])
     body_size = ipc.read_message(pa.py_buffer(message)).body.size
-    crc = crc32c.crc32c(memoryview(message)[len(message) - body_size:])
     at = _find_header(memoryview(message)[: len(message) - body_size])
-    struct.pack_into("<iI", message, at + _SIZE_POS, len(message), crc)
+    struct.pack_into("<i", message, at + _SIZE_POS, len(message))
+    deltas = b"" if offset_deltas is None else np.ascontiguousarray(
+        offset_deltas, dtype="<i4").tobytes()
+    crc = _batch_crc(memoryview(message)[at + _CRC_START: at + _CRC_POS], deltas,
+                     memoryview(message)[len(message) - body_size:])
+    struct.pack_into("<I", message, at + _CRC_POS, crc)
     return message
+
+
+def _batch_crc(header_prefix: memoryview | bytes, deltas: bytes, body: object) -> int:
+    crc = crc32c.crc32c(header_prefix)
+    if deltas:
+        crc = crc32c.crc32c(deltas, crc)
+    return crc32c.crc32c(body, crc)
 
 
 def _find_header(metadata: memoryview | bytes) -> int:
@@ -216,15 +233,16 @@ def decode_message(message: ipc.Message, verify: bool = True) -> StoredBatch:
     meta = message.metadata.to_pybytes()
     at = _find_header(meta)
     header = BatchHeader.unpack(meta[at: at + HEADER_SIZE])
+    deltas = None
+    if header.flags & FLAG_HAS_OFFSET_DELTAS:
+        deltas = _decode_offset_deltas(meta)
     if verify:
-        actual = crc32c.crc32c(message.body)
+        actual = _batch_crc(meta[at + _CRC_START: at + _CRC_POS], b"" if deltas is None else
+                            deltas.astype("<i4").tobytes(), message.body)
         if actual != header.crc:
             raise CorruptRecordError(
                 f"CRC32C mismatch in batch at offset {header.base_offset}: "
                 f"stored {header.crc:#010x}, computed {actual:#010x}")
-    deltas = None
-    if header.flags & FLAG_HAS_OFFSET_DELTAS:
-        deltas = _decode_offset_deltas(meta)
     return StoredBatch(header, message, deltas)
 
 

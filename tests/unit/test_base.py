@@ -170,3 +170,23 @@ def test_conform_batch_casts_and_names_bad_columns() -> None:
     with pytest.raises(Exception, match="unexpected column"):
         conform_batch(pa.record_batch({"value": pa.array([b"x"]), "zzz": pa.array([1])}),
                       DEFAULT_SCHEMA, "t-0")
+
+
+def test_flipped_header_field_fails_crc_but_base_offset_may_be_patched() -> None:
+    """The CRC covers header fields (a flipped max_timestamp is caught) but not the base
+    offset, which the log assigns by patching an encoded batch."""
+    import struct
+
+    from logstore.records import MAGIC
+
+    message = encode_batch(_batch(3), BatchHeader(0, 2, 3, 0, 2))
+    at = bytes(message).find(MAGIC)
+    patched = bytearray(message)
+    struct.pack_into("<q", patched, at + len(MAGIC), 1234)
+    (_, msg), = iter_messages(pa.py_buffer(bytes(patched)))
+    assert decode_message(msg).header.base_offset == 1234
+    flipped = bytearray(message)
+    flipped[at + len(MAGIC) + 8 + 8 + 9] ^= 0x01  # inside max_timestamp
+    (_, msg), = iter_messages(pa.py_buffer(bytes(flipped)))
+    with pytest.raises(Exception, match="CRC32C mismatch"):
+        decode_message(msg)
