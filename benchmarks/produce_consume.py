@@ -60,8 +60,7 @@ RAW_SERVER = r'''
 import sys, pyarrow as pa, pyarrow.flight as fl
 class S(fl.FlightServerBase):
     def do_put(self, ctx, desc, reader, writer):
-        with open(sys.argv[2], "ab") as f:
-            sink = pa.PythonFile(f)
+        with pa.OSFile(sys.argv[2], "ab") as sink:
             w = pa.ipc.new_stream(sink, reader.schema)
             for chunk in reader:
                 w.write_batch(chunk.data)

@@ -301,7 +301,7 @@ class Consumer:
         if isinstance(err, OffsetOutOfRangeError):
             if self._reset is None:
                 raise OffsetOutOfRangeError(f"{err.message} (auto_offset_reset='none')")
-            log.warning("%s: %s; resetting to the %s offset", tp, err.message,
+            log.warning("%s; resetting to the %s offset", err.message,
                         "earliest" if self._reset == EARLIEST else "latest")
             self._reset_position(tp)
         elif err.refresh_metadata or err.retriable:
