@@ -1,200 +1,13 @@
-"""Fixtures that run real broker processes on 127.0.0.1.
-
-``broker`` is one broker per test module (tests in a module share it, so they use their own
-topic names); ``broker_factory`` starts as many as a test wants and stops them after it. Each
-broker is ``python -m logstore broker start --config <tmp toml>``: the same command a user runs,
-with a free port and its own log directory. Startup waits for the "listening on" line with a
-bounded wait and no sleeps; teardown sends SIGTERM and asserts exit code 0, so every test also
-checks that the broker stops cleanly.
-"""
+"""Fixtures that run real broker processes on 127.0.0.1 (see tests/brokers.py)."""
 
 from __future__ import annotations
 
-import os
-import queue
-import signal
-import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 60.0
-READY_MARKER = "listening on"
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (bind port 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as a TOML value")
-
-
-def write_broker_toml(path: Path, settings: dict[str, Any]) -> Path:
-    """Write ``settings`` as a broker TOML file; a dict value becomes a table (topic_defaults)."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in settings.items() if not isinstance(v, dict)]
-    for table, values in ((k, v) for k, v in settings.items() if isinstance(v, dict)):
-        lines += ["", f"[{table}]"] + [f"{k} = {_toml_value(v)}" for k, v in values.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def subprocess_env() -> dict[str, str]:
-    """The test interpreter's environment, with the repository importable even when the package
-    is not installed (as in a bare virtualenv)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-class BrokerProcess:
-    """One broker subprocess. The port and log directory stay the same across restarts, so a
-    restarted broker finds its data and clients find the broker."""
-
-    def __init__(self, root: Path, broker_id: int = 0, **settings: Any) -> None:
-        self.root = root
-        self.broker_id = broker_id
-        self.port = free_port()
-        self.log_dir = root / f"broker-{broker_id}"
-        self.config_path = write_broker_toml(root / f"broker-{broker_id}.toml", {
-            "broker_id": broker_id, "listener": f"127.0.0.1:{self.port}",
-            "log_dirs": [str(self.log_dir)], **settings})
-        self.stderr_path = root / f"broker-{broker_id}.stderr"
-        self.process: subprocess.Popen[str] | None = None
-        self._lines: queue.Queue[str | None] = queue.Queue()
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def command(self) -> list[str]:
-        return [sys.executable, "-m", "logstore", "broker", "start",
-                "--config", str(self.config_path)]
-
-    def start(self) -> BrokerProcess:
-        assert not self.running, "broker already running"
-        with open(self.stderr_path, "a") as stderr:
-            stderr.write(f"--- starting: {' '.join(self.command())}\n")
-            stderr.flush()
-            self.process = subprocess.Popen(
-                self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True,
-                env=subprocess_env(), cwd=self.root)
-        self._lines = queue.Queue()
-        threading.Thread(target=self._pump, args=(self.process, self._lines),
-                         name=f"broker-{self.broker_id}-stdout", daemon=True).start()
-        self._wait_until_listening()
-        return self
-
-    @staticmethod
-    def _pump(process: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
-        """Drain stdout for the process's whole life, so its pipe never fills up."""
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    def _wait_until_listening(self) -> None:
-        try:
-            while True:
-                line = self._lines.get(timeout=START_TIMEOUT_S)
-                if line is None:
-                    code = self.process.wait(STOP_TIMEOUT_S) if self.process else None
-                    raise RuntimeError(f"broker {self.broker_id} exited with {code} before "
-                                       f"listening\n{self.stderr_tail()}")
-                if READY_MARKER in line:
-                    return
-        except queue.Empty:
-            self.kill(signal.SIGKILL)
-            raise RuntimeError(f"broker {self.broker_id} printed no '{READY_MARKER}' line in "
-                               f"{START_TIMEOUT_S:.0f}s\n{self.stderr_tail()}") from None
-
-    def stderr_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.stderr_path.read_text().splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no stderr)"
-
-    def kill(self, sig: int = signal.SIGKILL) -> int | None:
-        """Send ``sig``; for a signal that ends the process, wait and return its exit code
-        (negative for death by signal). SIGSTOP/SIGCONT return None at once."""
-        assert self.process is not None, "broker never started"
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        if sig in (signal.SIGSTOP, signal.SIGCONT):
-            return None
-        return self.process.wait(STOP_TIMEOUT_S)
-
-    def stop(self) -> int:
-        """SIGTERM (after SIGCONT, in case a test left it stopped); returns the exit code."""
-        assert self.process is not None, "broker never started"
-        if self.process.poll() is not None:
-            return self.process.returncode
-        self.process.send_signal(signal.SIGCONT)
-        code = self.kill(signal.SIGTERM)
-        assert code is not None
-        return code
-
-    def restart(self) -> BrokerProcess:
-        """Stop it cleanly if it still runs (asserting exit 0), then start it again."""
-        if self.running:
-            code = self.stop()
-            assert code == 0, f"broker {self.broker_id} exited {code}\n{self.stderr_tail()}"
-        return self.start()
-
-
-class BrokerFactory:
-    """Starts brokers under one directory and stops them all at teardown."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.brokers: list[BrokerProcess] = []
-
-    def __call__(self, broker_id: int | None = None, **settings: Any) -> BrokerProcess:
-        if broker_id is None:
-            broker_id = len(self.brokers)
-        broker = BrokerProcess(self.root, broker_id, **settings)
-        self.brokers.append(broker)
-        return broker.start()
-
-    def stop_all(self) -> None:
-        """SIGTERM every broker still running; each must exit 0 (a clean stop)."""
-        failures = []
-        for broker in self.brokers:
-            if not broker.running:
-                continue  # a test killed it on purpose
-            try:
-                code = broker.stop()
-            except subprocess.TimeoutExpired:
-                broker.kill(signal.SIGKILL)
-                code = None
-            if code != 0:
-                failures.append(f"broker {broker.broker_id} exited {code} on SIGTERM\n"
-                                f"{broker.stderr_tail()}")
-        assert not failures, "\n".join(failures)
+from tests.brokers import BrokerFactory, BrokerProcess
 
 
 @pytest.fixture
@@ -215,7 +28,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.integration)
+    for folder in ("integration", "faults"):
+        here = Path(__file__).parent / folder
+        for item in items:
+            if here in Path(str(item.fspath)).parents:
+                item.add_marker(pytest.mark.integration)

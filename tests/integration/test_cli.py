@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import free_port, subprocess_env, write_broker_toml
+from tests.brokers import free_port, subprocess_env, write_broker_toml
 
 pytestmark = pytest.mark.integration
 
