@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import struct
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -38,10 +37,10 @@ from logstore.records import (
     FLAG_CONTROL,
     FLAG_LOG_APPEND_TIME,
     FLAG_TRANSACTIONAL,
-    MAGIC,
     BatchHeader,
     StoredBatch,
     encode_batch,
+    patch_base_offset,
     schema_message,
 )
 from logstore.segments import recovery
@@ -260,7 +259,6 @@ class Log:
             raise MessageTooLargeError(
                 f"{self._tp}: batch of {len(data)} bytes exceeds max_message_bytes "
                 f"{self._config.max_message_bytes}")
-        at = data.find(MAGIC) + len(MAGIC)
         append_time = now if flags & FLAG_LOG_APPEND_TIME else -1
         with self._lock:
             self._check_open()
@@ -269,7 +267,7 @@ class Log:
                 if duplicate is not None:
                     return self._duplicate_info(duplicate)
             base = self._log_end_offset
-            struct.pack_into("<q", data, at, base)
+            patch_base_offset(data, base)
             stored = replace(header, base_offset=base, batch_size=len(data))
             self._append_locked(data, stored, now)
             lso = self.log_start_offset

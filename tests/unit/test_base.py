@@ -153,7 +153,7 @@ def test_batch_header_round_trips_with_crc_and_offset_deltas() -> None:
 
 
 def test_flipped_body_byte_fails_crc() -> None:
-    message = encode_batch(_batch(3), BatchHeader(0, 2, 3, 0, 2))
+    message = bytearray(encode_batch(_batch(3), BatchHeader(0, 2, 3, 0, 2)))
     message[-3] ^= 0xFF
     (_, msg), = iter_messages(pa.py_buffer(bytes(message)))
     with pytest.raises(Exception, match="CRC32C mismatch"):
