@@ -274,19 +274,25 @@ class Producer:
         for rows in np.split(order, bounds) if n else []:
             p = int(parts[rows[0]])
             sub = batch.take(pa.array(rows)) if len(rows) != n else batch
-            for lo, hi in self._size_slices(topic, sub):
+            # A caller's own columnar batch goes whole up to max_request_size; records
+            # gathered by send() are cut at batch_size.
+            limit = self.batch_size if chunk is not None else self.max_request_size
+            for lo, hi in self._size_slices(topic, sub, limit):
                 pieces.append(self._new_batch(topic, p, sub.slice(lo, hi - lo), deadline,
                                               chunk, rows[lo:hi]))
         return pieces
 
-    def _size_slices(self, topic: str, batch: pa.RecordBatch) -> list[tuple[int, int]]:
+    def _size_slices(self, topic: str, batch: pa.RecordBatch, limit: int
+                     ) -> list[tuple[int, int]]:
+        """Row ranges of ``batch`` of at most ``limit`` bytes each (a single record larger
+        than max_request_size is an error)."""
         n, size = batch.num_rows, batch.nbytes
-        if size <= self.batch_size or n <= 1:
+        if size <= limit or n <= 1:
             if size > self.max_request_size:
                 raise MessageTooLargeError(f"a record to {topic!r} is {size} bytes, more than "
                                            f"max_request_size {self.max_request_size}")
             return [(0, n)]
-        rows = max(1, int(n * self.batch_size / size))
+        rows = max(1, int(n * limit / size))
         return [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
 
     def _new_batch(self, topic: str, partition: int, batch: pa.RecordBatch, deadline: float,
