@@ -373,7 +373,8 @@ def _to_records(tp: TopicPartition, table: pa.Table) -> list[ConsumerRecord]:
     else:
         headers = [[(h["key"], h["value"]) for h in hs] if hs else []
                    for hs in hcol.to_pylist()]
-    return list(map(ConsumerRecord, repeat(tp.topic, n), repeat(tp.partition, n), offsets,
-                    stamps, keys, values, headers))
+    # tuple.__new__ builds each record in C; calling the NamedTuple runs its Python __new__.
+    return list(map(tuple.__new__, repeat(ConsumerRecord, n), zip(
+        repeat(tp.topic, n), repeat(tp.partition, n), offsets, stamps, keys, values, headers)))
 
 __all__ = ["Consumer", "NetworkError"]
