@@ -98,6 +98,21 @@ def topic_schema(value_schema: pa.Schema | None = None) -> pa.Schema:
     return pa.schema(fields)
 
 
+def encode_schema(schema: pa.Schema | None) -> str | None:
+    """A value schema as base64 text for JSON bodies and metadata files."""
+    return None if schema is None else base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def decode_schema(text: str | None) -> pa.Schema | None:
+    """The inverse of encode_schema; undecodable text is InvalidRecordError."""
+    if not text:
+        return None
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+    except (ValueError, pa.ArrowException) as e:
+        raise InvalidRecordError(f"value_schema is not a base64 Arrow IPC schema ({e})") from None
+
+
 def value_columns(schema: pa.Schema) -> list[str]:
     """The columns of ``schema`` that hold the value (``["value"]`` for untyped topics)."""
     return [name for name in schema.names if name not in RESERVED_COLUMNS]

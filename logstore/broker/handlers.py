@@ -16,7 +16,7 @@ import pyarrow as pa
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
 from logstore.config import TopicConfig
 from logstore.controller.controller import NewTopicRequest, TopicController
-from logstore.controller.store import MetadataStore, TopicRecord, decode_schema, encode_schema
+from logstore.controller.store import MetadataStore, TopicRecord
 from logstore.errors import (
     ApiError,
     InvalidFetchSizeError,
@@ -25,8 +25,15 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.model import TopicPartition
-from logstore.records import DEFAULT_SCHEMA, StoredBatch, conform_batch, topic_schema
-from logstore.rpc.codec import error_fields, field
+from logstore.records import (
+    DEFAULT_SCHEMA,
+    StoredBatch,
+    conform_batch,
+    decode_schema,
+    encode_schema,
+    topic_schema,
+)
+from logstore.wire import error_fields, field
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow as pa
 
 from logstore.client.metadata import ClusterMetadata
-from logstore.controller.store import encode_schema
 from logstore.model import TopicPartition
+from logstore.records import decode_schema, encode_schema
 from logstore.rpc.codec import error_from_fields
 
 
@@ -65,7 +65,6 @@ class Admin:
     def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
         response = self._metadata.request("metadata", {"topics": names})
         self._check(response["topics"])
-        from logstore.controller.store import decode_schema
 
         return [TopicDescription(
             t["name"],

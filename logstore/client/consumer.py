@@ -375,6 +375,7 @@ def _to_records(tp: TopicPartition, table: pa.Table) -> list[ConsumerRecord]:
                    for hs in hcol.to_pylist()]
     # tuple.__new__ builds each record in C; calling the NamedTuple runs its Python __new__.
     return list(map(tuple.__new__, repeat(ConsumerRecord, n), zip(
-        repeat(tp.topic, n), repeat(tp.partition, n), offsets, stamps, keys, values, headers)))
+        repeat(tp.topic, n), repeat(tp.partition, n), offsets, stamps, keys, values, headers,
+        strict=False)))
 
 __all__ = ["Consumer", "NetworkError"]

@@ -14,7 +14,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from logstore.controller.store import decode_schema
 from logstore.errors import (
     ApiError,
     LeaderNotAvailableError,
@@ -22,7 +21,7 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.model import TopicPartition
-from logstore.records import topic_schema
+from logstore.records import decode_schema, topic_schema
 from logstore.rpc.client import BrokerConnection
 from logstore.rpc.codec import error_from_fields
 

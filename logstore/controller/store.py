@@ -7,12 +7,13 @@ versioned JSON form, and the ``MetadataStore`` protocol that the embedded file s
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
+
+from logstore.records import decode_schema, encode_schema
 
 JSON_VERSION = 1
 
@@ -76,16 +77,6 @@ class TopicRecord:
         return cls(d["name"], {int(p): tuple(r) for p, r in d["replicas"].items()},
                    dict(d.get("config", {})), decode_schema(d.get("value_schema")),
                    d.get("internal", False))
-
-
-def encode_schema(schema: pa.Schema | None) -> str | None:
-    return None if schema is None else base64.b64encode(schema.serialize().to_pybytes()).decode()
-
-
-def decode_schema(text: str | None) -> pa.Schema | None:
-    if not text:
-        return None
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
 MetadataListener = Callable[[], None]

@@ -29,55 +29,15 @@ import numpy as np
 import orjson
 import pyarrow.flight as flight
 
-from logstore.errors import ApiError, ErrorCode, InvalidRequestError, NetworkError, error_class
+from logstore.errors import ApiError, ErrorCode, NetworkError, error_class
 from logstore.records import HEADER_SIZE, BatchHeader, StoredBatch
+from logstore.wire import dumps, error_fields, error_from_fields, field, loads_request
+
+__all__ = ["dumps", "error_fields", "error_from_fields", "field", "loads_request"]
 
 BATCH_TAG = b"B"
 SUMMARY_TAG = b"S"
 _PARTITION = struct.Struct("<i")
-
-
-def dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj)
-
-
-def loads_request(data: bytes | memoryview, what: str) -> dict[str, Any]:
-    """Parse a JSON request body; anything but a JSON object is INVALID_REQUEST."""
-    try:
-        obj = orjson.loads(bytes(data))
-    except orjson.JSONDecodeError as e:
-        raise InvalidRequestError(f"{what}: body is not valid JSON ({e})") from None
-    if not isinstance(obj, dict):
-        raise InvalidRequestError(f"{what}: body must be a JSON object")
-    return obj
-
-
-def field(req: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str,
-          default: Any = ..., ) -> Any:
-    """A typed field of a request; a missing or wrongly typed one is INVALID_REQUEST."""
-    if name not in req or req[name] is None:
-        if default is ...:
-            raise InvalidRequestError(f"{what}: missing field {name!r}")
-        return default
-    value = req[name]
-    bad_bool = isinstance(value, bool) and kind in (int, (int,))
-    if not isinstance(value, kind) or bad_bool:
-        raise InvalidRequestError(f"{what}: field {name!r} has the wrong type "
-                                  f"({type(value).__name__})")
-    return value
-
-
-def error_fields(error: ApiError | None) -> dict[str, Any]:
-    if error is None:
-        return {"error_code": 0, "error_message": None}
-    return {"error_code": int(error.code), "error_message": error.message}
-
-
-def error_from_fields(d: dict[str, Any]) -> ApiError | None:
-    code = d.get("error_code", 0)
-    if not code:
-        return None
-    return error_class(code)(d.get("error_message") or "")
 
 
 def to_flight_error(error: ApiError) -> flight.FlightServerError:
