@@ -2,14 +2,19 @@
 high watermark and a recovery point.
 
 Owns: offset assignment, appends (leader and follower), idempotent-producer checks, rolling,
-reads, time lookups, group-commit flushing, truncation, retention and the log start offset.
+reads, time lookups, planning flushes, truncation, retention and the log start offset.
 Must not: know about the network, replication protocol or other partitions.
+
+Durability, as in Kafka: a rolled segment is fsynced (file and indexes) soon after the roll by
+the log manager's background flusher (``flush_rolled_segments``), which moves the recovery point
+to the active segment's base offset. The active segment is fsynced only by flush_ms, by
+flush_ms = 0 acks (``flush_until``) and at close.
 
 Concurrency: one lock per Log serialises appends and structural changes (roll, truncate,
 retention, compaction swap). Encoding happens before the lock; fsync happens outside it (group
-commit: one thread fsyncs for everybody waiting). Reads take no lock: they capture the published
-segment list and end offsets, hold a reference on each segment they read, and do I/O with
-``os.pread``. When a segment disappears under a read, the read starts over.
+commit, flusher.py). Reads take no lock: they capture the published segment list and end
+offsets, hold a reference on each segment they read, and do I/O with ``os.pread``. When a
+segment disappears under a read, the read starts over.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,6 +55,7 @@ from logstore.segments.batches import (
     validate_batch,
     write_options,
 )
+from logstore.segments.flusher import FlushPlan, LogFlusher
 from logstore.segments.format import MAX_POSITION, MAX_RELATIVE_OFFSET, fsync_dir
 from logstore.segments.producer_state import BatchMetadata, ProducerStateManager
 from logstore.segments.reads import read_segments, scan_headers, search_time
@@ -124,15 +130,12 @@ class Log:
         self._config = config
         self._write_options = write_options(config)
         self._lock = threading.Lock()
-        self._flush_cond = threading.Condition()
-        self._flushing = False
+        self._flusher = LogFlusher(dir, self._tp, clock, self._plan_flush)
         self._state = _Segments((), (), 0)
         self._log_end_offset = 0
         self._high_watermark = 0
-        self._recovery_point = 0
-        self._last_flush_ms = clock.time_ms()
-        self._truncations = 0
         self._dir_dirty = False
+        self._rolled_unflushed = False
         self._closed = False
         self._producers = ProducerStateManager(dir, self._tp)
         self.cleaned_until = 0
@@ -177,7 +180,7 @@ class Log:
         lso = min(max(log_start_offset, segments[0].base_offset), self._log_end_offset)
         self._state = _Segments.of(segments, lso)
         self._high_watermark = lso
-        self._recovery_point = self._log_end_offset
+        self._flusher.recovery_point = self._log_end_offset
         self._load_producer_state()
 
     def _load_producer_state(self) -> None:
@@ -231,7 +234,7 @@ class Log:
 
     @property
     def recovery_point(self) -> int:
-        return self._recovery_point
+        return self._flusher.recovery_point
 
     @property
     def producer_state(self) -> ProducerStateManager:
@@ -353,6 +356,7 @@ class Log:
                                 self._config.segment_index_bytes)
         self._state = _Segments.of(self._state.segments + (new,), self.log_start_offset)
         self._dir_dirty = True
+        self._rolled_unflushed = True
         self._producers.take_snapshot(leo)
         logger.info("%s: rolled new segment at offset %d", self._tp, leo)
         return new
@@ -417,71 +421,52 @@ class Log:
     # -- flushing --------------------------------------------------------------------------
 
     def flush_until(self, offset: int) -> None:
-        """Return once every batch below ``offset`` is fsynced. Group commit: when an fsync is
-        running, wait for it and re-check; otherwise fsync everything appended so far."""
-        self._flush_until(min(offset, self._log_end_offset), force=False)
-
-    def _flush_until(self, offset: int, force: bool) -> None:
-        """``force``: run a flush of our own even if ``offset`` is covered (to sync files that
-        changed without new offsets: sealed indexes, truncations)."""
-        with self._flush_cond:
-            while force or self._recovery_point < offset:
-                if not self._flushing:
-                    self._flushing = True
-                    break
-                self._flush_cond.wait()
-            else:
-                return
-        self._run_flush()
-
-    def _run_flush(self) -> None:
-        done, target, generation = False, 0, 0
-        segments: list[LogSegment] = []
-        try:
-            target, segments, generation, dir_dirty = self._flush_snapshot()
-            for seg in segments:
-                seg.fsync()
-            if dir_dirty:
-                fsync_dir(self._dir)
-            done = True
-        except OSError as e:
-            for seg in segments:
-                seg.dirty = True
-            raise KafkaStorageError(f"{self._tp}: fsync failed: {e}") from e
-        finally:
-            for seg in segments:
-                seg.release()
-            with self._flush_cond:
-                if done and generation == self._truncations:
-                    self._recovery_point = max(self._recovery_point, target)
-                    self._last_flush_ms = self._clock.time_ms()
-                self._flushing = False
-                self._flush_cond.notify_all()
-
-    def _flush_snapshot(self) -> tuple[int, list[LogSegment], int, bool]:
-        """Under the lock: the log end offset to flush up to and the segments to fsync."""
-        with self._lock:
-            segments = []
-            for seg in self._state.segments:
-                if seg.dirty:
-                    seg.acquire()
-                    seg.dirty = False
-                    seg.flush_indexes()
-                    segments.append(seg)
-            dir_dirty, self._dir_dirty = self._dir_dirty, False
-            return self._log_end_offset, segments, self._truncations, dir_dirty
+        """Return once every batch below ``offset`` is fsynced (group commit, see flusher.py);
+        the recovery point becomes at least ``offset``."""
+        self._flusher.flush_until(min(offset, self._log_end_offset))
 
     def flush(self) -> None:
-        """fsync everything written so far."""
-        self._flush_until(self._log_end_offset, force=True)
+        """fsync everything written so far, including the directory."""
+        self._flusher.flush_until(self._log_end_offset, force=True)
 
     def maybe_flush(self) -> None:
-        """For flush_ms > 0: flush when the last flush is at least flush_ms old."""
+        """For flush_ms > 0: flush when the last full flush is at least flush_ms old."""
         flush_ms = self._config.flush_ms
-        if not flush_ms or self._recovery_point >= self._log_end_offset:
+        if not flush_ms or self._flusher.recovery_point >= self._log_end_offset:
             return
-        if self._clock.time_ms() - self._last_flush_ms >= flush_ms:
+        if self._clock.time_ms() - self._flusher.last_flush_ms >= flush_ms:
             self.flush()
+
+    def flush_rolled_segments(self) -> bool:
+        """Kafka's flush after a roll, for the background flusher: fsync the sealed segments
+        (files and indexes) and move the recovery point up to the active segment's base offset.
+        The active segment is left alone. Returns whether a flush ran."""
+        base, pending = self._active.base_offset, self._rolled_unflushed
+        if not pending and self._flusher.recovery_point >= base:
+            return False
+        try:
+            self._flusher.flush_until(base, force=pending)
+        except KafkaStorageError:
+            self._rolled_unflushed = True
+            raise
+        return True
+
+    def _plan_flush(self, offset: int) -> FlushPlan:
+        """Under the lock: the dirty segments holding offsets below ``offset`` (all of them when
+        it is the log end offset), marked clean and acquired, and the recovery point earned."""
+        with self._lock:
+            state, leo = self._state, self._log_end_offset
+            n = len(state.segments) if offset >= leo else bisect_left(state.bases, offset)
+            target = state.bases[n] if n < len(state.bases) else leo
+            if n >= len(state.segments) - 1:
+                self._rolled_unflushed = False
+            segments = [seg for seg in state.segments[:n] if seg.dirty and _try_acquire(seg)]
+            for seg in segments:
+                seg.dirty = False
+                seg.flush_indexes()
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            return FlushPlan(target, segments, dir_dirty, self._flusher.generation,
+                             target == leo)
 
     # -- truncation ------------------------------------------------------------------------
 
@@ -522,9 +507,7 @@ class Log:
             active.rolling_base_ms = self._clock.time_ms()
         self._log_end_offset = leo
         self._high_watermark = min(max(self._high_watermark, lso), leo)
-        with self._flush_cond:
-            self._recovery_point = min(self._recovery_point, leo)
-            self._truncations += 1
+        self._flusher.truncated(leo)
         self._dir_dirty = True
         self._load_producer_state()
 
@@ -586,14 +569,14 @@ class Log:
         horizon = now_ms - self._config.min_compaction_lag_ms
         with self._lock:
             if self._closed:
-                return [], self._truncations
+                return [], self._flusher.generation
             chosen = []
             for seg in self._state.segments[:-1]:
                 if seg.max_timestamp > horizon:
                     break
                 seg.acquire()
                 chosen.append(seg)
-            return chosen, self._truncations
+            return chosen, self._flusher.generation
 
     def dirty_ratio(self) -> float:
         """Share of the sealed bytes at or after ``cleaned_until`` (not compacted yet)."""
@@ -608,7 +591,7 @@ class Log:
         renames the files) unless the log was truncated or ``old`` left meanwhile."""
         with self._lock:
             segments = self._state.segments
-            if self._closed or generation != self._truncations or old not in segments[:-1]:
+            if self._closed or generation != self._flusher.generation or old not in segments[:-1]:
                 return False
             commit(old, new)
             i = segments.index(old)
@@ -652,3 +635,12 @@ class Log:
                 seg.close()
         shutil.rmtree(self._dir, ignore_errors=True)
         logger.info("%s: deleted log directory %s", self._tp, self._dir)
+
+
+def _try_acquire(seg: LogSegment) -> bool:
+    """Acquire ``seg`` for a flush; False when it is already closed (nothing left to fsync)."""
+    try:
+        seg.acquire()
+    except SegmentClosedError:
+        return False
+    return True

@@ -3,8 +3,13 @@
 Owns: loading the ``<topic>-<partition>`` directories at startup (with the recovery-point and
 log-start-offset checkpoints and the clean-shutdown marker), placing new partitions in the log
 directory with the fewest, writing checkpoints, and the background threads (retention, cleaner,
-flush_ms scheduler, periodic checkpoint) that stop on ``shutdown``. Must not: know about
-replication, leadership or the network.
+flusher, periodic checkpoint) that stop on ``shutdown``. Must not: know about replication,
+leadership or the network.
+
+The flusher does, as Kafka does: every ``flush_check_interval_ms`` it fsyncs the segments
+rolled since the last pass (moving each log's recovery point to its active segment's base
+offset, so a crash re-validates only the active segment), and the whole log when its flush_ms
+has elapsed. The checkpoint thread and ``shutdown`` record the recovery points.
 """
 
 from __future__ import annotations
@@ -215,10 +220,15 @@ class LogManager:
                 logger.exception("%s: compaction failed", tp)
         return compacted
 
-    def run_flush_once(self) -> None:
-        """Flush the logs whose flush_ms has elapsed since their last flush."""
+    def run_flush_once(self) -> int:
+        """Flush every log whose flush_ms has elapsed since its last flush, then the segments
+        of every log rolled since its last flush. Returns how many logs flushed rolled
+        segments."""
+        flushed = 0
         for tp, log in self.all_logs().items():
             try:
                 log.maybe_flush()
+                flushed += log.flush_rolled_segments()
             except Exception:
-                logger.exception("%s: scheduled flush failed", tp)
+                logger.exception("%s: background flush failed", tp)
+        return flushed

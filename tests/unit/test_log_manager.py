@@ -1,18 +1,23 @@
 """LogManager: startup/shutdown with checkpoints and the clean-shutdown marker, placement across
-log directories, topic names with '-' and '.', retention and cleaner passes."""
+log directories, topic names with '-' and '.', retention and cleaner passes, and the background
+flush of rolled segments with the recovery point it earns across a crash."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from segment_helpers import (
     VALUE,
+    abandon,
     keyed,
     make_batch,
     records,
+    segment_files,
 )
 
+from logstore import errors
 from logstore.clock import FakeClock
 from logstore.config import TopicConfig
 from logstore.model import TopicPartition
@@ -77,6 +82,92 @@ def test_log_manager_runs_retention_and_cleaner(tmp_path: Path) -> None:
     assert len(records(manager.get_log(TopicPartition("kv", 0)))) == 1
     assert manager.run_cleaner_once() == 0
     manager.shutdown()
+
+
+# -- background flush of rolled segments -------------------------------------------------
+
+ROLLING = TopicConfig(segment_bytes=5_000)  # flush_ms unset: no forced fsync of the active one
+NEVER_MS = 10**9  # background intervals for tests that drive the passes themselves
+
+
+def _fsynced_names(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the name of every file or directory fsynced from now on (Linux /proc)."""
+    names: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        names.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return names
+
+
+def _rolled_log(manager: LogManager, tp: TopicPartition, batches: int = 10):  # noqa: ANN202
+    log = manager.get_or_create_log(tp, ROLLING, DEFAULT_SCHEMA)
+    for i in range(batches):
+        log.append_as_leader(keyed(i * 10, 10))
+    return log
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to name fds")
+def test_background_flush_syncs_rolled_segments_and_checkpoints_recovery_point(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: with flush_ms unset, one background flush pass fsyncs every rolled segment (file
+    and indexes) but not the active one, and moves the recovery point, and then its checkpoint,
+    to the active segment's base offset. Method: append across several rolls, record fsyncs
+    during run_flush_once, then checkpoint and read the file."""
+    manager = LogManager([tmp_path], FakeClock(), lambda topic: ROLLING)
+    tp = TopicPartition("t", 0)
+    log = _rolled_log(manager, tp)
+    bases = [info["base_offset"] for info in log.segments_info()]
+    assert len(bases) >= 4 and log.recovery_point == 0
+    synced = _fsynced_names(monkeypatch)
+
+    assert manager.run_flush_once() == 1
+    assert log.recovery_point == bases[-1] < log.log_end_offset
+    expected = {f"{base:020d}{suffix}" for base in bases[:-1]
+                for suffix in (fmt.SEGMENT_SUFFIX, fmt.INDEX_SUFFIX, fmt.TIME_INDEX_SUFFIX)}
+    assert set(synced) == expected | {"t-0"}
+    assert f"{bases[-1]:020d}{fmt.SEGMENT_SUFFIX}" not in synced
+    synced.clear()
+    assert manager.run_flush_once() == 0 and synced == []  # nothing rolled since
+    manager.checkpoint()
+    assert fmt.read_checkpoint(tmp_path / fmt.RECOVERY_POINT_CHECKPOINT) == {tp: bases[-1]}
+
+
+def test_unclean_restart_trusts_segments_below_checkpointed_recovery_point(
+        tmp_path: Path) -> None:
+    """Goal: after a crash, only data from the checkpointed recovery point on is re-validated:
+    a byte flipped in a sealed segment the background flush fsynced is not truncated at open,
+    and reading it raises CorruptRecordError naming the file and offset, while the unflushed
+    active segment is recovered intact. Method: roll, run_flush_once, checkpoint, append more,
+    abandon the logs (as kill -9 does), flip a byte in the first segment, start a new manager."""
+    clock, tp = FakeClock(), TopicPartition("t", 0)
+    manager = LogManager([tmp_path], clock, lambda topic: ROLLING)
+    log = _rolled_log(manager, tp)
+    manager.run_flush_once()
+    manager.checkpoint()
+    log.append_as_leader(keyed(100, 10))
+    first, leo = log.segments_info()[0], log.log_end_offset
+    abandon(log)
+    path = segment_files(log)[0]
+    data = bytearray(path.read_bytes())
+    data[len(data) - 10] ^= 0xFF  # inside the body of the segment's last batch
+    path.write_bytes(bytes(data))
+
+    again = LogManager([tmp_path], clock, lambda topic: ROLLING,
+                       retention_check_interval_ms=NEVER_MS, cleaner_interval_ms=NEVER_MS,
+                       flush_check_interval_ms=NEVER_MS, checkpoint_interval_ms=NEVER_MS)
+    again.startup()
+    reopened = again.get_log(tp)
+    assert reopened.log_end_offset == leo and path.stat().st_size == len(data)
+    last_batch = first["next_offset"] - 10
+    with pytest.raises(errors.CorruptRecordError) as e:
+        reopened.read(last_batch, 1 << 20)
+    assert str(path) in str(e.value) and f"offset {last_batch}" in str(e.value)
+    assert [r[0] for r in records(reopened, 100)] == list(range(100, 110))
+    again.shutdown()
 
 
 def test_checkpoint_files_round_trip_and_partition_dir_names(tmp_path: Path) -> None:

@@ -406,6 +406,31 @@ def test_maybe_flush_follows_flush_ms(tmp_path: Path) -> None:
     assert log.recovery_point == 5
 
 
+def test_flush_rolled_segments_syncs_a_segment_rolled_at_the_recovery_point(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: the first roll after a reopen happens at the recovery point, yet the sealed
+    segment's rewritten indexes are still fsynced by the next flush_rolled_segments; after that
+    there is nothing to do. Method: close, reopen cleanly, roll, count os.fsync calls."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock)
+    log.append_as_leader(keyed(0, 10))
+    log.close()
+    log = reopen(log, clock, clean=True)
+    log.roll()
+    assert log.recovery_point == 10 == log.segments_info()[-1]["base_offset"]
+    calls, real_fsync = [0], os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        calls[0] += 1
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    assert log.flush_rolled_segments()
+    assert calls[0] >= 3  # segment file, offset index, time index (and the directory)
+    assert not log.flush_rolled_segments()
+    log.append_as_leader(keyed(10, 10))
+    assert not log.flush_rolled_segments() and log.recovery_point == 10  # active left alone
+
 def test_reads_and_appends_do_not_wait_for_a_running_fsync(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Goal: an fsync in progress blocks neither reads nor appends (only callers waiting for
