@@ -14,6 +14,7 @@ interruptible wait), and a signal handler starts a separate thread that calls ``
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SERVE_EXIT_GRACE_S = 2.0
 
 
 class Runnable(Protocol):
@@ -62,6 +64,7 @@ class _Stopper:
         self._broker = broker
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self.requested = threading.Event()
         self.failed = False
 
     def request(self, reason: str) -> None:
@@ -72,6 +75,7 @@ class _Stopper:
             log.info("stopping on %s", reason)
             self._thread = threading.Thread(target=self._stop, name="broker-stop", daemon=True)
             self._thread.start()
+            self.requested.set()
 
     def _stop(self) -> None:
         try:
@@ -126,14 +130,23 @@ def run_broker(config: BrokerConfig, make_broker: Callable[[BrokerConfig], Runna
         serving.start()
         print(f"logstore broker {config.broker_id} listening on {config.host}:{broker.port}",
               file=out or sys.stdout, flush=True)
-        serving.join()  # interruptible: signal handlers run while the main thread waits here
-        stopper.join()
+        stopper.requested.wait()  # interruptible: signal handlers run while we wait here
+        stopper.join()  # the broker has stopped: storage is flushed and closed
+        serving.join(SERVE_EXIT_GRACE_S)
     finally:
         _restore_handlers(previous)
-    if stopper.failed:
-        return 1
-    log.info("broker %d stopped cleanly", config.broker_id)
-    return 0
+    code = 1 if stopper.failed else 0
+    if code == 0:
+        log.info("broker %d stopped cleanly", config.broker_id)
+    if serving.is_alive():
+        # A client still holds a stream open, so the Flight server never finishes its shutdown
+        # and its threads would block interpreter exit. Storage is already closed cleanly.
+        log.warning("broker %d: open client streams did not finish; exiting anyway",
+                    config.broker_id)
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(code)
+    return code
 
 
 def _start(broker: Runnable, config: BrokerConfig) -> bool:

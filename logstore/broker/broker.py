@@ -24,6 +24,7 @@ from logstore.segments.log_manager import LogManager
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
+STOP_GRACE_S = 5.0
 
 
 class ProducerIdAllocator:
@@ -85,12 +86,29 @@ class Broker:
         assert self.server is not None
         self.server.serve()
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = STOP_GRACE_S) -> bool:
+        """Stop serving, then flush and close storage. Requests get ``grace_s`` to finish; a
+        client holding an idle produce stream open would otherwise keep the Flight server's
+        shutdown waiting forever, so after the grace period storage is closed regardless (a
+        late append then fails with a retriable storage error). True if every request ended."""
         log.info("broker %d stopping", self.config.broker_id)
+        finished = True
         if self.server is not None:
-            self.server.shutdown()
+            done = threading.Event()
+            server = self.server
+
+            def shutdown() -> None:
+                server.shutdown()
+                done.set()
+
+            threading.Thread(target=shutdown, name="flight-shutdown", daemon=True).start()
+            finished = done.wait(grace_s)
+            if not finished:
+                log.warning("broker %d: requests still open after %.1f s; closing storage",
+                            self.config.broker_id, grace_s)
         self.log_manager.shutdown()
         self.store.close()
+        return finished
 
     def _topic_config(self, topic: str) -> TopicConfig:
         record = self.store.topics().get(topic)

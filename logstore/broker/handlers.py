@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -33,12 +34,42 @@ from logstore.records import (
     encode_schema,
     topic_schema,
 )
-from logstore.wire import error_fields, field
+from logstore.replication.partition import PendingAppend
+from logstore.wire import error_fields, field, int_field, str_list
 
 log = logging.getLogger(__name__)
 
 MAX_WAIT_LIMIT_MS = 60_000
-PRODUCER_ID_BLOCK = 1000
+
+
+INT16_MAX = 2**15 - 1
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class PendingProduce:
+    """A produced batch that is appended (or failed); ``ack`` waits for its acknowledgement."""
+
+    partition: int
+    pending: PendingAppend | None
+    error: ApiError | None
+
+    def ack(self, timeout_ms: int) -> dict[str, Any]:
+        error = self.error
+        if error is None and self.pending is not None:
+            try:
+                info = self.pending.wait(timeout_ms)
+                return {"partition": self.partition, **error_fields(None),
+                        "base_offset": info.first_offset, "log_append_time": info.log_append_time,
+                        "log_start_offset": info.log_start_offset}
+            except ApiError as e:
+                error = e
+            except Exception as e:  # boundary: the ack path must answer, never die
+                log.exception("partition %d: waiting for an acknowledgement failed",
+                              self.partition)
+                error = UnknownServerError(f"{type(e).__name__}: {e}")
+        return {"partition": self.partition, **error_fields(error), "base_offset": -1}
 
 
 class ProducerIdSource(Protocol):
@@ -69,7 +100,7 @@ class RequestHandlers:
     # -- control -----------------------------------------------------------------------------
 
     def metadata(self, req: dict[str, Any]) -> dict[str, Any]:
-        names = field(req, "topics", list, "metadata", default=None)
+        names = str_list(req, "topics", "metadata", default=None)
         topics = self._store.topics()
         wanted = sorted(topics) if names is None else names
         return {
@@ -109,7 +140,7 @@ class RequestHandlers:
             num_partitions=field(t, "num_partitions", int, what),
             replication_factor=field(t, "replication_factor", int, what, default=1),
             config=field(t, "config", dict, what, default={}),
-            value_schema=decode_schema(field(t, "value_schema", str, what, default=None))))
+            value_schema=_value_schema(field(t, "value_schema", str, what, default=None), what)))
 
     def delete_topics(self, req: dict[str, Any]) -> dict[str, Any]:
         names = field(req, "topics", list, "delete_topics")
@@ -132,7 +163,7 @@ class RequestHandlers:
 
     def describe_configs(self, req: dict[str, Any]) -> dict[str, Any]:
         out = []
-        for name in field(req, "topics", list, "describe_configs"):
+        for name in str_list(req, "topics", "describe_configs") or []:
             entry: dict[str, Any] = {"name": name}
             try:
                 cfg = self._controller.topic_config(name)
@@ -184,24 +215,24 @@ class RequestHandlers:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         return topic_schema(record.value_schema)
 
-    def produce(self, topic: str, batch: pa.RecordBatch, meta: dict[str, Any], acks: int,
-                timeout_ms: int) -> dict[str, Any]:
-        """Append one producer batch; returns the per-batch acknowledgement fields."""
+    def produce(self, topic: str, batch: pa.RecordBatch, meta: dict[str, Any], acks: int
+                ) -> PendingProduce:
+        """Append one producer batch now; the result's ``ack(timeout_ms)`` waits for the
+        acknowledgement and gives the per-batch response fields."""
         what = f"produce to {topic!r}"
-        partition = field(meta, "partition", int, what)
+        partition = int_field(meta, "partition", what, 0, INT32_MAX)
         tp = TopicPartition(topic, partition)
         try:
+            producer_id = int_field(meta, "producer_id", what, -1, INT64_MAX, default=-1)
+            producer_epoch = int_field(meta, "producer_epoch", what, -1, INT16_MAX, default=-1)
+            base_sequence = int_field(meta, "base_sequence", what, -1, INT32_MAX, default=-1)
             batch = conform_batch(batch, self.topic_schema(topic), f"topic-partition {tp}")
-            info = self._replicas.append_records(
-                tp, batch, acks, timeout_ms,
-                producer_id=field(meta, "producer_id", int, what, default=-1),
-                producer_epoch=field(meta, "producer_epoch", int, what, default=-1),
-                base_sequence=field(meta, "base_sequence", int, what, default=-1))
+            pending = self._replicas.append_records(
+                tp, batch, acks, producer_id=producer_id, producer_epoch=producer_epoch,
+                base_sequence=base_sequence)
         except ApiError as e:
-            return {"partition": partition, **error_fields(e), "base_offset": -1}
-        return {"partition": partition, **error_fields(None), "base_offset": info.first_offset,
-                "log_append_time": info.log_append_time,
-                "log_start_offset": info.log_start_offset}
+            return PendingProduce(partition, None, e)
+        return PendingProduce(partition, pending, None)
 
     # -- fetch -------------------------------------------------------------------------------
 
@@ -256,6 +287,13 @@ class RequestHandlers:
             log.exception("request failed")
             return error_fields(UnknownServerError(f"{type(e).__name__}: {e}"))
         return error_fields(None)
+
+
+def _value_schema(text: str | None, what: str) -> pa.Schema | None:
+    try:
+        return decode_schema(text)
+    except ApiError as e:
+        raise InvalidRequestError(f"{what}: {e.message}") from None
 
 
 def topic_config_for(default: TopicConfig, record: TopicRecord | None) -> TopicConfig:

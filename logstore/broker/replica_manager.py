@@ -25,8 +25,7 @@ from logstore.errors import (
 )
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.records import StoredBatch
-from logstore.replication.partition import Partition
-from logstore.segments.log import AppendInfo
+from logstore.replication.partition import Partition, PendingAppend
 from logstore.segments.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -114,13 +113,14 @@ class ReplicaManager:
     # -- produce -----------------------------------------------------------------------------
 
     def append_records(self, tp: TopicPartition, batch: pa.RecordBatch, required_acks: int,
-                       timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1,
-                       base_sequence: int = -1, flags: int = 0) -> AppendInfo:
+                       producer_id: int = -1, producer_epoch: int = -1,
+                       base_sequence: int = -1, flags: int = 0) -> PendingAppend:
+        """Append now; ``wait(timeout_ms)`` on the result gives the acknowledgement."""
         if required_acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {required_acks}")
         return self.partition(tp).append_records_to_leader(
-            batch, required_acks, timeout_ms, producer_id=producer_id,
-            producer_epoch=producer_epoch, base_sequence=base_sequence, flags=flags)
+            batch, required_acks, producer_id=producer_id, producer_epoch=producer_epoch,
+            base_sequence=base_sequence, flags=flags)
 
     # -- fetch -------------------------------------------------------------------------------
 

@@ -29,6 +29,19 @@ from logstore.segments.log import AppendInfo, Log
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class PendingAppend:
+    """An append that is on disk (maybe not yet fsynced or replicated)."""
+
+    partition: Partition
+    info: AppendInfo
+    required_acks: int
+
+    def wait(self, timeout_ms: int) -> AppendInfo:
+        self.partition.complete_append(self.info, self.required_acks, timeout_ms)
+        return self.info
+
+
 @dataclass
 class FollowerState:
     log_end_offset: int = 0
@@ -73,8 +86,11 @@ class Partition:
             self._lock.notify_all()
 
     def append_records_to_leader(self, batch: pa.RecordBatch, required_acks: int,
-                                 timeout_ms: int, **producer: int) -> AppendInfo:
-        """Append as leader and wait for the acknowledgement that ``required_acks`` asks for."""
+                                 **producer: int) -> PendingAppend:
+        """Append as leader now; the returned PendingAppend waits for the acknowledgement that
+        ``required_acks`` asks for (durability with flush_ms=0, the ISR for acks=all), so a
+        caller can append the next batch while earlier ones wait: group commit then covers
+        every batch appended during one fsync, even from a single producer."""
         with self._lock:
             self._require_leader()
             if required_acks == -1 and len(self.isr) < self.log.config.min_insync_replicas:
@@ -83,13 +99,18 @@ class Partition:
                     f"{self.log.config.min_insync_replicas}")
             epoch = self.leader_epoch
         info = self.log.append_as_leader(batch, leader_epoch=epoch, **producer)
-        if required_acks != 0 and self.log.config.flush_ms == 0:
-            self.log.flush_until(info.last_offset + 1)
         with self._lock:
             self._maybe_advance_high_watermark()
+        return PendingAppend(self, info, required_acks)
+
+    def complete_append(self, info: AppendInfo, required_acks: int, timeout_ms: int) -> None:
+        """Block until an append is acknowledged as ``required_acks`` asks."""
+        if required_acks == 0:
+            return
+        if self.log.config.flush_ms == 0:
+            self.log.flush_until(info.last_offset + 1)
         if required_acks == -1:
             self._wait_for_high_watermark(info.last_offset + 1, timeout_ms)
-        return info
 
     def _wait_for_high_watermark(self, offset: int, timeout_ms: int) -> None:
         deadline = self._clock.monotonic_ms() + timeout_ms

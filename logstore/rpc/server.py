@@ -8,13 +8,15 @@ UNKNOWN_SERVER_ERROR, and the server keeps serving.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from logstore.broker.handlers import RequestHandlers
+from logstore.broker.handlers import PendingProduce, RequestHandlers
 from logstore.errors import ApiError, InvalidRequestError, UnknownServerError
 from logstore.rpc.codec import (
     dumps,
@@ -61,20 +63,30 @@ class FlightBrokerServer(flight.FlightServerBase):
             topic = field(req, "topic", str, "produce")
             acks = field(req, "acks", int, "produce", default=1)
             timeout_ms = field(req, "timeout_ms", int, "produce", default=30_000)
+        except Exception as e:
+            raise self._flight_error(e, "produce") from None
+        # Batches are appended in arrival order here; a separate thread waits for each one's
+        # acknowledgement and answers in the same order, so the next batch is appended while
+        # earlier ones wait for an fsync or for replicas.
+        acker = _AckWriter(writer, timeout_ms) if acks != 0 else None
+        try:
             while True:
                 try:
                     chunk = reader.read_chunk()
                 except StopIteration:
                     return
-                ack = self._produce_one(topic, chunk, acks, timeout_ms)
-                if acks != 0:
-                    writer.write(pa.py_buffer(dumps(ack)))
+                seq, pending = self._produce_one(topic, chunk, acks)
+                if acker is not None:
+                    acker.put(seq, pending)
         except Exception as e:
             raise self._flight_error(e, "produce") from None
+        finally:
+            if acker is not None:
+                acker.close()
 
-    def _produce_one(self, topic: str, chunk: flight.FlightStreamChunk, acks: int,
-                     timeout_ms: int) -> dict[str, Any]:
-        seq = -1
+    def _produce_one(self, topic: str, chunk: flight.FlightStreamChunk, acks: int
+                     ) -> tuple[Any, PendingProduce]:
+        seq: Any = -1
         try:
             if chunk.app_metadata is None:
                 raise InvalidRequestError(f"produce to {topic!r}: batch carries no metadata")
@@ -82,10 +94,12 @@ class FlightBrokerServer(flight.FlightServerBase):
             seq = meta.get("seq", -1)
             if chunk.data is None:
                 raise InvalidRequestError(f"produce to {topic!r}: metadata without a batch")
-            return {"seq": seq, **self._handlers.produce(topic, chunk.data, meta, acks,
-                                                          timeout_ms)}
+            return seq, self._handlers.produce(topic, chunk.data, meta, acks)
         except ApiError as e:
-            return {"seq": seq, "partition": -1, **error_fields(e), "base_offset": -1}
+            return seq, PendingProduce(-1, None, e)
+        except Exception as e:  # one bad batch must not end the stream for the ones after it
+            log.exception("produce to %r: batch failed", topic)
+            return seq, PendingProduce(-1, None, UnknownServerError(f"{type(e).__name__}: {e}"))
 
     # -- fetch -------------------------------------------------------------------------------
 
@@ -122,3 +136,34 @@ class FlightBrokerServer(flight.FlightServerBase):
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema],
                                       schema=schema)
+
+
+class _AckWriter:
+    """Writes the acknowledgements of one produce stream, in order, from its own thread."""
+
+    def __init__(self, writer: flight.FlightMetadataWriter, timeout_ms: int) -> None:
+        self._writer = writer
+        self._timeout_ms = timeout_ms
+        self._queue: queue.Queue[tuple[Any, PendingProduce] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="produce-acks", daemon=True)
+        self._thread.start()
+
+    def put(self, seq: Any, pending: PendingProduce) -> None:
+        self._queue.put((seq, pending))
+
+    def close(self) -> None:
+        """Write the acknowledgements still owed, then stop."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        broken = False
+        while (item := self._queue.get()) is not None:
+            seq, pending = item
+            ack = {"seq": seq, **pending.ack(self._timeout_ms)}
+            if broken:
+                continue
+            try:
+                self._writer.write(pa.py_buffer(dumps(ack)))
+            except (flight.FlightError, pa.ArrowException, OSError):
+                broken = True  # the client went away; its batches are appended all the same
