@@ -10,6 +10,7 @@ and ``partition`` columns appended, without touching records one at a time. Cons
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -65,6 +66,7 @@ class Consumer:
         self._buffer: dict[TopicPartition, deque[tuple[pa.RecordBatch, np.ndarray]]] = {}
         self._inflight: dict[_Group, tuple[dict[TopicPartition, int], Future]] = {}
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="logstore-fetch")
+        self._wakeup = threading.Event()
         self._closed = False
 
     # -- assignment and positions ------------------------------------------------------------
@@ -109,6 +111,10 @@ class Consumer:
         tps = list(partitions) or self._assignment
         for tp, offset in self.end_offsets(tps).items():
             self._set_position(self._assigned(tp), offset)
+
+    def wakeup(self) -> None:
+        """Make a poll() blocked in another thread return early (with what it has)."""
+        self._wakeup.set()
 
     def pause(self, *partitions: TopicPartition) -> None:
         self._paused |= {self._assigned(tp) for tp in partitions}
@@ -185,14 +191,16 @@ class Consumer:
     def _poll(self, timeout_ms: int, limit: int) -> dict[TopicPartition, pa.Table]:
         self._check_open()
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        fetched = False
         while True:
             out = self._drain_buffer(limit)
             if out:
                 return out
             remaining = deadline - time.monotonic()
+            if remaining <= 0 and fetched:
+                return {}  # what is still buffered belongs to paused partitions
             self._fetch_once(max(remaining, 0.0))
-            if time.monotonic() >= deadline and not any(self._buffer.values()):
-                return {}
+            fetched = True
 
     def _drain_buffer(self, limit: int) -> dict[TopicPartition, pa.Table]:
         out: dict[TopicPartition, pa.Table] = {}
@@ -243,6 +251,10 @@ class Consumer:
         straight away so the network works while the caller decodes."""
         self._send_fetches(int(min(timeout_s * 1000, self._max_wait_ms)))
         if not self._inflight:
+            # Nothing to fetch (all paused or buffered): block like Kafka's poll, but wake
+            # on wakeup() from another thread.
+            if self._wakeup.wait(timeout_s):
+                self._wakeup.clear()
             return
         done, _ = wait([f for _, f in self._inflight.values()], timeout=timeout_s,
                        return_when=FIRST_COMPLETED)

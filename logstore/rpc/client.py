@@ -24,6 +24,7 @@ from logstore.rpc.codec import (
     SUMMARY_TAG,
     decode_batch_metadata,
     dumps,
+    error_from_fields,
     from_flight_error,
 )
 
@@ -148,6 +149,9 @@ class BrokerConnection:
         elif tag == SUMMARY_TAG:
             summary = orjson.loads(meta[1:])
             response.partitions = {p["partition"]: p for p in summary["partitions"]}
+            broken = error_from_fields(summary.get("stream_error") or {})
+            if broken is not None:  # the broker could not send everything it read
+                raise broken
 
     def close(self) -> None:
         with contextlib.suppress(flight.FlightError, OSError):

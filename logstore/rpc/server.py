@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from logstore.broker.handlers import PendingProduce, RequestHandlers
-from logstore.errors import ApiError, InvalidRequestError, UnknownServerError
+from logstore.errors import ApiError, CorruptRecordError, InvalidRequestError, UnknownServerError
 from logstore.rpc.codec import (
     dumps,
     encode_batch_metadata,
@@ -116,9 +116,12 @@ class FlightBrokerServer(flight.FlightServerBase):
         try:
             for partition, stored, batch in self._handlers.iter_fetch_batches(schema, results):
                 yield batch, pa.py_buffer(encode_batch_metadata(partition, stored))
-        except Exception as e:  # a corrupt batch found while decoding ends that partition
+        except Exception as e:  # the client is told, so a partial stream never looks whole
             log.exception("fetch stream failed")
-            summary["stream_error"] = error_fields(UnknownServerError(str(e)))
+            error = e if isinstance(e, ApiError) else CorruptRecordError(
+                f"a stored batch could not be decoded: {e}") if isinstance(
+                e, pa.ArrowInvalid) else UnknownServerError(f"{type(e).__name__}: {e}")
+            summary["stream_error"] = error_fields(error)
         yield _empty(schema), pa.py_buffer(encode_summary(summary))
 
     # -- helpers -----------------------------------------------------------------------------
