@@ -1,22 +1,24 @@
 """Group-commit fsync of one partition's log and the recovery point it earns.
 
 Owns: the recovery point (every batch below it is fsynced), the truncation generation, and group
-commit: one thread fsyncs for everybody waiting, outside the log's lock. The log plans each flush
-under its lock (which segments, up to which offset: ``FlushPlan``). Must not: decide when to
-flush (flush_ms, the log manager's background flusher and acks do) or change the segment list.
+commit: one thread fsyncs for everybody waiting, outside the log's lock; and the rules of a flush
+plan (``flush_range``, ``take_dirty``), which the log applies under its lock. Must not: decide
+when to flush (flush_ms, the log manager's background flusher and acks do) or change the
+segment list.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from logstore.clock import Clock
 from logstore.errors import KafkaStorageError
 from logstore.segments.format import fsync_dir
-from logstore.segments.segment import LogSegment
+from logstore.segments.segment import LogSegment, SegmentClosedError
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,31 @@ class FlushPlan:
     dir_dirty: bool
     generation: int
     to_end: bool
+
+
+def flush_range(bases: Sequence[int], offset: int, log_end_offset: int) -> tuple[int, int]:
+    """How many of the segments based at ``bases`` hold offsets below ``offset`` (all of them
+    when it is the log end offset), and the recovery point that fsyncing them earns: the next
+    segment's base offset, or the log end offset."""
+    n = len(bases) if offset >= log_end_offset else bisect_left(bases, offset)
+    return n, bases[n] if n < len(bases) else log_end_offset
+
+
+def take_dirty(segments: Sequence[LogSegment]) -> list[LogSegment]:
+    """The dirty ones of ``segments``, marked clean, acquired, their index entries handed to
+    the operating system (under the log's lock). A closed segment has nothing left to fsync."""
+    taken = []
+    for seg in segments:
+        if not seg.dirty:
+            continue
+        try:
+            seg.acquire()
+        except SegmentClosedError:
+            continue
+        seg.dirty = False
+        seg.flush_indexes()
+        taken.append(seg)
+    return taken
 
 
 class LogFlusher:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,11 +55,13 @@ from logstore.segments.batches import (
     validate_batch,
     write_options,
 )
-from logstore.segments.flusher import FlushPlan, LogFlusher
-from logstore.segments.format import MAX_POSITION, MAX_RELATIVE_OFFSET, fsync_dir
+from logstore.segments.flusher import FlushPlan, LogFlusher, flush_range, take_dirty
+from logstore.segments.format import fsync_dir
 from logstore.segments.producer_state import BatchMetadata, ProducerStateManager
 from logstore.segments.reads import read_segments, scan_headers, search_time
+from logstore.segments.results import AppendInfo, FetchData
 from logstore.segments.retention import deletable_segments
+from logstore.segments.rolling import roll_reason
 from logstore.segments.segment import Bytes, LogSegment, SegmentClosedError
 
 if TYPE_CHECKING:
@@ -69,33 +71,6 @@ logger = logging.getLogger(__name__)
 
 _READ_ATTEMPTS = 8
 CALLER_FLAGS = FLAG_TRANSACTIONAL | FLAG_CONTROL  # the log sets the others itself
-
-
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
-    """What an append did. ``log_append_time`` is -1 unless the topic uses LogAppendTime."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    log_append_time: int
-    batch_size: int
-    log_start_offset: int
-    duplicate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FetchData:
-    """Whole CRC-checked batches in offset order, and the log's offsets when they were read."""
-
-    batches: list[StoredBatch]
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(b.header.batch_size for b in self.batches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,26 +295,11 @@ class Log:
 
     def _maybe_roll(self, size: int, header: BatchHeader, now: int) -> LogSegment:
         segment = self._active
-        reason = self._roll_reason(segment, size, header, now)
+        reason = roll_reason(segment, self._config, size, header, now)
         if reason is None:
             return segment
         logger.debug("%s: rolling segment %s: %s", self._tp, segment.path.name, reason)
         return self._roll_locked()
-
-    def _roll_reason(self, seg: LogSegment, size: int, header: BatchHeader,
-                     now: int) -> str | None:
-        config = self._config
-        if header.last_offset - seg.base_offset > MAX_RELATIVE_OFFSET:
-            return "relative offsets would overflow int32"
-        if seg.is_empty:
-            return None
-        if seg.size + size > min(config.segment_bytes, MAX_POSITION):
-            return f"size {seg.size} + {size} > segment_bytes {config.segment_bytes}"
-        if seg.rolling_base_ms is not None and now - seg.rolling_base_ms >= config.segment_ms:
-            return f"age {now - seg.rolling_base_ms} ms >= segment_ms {config.segment_ms}"
-        if seg.offset_index.is_full or seg.time_index.is_full:
-            return "index full"
-        return None
 
     def roll(self) -> None:
         """Seal the active segment and start a new one at the log end offset."""
@@ -456,14 +416,10 @@ class Log:
         it is the log end offset), marked clean and acquired, and the recovery point earned."""
         with self._lock:
             state, leo = self._state, self._log_end_offset
-            n = len(state.segments) if offset >= leo else bisect_left(state.bases, offset)
-            target = state.bases[n] if n < len(state.bases) else leo
+            n, target = flush_range(state.bases, offset, leo)
             if n >= len(state.segments) - 1:
                 self._rolled_unflushed = False
-            segments = [seg for seg in state.segments[:n] if seg.dirty and _try_acquire(seg)]
-            for seg in segments:
-                seg.dirty = False
-                seg.flush_indexes()
+            segments = take_dirty(state.segments[:n])
             dir_dirty, self._dir_dirty = self._dir_dirty, False
             return FlushPlan(target, segments, dir_dirty, self._flusher.generation,
                              target == leo)
@@ -636,11 +592,3 @@ class Log:
         shutil.rmtree(self._dir, ignore_errors=True)
         logger.info("%s: deleted log directory %s", self._tp, self._dir)
 
-
-def _try_acquire(seg: LogSegment) -> bool:
-    """Acquire ``seg`` for a flush; False when it is already closed (nothing left to fsync)."""
-    try:
-        seg.acquire()
-    except SegmentClosedError:
-        return False
-    return True

@@ -27,6 +27,7 @@ from logstore.clock import FakeClock
 from logstore.config import TopicConfig
 from logstore.records import DEFAULT_SCHEMA, TIMESTAMP_TYPE, topic_schema
 from logstore.segments import format as fmt
+from logstore.segments.flusher import flush_range
 from logstore.segments.log import Log
 
 # -- append and read ---------------------------------------------------------------------
@@ -405,6 +406,15 @@ def test_maybe_flush_follows_flush_ms(tmp_path: Path) -> None:
     log.maybe_flush()
     assert log.recovery_point == 5
 
+
+@pytest.mark.parametrize(("offset", "expected"), [
+    (0, (0, 0)), (10, (1, 10)), (15, (2, 30)), (30, (2, 30)), (31, (3, 42)), (42, (3, 42))])
+def test_flush_range_covers_whole_segments_below_the_offset(offset: int,
+                                                            expected: tuple[int, int]) -> None:
+    """Goal: a flush up to an offset fsyncs the segments holding offsets below it and earns the
+    next segment boundary (the log end offset once the active segment is in). Method: segments
+    based at 0, 10, 30 with the log end at 42."""
+    assert flush_range((0, 10, 30), offset, 42) == expected
 
 def test_flush_rolled_segments_syncs_a_segment_rolled_at_the_recovery_point(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
