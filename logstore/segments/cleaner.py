@@ -45,7 +45,7 @@ from logstore.records import (
 from logstore.segments.batches import write_options
 from logstore.segments.format import CLEANED_SUFFIX, SWAP_SUFFIX, fsync_dir
 from logstore.segments.producer_state import SEQUENCE_MODULUS
-from logstore.segments.segment import LogSegment
+from logstore.segments.segment import Bytes, LogSegment
 
 if TYPE_CHECKING:
     from logstore.segments.log import Log
@@ -163,7 +163,7 @@ def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray,
 
 
 def clean_batch(log: Log, batch: StoredBatch, latest: np.ndarray,
-                horizon: int) -> tuple[BatchHeader | None, pa.Buffer | bytearray | None, int]:
+                horizon: int) -> tuple[BatchHeader | None, Bytes | None, int]:
     """(header, bytes, tombstones dropped) of the cleaned batch; header and bytes are None
     when no record is left."""
     if batch.header.is_control:
@@ -200,7 +200,7 @@ def _tombstones(records: pa.RecordBatch, schema: pa.Schema) -> np.ndarray:
 
 
 def _rewrite(log: Log, batch: StoredBatch, records: pa.RecordBatch,
-             offsets: np.ndarray) -> tuple[BatchHeader, bytearray]:
+             offsets: np.ndarray) -> tuple[BatchHeader, Bytes]:
     """Encode the kept ``records`` with their original ``offsets``."""
     old = batch.header
     base = int(offsets[0])
