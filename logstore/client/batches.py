@@ -24,7 +24,7 @@ class RecordChunk:
     """Records sent one at a time to one topic, waiting to be turned into Arrow batches."""
 
     __slots__ = ("topic", "rows", "limit", "created", "done", "partitions", "offsets",
-                 "timestamps", "error", "_pending", "_lock")
+                 "timestamps", "error", "errors", "error_index", "_pending", "_lock")
 
     def __init__(self, topic: str, limit: int = 1000) -> None:
         self.topic = topic
@@ -35,7 +35,9 @@ class RecordChunk:
         self.partitions: np.ndarray | None = None
         self.offsets: np.ndarray | None = None
         self.timestamps: np.ndarray | None = None
-        self.error: ApiError | None = None
+        self.error: ApiError | None = None  # the whole chunk failed before it was split
+        self.errors: list[ApiError] = []  # failures of single pieces ...
+        self.error_index: np.ndarray | None = None  # ... and which rows each one hit
         self._pending = 0
         self._lock = threading.Lock()
 
@@ -44,11 +46,14 @@ class RecordChunk:
         self.partitions = partitions
         self.timestamps = timestamps
         self.offsets = np.full(len(partitions), -1, dtype=np.int64)
+        self.error_index = np.full(len(partitions), -1, dtype=np.int32)
 
     def batch_done(self, rows: np.ndarray, base_offset: int, error: ApiError | None) -> None:
+        """One piece (one partition's rows) is acknowledged or failed; only its rows see it."""
         with self._lock:
-            if error is not None:
-                self.error = self.error or error
+            if error is not None and self.error_index is not None:
+                self.error_index[rows] = len(self.errors)
+                self.errors.append(error)
             elif base_offset >= 0 and self.offsets is not None:
                 self.offsets[rows] = base_offset + np.arange(len(rows))
             self._pending -= 1
@@ -79,6 +84,8 @@ class FutureRecordMetadata:
                                        f"acknowledged within {timeout} s")
         if chunk.error is not None:
             raise chunk.error
+        if chunk.error_index is not None and chunk.error_index[self._index] >= 0:
+            raise chunk.errors[chunk.error_index[self._index]]
         assert chunk.partitions is not None and chunk.offsets is not None
         assert chunk.timestamps is not None
         i = self._index
@@ -158,6 +165,7 @@ class ProducerBatch:
     base_sequence: int = -1
     attempts: int = 0
     not_before: float = 0.0
+    sent_at: float = 0.0
     nbytes: int = field(default=0)
 
     def __post_init__(self) -> None:

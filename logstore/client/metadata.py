@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,13 +65,15 @@ def parse_bootstrap(servers: str | list[str]) -> list[str]:
 
 class ClusterMetadata:
     def __init__(self, bootstrap_servers: str | list[str], request_timeout_ms: int = 30_000,
-                 compression: str | None = None) -> None:
+                 compression: str | None = None, metadata_max_age_ms: int = 300_000) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self._timeout_s = request_timeout_ms / 1000.0
         self._compression = compression
         self._lock = threading.RLock()
         self._brokers: dict[int, str] = {}
         self._topics: dict[str, TopicInfo] = {}
+        self._refreshed_at: dict[str, float] = {}
+        self._max_age_s = metadata_max_age_ms / 1000.0
         self._connections: dict[str, BrokerConnection] = {}
         self.controller_id: int | None = None
 
@@ -118,14 +121,19 @@ class ClusterMetadata:
             self.controller_id = response.get("controller_id")
             if topics is None:
                 self._topics = {}
+            now = time.monotonic()
             for t in response["topics"]:
                 if error_from_fields(t) is None:
                     self._topics[t["name"]] = _topic_info(t)
+                    self._refreshed_at[t["name"]] = now
                 else:
                     self._topics.pop(t["name"], None)
 
     def topic(self, name: str, refresh: bool = False) -> TopicInfo:
-        if refresh or name not in self._topics:
+        """A topic's metadata, refreshed when asked, unknown or older than
+        metadata_max_age_ms (so added partitions are found, as in Kafka)."""
+        stale = time.monotonic() - self._refreshed_at.get(name, 0.0) > self._max_age_s
+        if refresh or stale or name not in self._topics:
             self.refresh([name])
         info = self._topics.get(name)
         if info is None:

@@ -27,7 +27,7 @@ from logstore.client.batches import (
 from logstore.client.metadata import ClusterMetadata, TopicInfo
 from logstore.client.partitioner import StickyPartitioner, assign_partitions
 from logstore.client.sender import Sender
-from logstore.errors import InvalidRecordError, MessageTooLargeError
+from logstore.errors import InvalidRecordError, MessageTooLargeError, RequestTimedOutError
 from logstore.records import HEADERS_TYPE, TIMESTAMP_TYPE, conform_batch, value_columns
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,8 @@ class Producer:
                  retries: int = 2**31 - 1, delivery_timeout_ms: int = 120_000,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  max_in_flight_requests_per_connection: int = 5,
-                 buffer_memory: int = 256 * MiB, enable_idempotence: bool | None = None) -> None:
+                 buffer_memory: int = 256 * MiB, enable_idempotence: bool | None = None,
+                 metadata_max_age_ms: int = 300_000) -> None:
         if acks not in _ACKS:
             raise ValueError(f"acks must be 'all', 1 or 0, got {acks!r}")
         if compression_type not in (None, "none", "lz4", "zstd"):
@@ -65,19 +66,21 @@ class Producer:
         self.max_request_size = max_request_size
         self.delivery_timeout_s = delivery_timeout_ms / 1000.0
         compression = None if compression_type in (None, "none") else compression_type
-        self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms, compression)
+        self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms, compression,
+                                         metadata_max_age_ms)
         idempotent = self.acks != 0 if enable_idempotence is None else enable_idempotence
+        in_flight = max_in_flight_requests_per_connection
+        if not idempotent and retries > 0:
+            in_flight = 1  # without sequence numbers only one batch in flight keeps order
         self._sender = Sender(self._metadata, self.acks, request_timeout_ms, retries,
-                              retry_backoff_ms / 1000.0, max_in_flight_requests_per_connection,
-                              buffer_memory, idempotent)
+                              retry_backoff_ms / 1000.0, in_flight, buffer_memory, idempotent)
         self._sticky = StickyPartitioner()
         self._chunks: dict[str, RecordChunk] = {}
-        self._topics: dict[str, TopicInfo] = {}
         self._lock = threading.Lock()
         self._order = 0
         self._ready_chunks: list[RecordChunk] = []
+        self._draining = 0  # chunks the drainer has taken and not yet handed to the sender
         self._rows_limit: dict[str, int] = {}  # rows per chunk that make about batch_size
-        self._last_partitions = np.zeros(0, dtype=np.int32)
         self._closed = False
         self._wake = threading.Event()
         self._drainer = threading.Thread(target=self._drain_loop, name="logstore-producer-drain",
@@ -94,6 +97,8 @@ class Producer:
             key = _as_bytes(key, "key", topic)
         if value is not None and type(value) is not bytes and type(value) is not dict:
             value = _as_bytes(value, "value", topic)
+        if partition is not None or type(value) is dict:
+            self._check_record(topic, partition, value)
         with self._lock:
             chunk = self._chunks.get(topic)
             if chunk is not None:
@@ -119,7 +124,7 @@ class Producer:
             raise InvalidRecordError(f"topic {topic!r} has no partition {partition} "
                                      f"(it has {info.num_partitions})")
         batch = self._prepare_columns(topic, info, data)
-        pieces = self._split(topic, info, batch, partition)
+        pieces, _ = self._split(topic, info, batch, partition)
         future = FutureBatchMetadata(topic, len(pieces))
         for pb in pieces:
             pb.batch_future = future
@@ -149,7 +154,8 @@ class Producer:
                 self._chunks.clear()  # a later send() finds no chunk and raises
             self._wake.set()
             self._drainer.join(5)
-            self._sender.close()
+            self._sender.close(RequestTimedOutError("the producer was closed before the record "
+                                                    "was acknowledged"))
             self._metadata.close()
 
     def __enter__(self) -> Producer:
@@ -159,6 +165,17 @@ class Producer:
         self.close()
 
     # -- per-record path ---------------------------------------------------------------------
+
+    def _check_record(self, topic: str, partition: int | None, value: Any) -> None:
+        """What send() can check cheaply, so one bad record fails alone and at once."""
+        info = self._topic_info(topic)
+        if partition is not None and (type(partition) is not int
+                                      or not 0 <= partition < info.num_partitions):
+            raise InvalidRecordError(f"topic {topic!r} has no partition {partition!r} "
+                                     f"(it has {info.num_partitions})")
+        if type(value) is dict and info.value_schema is None:
+            raise InvalidRecordError(f"send to {topic!r}: a dict value needs a typed topic; "
+                                     "this topic's values are bytes")
 
     def _start_topic(self, topic: str) -> RecordChunk:
         self._check_open()
@@ -185,14 +202,18 @@ class Producer:
                     if chunk.rows and now - chunk.created >= self.linger_s:
                         self._swap_chunk(topic)
                 ready, self._ready_chunks = self._ready_chunks, []
+                self._draining = len(ready)
             for chunk in ready:
                 self._drain_chunk(chunk)
+                with self._lock:
+                    self._draining -= 1
             if self._closed and not ready:
                 return
 
     def _drain_idle(self) -> bool:
         with self._lock:
-            return not self._ready_chunks and not any(c.rows for c in self._chunks.values())
+            return not self._ready_chunks and not self._draining and \
+                not any(c.rows for c in self._chunks.values())
 
     def _drain_chunk(self, chunk: RecordChunk) -> None:
         try:
@@ -208,8 +229,8 @@ class Producer:
                 if len(bad):
                     raise InvalidRecordError(f"topic {chunk.topic!r} has no partition "
                                              f"{int(bad[0])} (it has {info.num_partitions})")
-            pieces = self._split(chunk.topic, info, batch, None, explicit, chunk)
-            chunk.expect(len(pieces), self._last_partitions, timestamps)
+            pieces, partitions = self._split(chunk.topic, info, batch, None, explicit, chunk)
+            chunk.expect(len(pieces), partitions, timestamps)
             self._sender.enqueue(pieces)
         except Exception as e:  # a bad chunk fails its own futures, never the producer
             err = e if isinstance(e, InvalidRecordError | MessageTooLargeError) else \
@@ -256,8 +277,9 @@ class Producer:
 
     def _split(self, topic: str, info: TopicInfo, batch: pa.RecordBatch,
                partition: int | None, explicit: np.ndarray | None = None,
-               chunk: RecordChunk | None = None) -> list[ProducerBatch]:
-        """One ProducerBatch per partition (and per ``batch_size`` bytes), in record order."""
+               chunk: RecordChunk | None = None) -> tuple[list[ProducerBatch], np.ndarray]:
+        """One ProducerBatch per partition (and per size limit), in record order, and the
+        partition of every record."""
         n = batch.num_rows
         if partition is not None:
             parts = np.full(n, partition, dtype=np.int32)
@@ -265,7 +287,6 @@ class Producer:
             block = max(1, int(self.batch_size / max(batch.nbytes / max(n, 1), 1)))
             parts = assign_partitions(batch.column(0), explicit, topic, info.num_partitions,
                                       self._sticky, block)
-        self._last_partitions = parts
         order = np.argsort(parts, kind="stable")
         sorted_parts = parts[order]
         bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
@@ -280,7 +301,7 @@ class Producer:
             for lo, hi in self._size_slices(topic, sub, limit):
                 pieces.append(self._new_batch(topic, p, sub.slice(lo, hi - lo), deadline,
                                               chunk, rows[lo:hi]))
-        return pieces
+        return pieces, parts
 
     def _size_slices(self, topic: str, batch: pa.RecordBatch, limit: int
                      ) -> list[tuple[int, int]]:
@@ -308,11 +329,7 @@ class Producer:
     # -- helpers -----------------------------------------------------------------------------
 
     def _topic_info(self, topic: str) -> TopicInfo:
-        info = self._topics.get(topic)
-        if info is None:
-            info = self._metadata.topic(topic)
-            self._topics[topic] = info
-        return info
+        return self._metadata.topic(topic)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -3,9 +3,14 @@
 Per partition, batches leave in creation order and only the head of a partition's queue may
 wait for a retry, so a retry never lets a later batch overtake an earlier one. Batches travel on
 one DoPut stream per (broker, topic) with up to ``max_in_flight`` unacknowledged; a reader
-thread per stream matches acknowledgements to batches in order. With idempotence each batch
-carries (producer id, epoch, base sequence): the broker drops a resent duplicate and rejects a
-gap, which the sender retries. Must not: build batches (``producer.py`` does that).
+thread per stream matches acknowledgements to batches in order, and a watchdog breaks a stream
+whose oldest batch waited longer than ``request_timeout_ms``.
+
+Idempotence: each batch carries (producer id, epoch, base sequence), kept across retries so the
+broker drops a resent duplicate and rejects a gap. When a batch fails for good its partition's
+sequence has a hole, so that partition moves to a fresh producer id once its in-flight batches
+have come back, and its queued batches are numbered again in their original order (Kafka bumps
+the epoch for the same reason). Must not: build batches (``producer.py`` does that).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from logstore.client.batches import ProducerBatch
 from logstore.client.metadata import ClusterMetadata
@@ -40,6 +46,43 @@ class _Stream:
         self.broken = False
 
 
+class _Sequences:
+    """Producer ids and per-partition sequence numbers (guarded by the sender's lock)."""
+
+    def __init__(self, metadata: ClusterMetadata) -> None:
+        self._metadata = metadata
+        self._ids: dict[TopicPartition, tuple[int, int]] = {}
+        self._next: dict[TopicPartition, int] = {}
+        self._default: tuple[int, int] | None = None
+
+    def assign(self, batch: ProducerBatch) -> None:
+        """Number a batch that has no sequence yet (a retry keeps its own)."""
+        if batch.producer_id >= 0:
+            return
+        ids = self._ids.get(batch.tp) or self._default_ids()
+        self._ids[batch.tp] = ids
+        seq = self._next.get(batch.tp, 0)
+        batch.producer_id, batch.producer_epoch, batch.base_sequence = ids[0], ids[1], seq
+        self._next[batch.tp] = (seq + batch.record_count) & 0x7FFFFFFF
+
+    def current(self, tp: TopicPartition) -> int:
+        return self._ids.get(tp, (-1, -1))[0]
+
+    def reset(self, tp: TopicPartition) -> None:
+        """Give ``tp`` a fresh producer id: its old sequence has a hole."""
+        self._ids[tp] = self._new_ids()
+        self._next[tp] = 0
+
+    def _default_ids(self) -> tuple[int, int]:
+        if self._default is None:
+            self._default = self._new_ids()
+        return self._default
+
+    def _new_ids(self) -> tuple[int, int]:
+        response = self._metadata.request("init_producer_id", {})
+        return response["producer_id"], response["producer_epoch"]
+
+
 class Sender:
     def __init__(self, metadata: ClusterMetadata, acks: int, request_timeout_ms: int,
                  retries: int, retry_backoff_s: float, max_in_flight: int, buffer_memory: int,
@@ -52,15 +95,14 @@ class Sender:
         self._max_in_flight = max_in_flight
         self._buffer_memory = buffer_memory
         self._idempotent = idempotent
+        self._sequences = _Sequences(metadata)
         self._cond = threading.Condition()
         self._ready: dict[TopicPartition, list[ProducerBatch]] = {}
         self._streams: dict[tuple[str, str], _Stream] = {}
+        self._inflight: dict[TopicPartition, int] = {}
+        self._resetting: set[TopicPartition] = set()
         self._queued_bytes = 0
-        self._inflight = 0
         self._refresh: set[str] = set()
-        self._producer_id = -1
-        self._producer_epoch = -1
-        self._next_sequence: dict[TopicPartition, int] = {}
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="logstore-producer-sender",
                                         daemon=True)
@@ -81,36 +123,49 @@ class Sender:
             self._queued_bytes += size
             self._cond.notify_all()
 
-    def wait_idle(self, timeout: float | None, upstream_idle: object) -> None:
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._ready and not any(self._inflight.values())
+
+    def wait_idle(self, timeout: float | None, upstream_idle: Callable[[], bool]) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not (upstream_idle() and not self._ready and self._inflight == 0):  # type: ignore[operator]
+            while not (upstream_idle() and not self._ready and not any(self._inflight.values())):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise RequestTimedOutError(f"flush did not finish within {timeout} s")
-                self._cond.wait(0.01 if remaining is None else min(remaining, 0.01))
+                # upstream (the producer's drainer) has no condition of ours to notify, so
+                # look again every few milliseconds as well as on every notification
+                self._cond.wait(0.005 if remaining is None else min(remaining, 0.005))
 
-    def close(self) -> None:
+    def close(self, error: ApiError) -> None:
+        """Stop; batches not yet acknowledged fail with ``error``."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(10)
-        for s in list(self._streams.values()):
-            s.stream.close()
+        for stream in list(self._streams.values()):
+            self._break_stream(stream, error, retry=False)
+        with self._cond:
+            leftovers = [b for queue in self._ready.values() for b in queue]
+            self._ready.clear()
+        for batch in leftovers:
+            self._finish(batch, -1, error)
 
     # -- the sender thread -------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                if self._closed and not self._ready:
+                if self._closed:
                     return
                 batch = self._next_sendable()
                 if batch is None:
-                    self._cond.wait(self._backoff_s / 2)
-                    continue
-            self._maybe_refresh()
-            self._send(batch)
+                    self._cond.wait(min(self._backoff_s / 2, 0.05))
+            self._watchdog()
+            if batch is not None:
+                self._maybe_refresh()
+                self._send(batch)
 
     def _next_sendable(self) -> ProducerBatch | None:
         """The oldest head-of-partition batch that may go now (caller holds the lock)."""
@@ -121,24 +176,42 @@ class Sender:
             if now >= head.deadline:
                 queue.pop(0)
                 self._drop_empty(tp)
-                self._finish(head, -1, RequestTimedOutError(
-                    f"{tp}: batch of {head.record_count} record(s) expired after "
-                    f"{head.attempts} attempt(s) (delivery_timeout_ms)"))
+                self._expire(head)
+                continue
+            if tp in self._resetting and not self._reset_when_drained(tp):
                 continue
             if head.not_before <= now and (best is None or head.order < best.order):
                 best = head
-        if best is not None:
-            if self._inflight >= self._max_in_flight * max(len(self._streams), 1):
-                return None
-            self._ready[best.tp].pop(0)
-            self._drop_empty(best.tp)
-            self._inflight += 1
+        if best is None or sum(self._inflight.values()) >= \
+                self._max_in_flight * max(len(self._streams), 1):
+            return None
+        self._ready[best.tp].pop(0)
+        self._drop_empty(best.tp)
+        self._inflight[best.tp] = self._inflight.get(best.tp, 0) + 1
         return best
+
+    def _reset_when_drained(self, tp: TopicPartition) -> bool:
+        """Once nothing of ``tp`` is in flight, renumber its queued batches under a fresh
+        producer id (in their original order); until then ``tp`` waits."""
+        if self._inflight.get(tp, 0):
+            return False
+        self._resetting.discard(tp)
+        try:
+            self._sequences.reset(tp)
+        except ApiError as e:
+            log.info("%s: could not get a new producer id yet: %s", tp, e)
+            self._resetting.add(tp)
+            return False
+        for b in self._ready.get(tp, []):
+            b.producer_id, b.producer_epoch, b.base_sequence = -1, -1, -1
+        return True
 
     def _send(self, batch: ProducerBatch) -> None:
         try:
             stream = self._stream_for(batch)
-            self._assign_sequence(batch)
+            if self._idempotent:
+                with self._cond:
+                    self._sequences.assign(batch)
         except ApiError as e:
             self._on_error(batch, e)
             return
@@ -148,6 +221,7 @@ class Sender:
         try:
             with stream.lock:
                 if self._acks != 0:
+                    batch.sent_at = time.monotonic()
                     stream.inflight.append(batch)
                 stream.stream.send(batch.batch, meta)
         except ApiError as e:
@@ -167,26 +241,24 @@ class Sender:
             produce = conn.open_produce(batch.tp.topic, batch.batch.schema, self._acks,
                                         self._timeout_ms)
             stream = _Stream(produce, key)
-            self._streams[key] = stream
+            with self._cond:
+                self._streams[key] = stream
             if self._acks != 0:
                 threading.Thread(target=self._read_acks, args=(stream,), daemon=True,
                                  name=f"logstore-acks-{key[0]}-{key[1]}").start()
         return stream
 
-    def _assign_sequence(self, batch: ProducerBatch) -> None:
-        if not self._idempotent:
-            return
-        if self._producer_id < 0:
-            response = self._metadata.request("init_producer_id", {})
-            self._producer_id = response["producer_id"]
-            self._producer_epoch = response["producer_epoch"]
-            self._next_sequence.clear()
-        if batch.producer_id == self._producer_id:
-            return  # a retry keeps its sequence, so the broker can spot a duplicate
-        seq = self._next_sequence.get(batch.tp, 0)
-        batch.producer_id, batch.producer_epoch = self._producer_id, self._producer_epoch
-        batch.base_sequence = seq
-        self._next_sequence[batch.tp] = (seq + batch.record_count) & 0x7FFFFFFF
+    def _watchdog(self) -> None:
+        """Break streams whose oldest batch has waited past the request timeout (a broker that
+        hangs would otherwise hold its batches forever)."""
+        limit = time.monotonic() - self._timeout_ms / 1000.0
+        for stream in list(self._streams.values()):
+            with stream.lock:
+                stuck = bool(stream.inflight) and stream.inflight[0].sent_at < limit
+            if stuck:
+                self._break_stream(stream, RequestTimedOutError(
+                    f"no acknowledgement from {stream.key[0]} for {stream.key[1]!r} within "
+                    f"request_timeout_ms={self._timeout_ms}"))
 
     # -- acknowledgements --------------------------------------------------------------------
 
@@ -198,21 +270,24 @@ class Sender:
                 self._break_stream(stream, e)
                 return
             if ack is None:
-                self._break_stream(stream, NetworkError(f"produce stream to {stream.key[0]} "
-                                                        "closed"))
+                self._break_stream(stream, NetworkError(
+                    f"produce stream to {stream.key[0]} closed"))
                 return
             with stream.lock:
                 batch = stream.inflight.popleft() if stream.inflight else None
             if batch is None or ack.get("seq") != batch.order:
-                log.error("acknowledgement %s does not match in-flight batch", ack)
-                continue
+                log.error("acknowledgement %s does not match the in-flight batch", ack)
+                self._break_stream(stream, NetworkError("acknowledgements out of step"))
+                if batch is not None:
+                    self._on_error(batch, NetworkError("acknowledgements out of step"))
+                return
             error = error_from_fields(ack)
             if error is None:
                 self._complete(batch, ack["base_offset"], None)
             else:
                 self._on_error(batch, error)
 
-    def _break_stream(self, stream: _Stream, error: ApiError) -> None:
+    def _break_stream(self, stream: _Stream, error: ApiError, retry: bool = True) -> None:
         with stream.lock:
             stream.broken = True
             pending = list(stream.inflight)
@@ -221,33 +296,48 @@ class Sender:
             if self._streams.get(stream.key) is stream:
                 del self._streams[stream.key]
         stream.stream.close()
-        retry = error if error.retriable else NetworkError(str(error))
         for batch in pending:
-            self._on_error(batch, retry)
+            if retry:
+                self._on_error(batch, error)
+            else:
+                self._complete(batch, -1, error)
 
     def _on_error(self, batch: ProducerBatch, error: ApiError) -> None:
         now = time.monotonic()
-        if error.refresh_metadata or isinstance(error, NetworkError):
-            with self._cond:
+        with self._cond:
+            if error.refresh_metadata or isinstance(error, NetworkError):
                 self._refresh.add(batch.tp.topic)
-        if error.retriable and batch.attempts < self._retries and now < batch.deadline:
-            batch.attempts += 1
-            gap = isinstance(error, OutOfOrderSequenceError)
-            batch.not_before = now + (0 if gap else self._backoff_s)
-            log.debug("%s: retrying batch after %s", batch.tp, error)
-            with self._cond:
-                self._inflight -= 1
+            if isinstance(error, OutOfOrderSequenceError) and \
+                    batch.producer_id != self._sequences.current(batch.tp):
+                # not written (the broker saw a gap) and numbered under a retired id
+                batch.producer_id, batch.producer_epoch, batch.base_sequence = -1, -1, -1
+            if error.retriable and batch.attempts < self._retries and now < batch.deadline \
+                    and not self._closed:
+                batch.attempts += 1
+                batch.not_before = now + self._backoff_s
+                self._inflight[batch.tp] -= 1
                 self._insert(batch)
                 self._cond.notify_all()
-            return
+                log.debug("%s: retrying batch after %s", batch.tp, error)
+                return
         log.warning("%s: batch of %d record(s) failed: %s", batch.tp, batch.record_count, error)
-        if self._idempotent:
-            self._producer_id = -1  # later batches start a fresh sequence under a new id
         self._complete(batch, -1, error)
+
+    def _expire(self, batch: ProducerBatch) -> None:
+        """A queued batch ran out of delivery time (caller holds the lock)."""
+        if batch.producer_id >= 0:
+            self._resetting.add(batch.tp)
+        self._queued_bytes -= batch.nbytes
+        batch.complete(-1, RequestTimedOutError(
+            f"{batch.tp}: batch of {batch.record_count} record(s) expired after "
+            f"{batch.attempts} attempt(s) (delivery_timeout_ms)"))
+        self._cond.notify_all()
 
     def _complete(self, batch: ProducerBatch, base_offset: int, error: ApiError | None) -> None:
         with self._cond:
-            self._inflight -= 1
+            self._inflight[batch.tp] = self._inflight.get(batch.tp, 1) - 1
+            if error is not None and self._idempotent and batch.producer_id >= 0:
+                self._resetting.add(batch.tp)
         self._finish(batch, base_offset, error)
 
     def _finish(self, batch: ProducerBatch, base_offset: int, error: ApiError | None) -> None:
