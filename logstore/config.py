@@ -145,22 +145,15 @@ def _coerce(name: str, value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
-    """Process-level settings of one broker, read from a TOML file."""
+    """Process-level settings of one broker, read from a TOML file (one broker, embedded
+    coordination; the cluster settings come with the ZooKeeper controller)."""
 
     broker_id: int = 0
     listener: str = "127.0.0.1:9092"
     log_dirs: tuple[str, ...] = ("./data",)
-    zk_connect: str | None = None
     rack: str | None = None
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    offsets_topic_num_partitions: int = 8
-    offsets_topic_replication_factor: int = 3
-    replica_lag_time_max_ms: int = 30_000
-    zk_session_timeout_ms: int = 6_000
     log_retention_check_interval_ms: int = 60_000
     log_cleaner_interval_ms: int = 15_000
-    max_request_bytes: int = 100 * MiB
     topic_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -176,12 +169,11 @@ class BrokerConfig:
 
 
 _BROKER_TYPES: dict[str, tuple[type, ...]] = {
-    "broker_id": (int,), "listener": (str,), "log_dirs": (list, str), "zk_connect": (str,),
-    "rack": (str,), "num_partitions": (int,), "default_replication_factor": (int,),
-    "offsets_topic_num_partitions": (int,), "offsets_topic_replication_factor": (int,),
-    "replica_lag_time_max_ms": (int,), "zk_session_timeout_ms": (int,),
+    # Only keys something reads: the cluster keys (zk_connect, replica_lag_time_max_ms, ...)
+    # arrive with the code that uses them, so a file naming them today fails loudly.
+    "broker_id": (int,), "listener": (str,), "log_dirs": (list, str), "rack": (str,),
     "log_retention_check_interval_ms": (int,), "log_cleaner_interval_ms": (int,),
-    "max_request_bytes": (int,), "topic_defaults": (dict,),
+    "topic_defaults": (dict,),
 }
 
 
