@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-SERVE_EXIT_GRACE_S = 2.0
+SERVE_EXIT_GRACE_S = 1.0
 
 
 class Runnable(Protocol):

@@ -24,7 +24,7 @@ from logstore.segments.log_manager import LogManager
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
-STOP_GRACE_S = 5.0
+STOP_GRACE_S = 3.0
 
 
 class ProducerIdAllocator:
@@ -84,7 +84,9 @@ class Broker:
     def serve(self) -> None:
         """Block until ``stop()`` is called from another thread or a signal handler."""
         assert self.server is not None
-        self.server.serve()
+        # wait(), not serve(): serve() installs Arrow's own SIGINT/SIGTERM handlers, whose
+        # shutdown waits forever on an idle client stream and which replace ours.
+        self.server.wait()
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> bool:
         """Stop serving, then flush and close storage. Requests get ``grace_s`` to finish; a
