@@ -295,7 +295,10 @@ class Sender:
         with self._cond:
             if self._streams.get(stream.key) is stream:
                 del self._streams[stream.key]
-        stream.stream.close()
+        # Closing waits for the server's final status, which a hung broker never sends: do it
+        # off the sender thread.
+        threading.Thread(target=stream.stream.close, name="logstore-stream-close",
+                         daemon=True).start()
         for batch in pending:
             if retry:
                 self._on_error(batch, error)
