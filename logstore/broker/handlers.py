@@ -125,16 +125,10 @@ class RequestHandlers:
                 "value_schema": encode_schema(record.value_schema), "partitions": partitions}
 
     def create_topics(self, req: dict[str, Any]) -> dict[str, Any]:
-        results = []
-        for i, t in enumerate(field(req, "topics", list, "create_topics")):
-            name = t.get("name") if isinstance(t, dict) else None
-            results.append({"name": name, **self._guard(self._create_topic, t, i)})
-        return {"topics": results}
+        return self._each_topic(req, "create_topics", self._create_topic)
 
-    def _create_topic(self, t: Any, i: int) -> None:
-        what = f"create_topics[{i}]"
-        if not isinstance(t, dict):
-            raise InvalidRequestError(f"{what}: must be an object")
+    def _create_topic(self, t: dict[str, Any]) -> None:
+        what = f"create_topics[{t.get('name')!r}]"
         self._controller.create_topic(NewTopicRequest(
             name=field(t, "name", str, what),
             num_partitions=field(t, "num_partitions", int, what),
@@ -152,14 +146,9 @@ class RequestHandlers:
         self._controller.delete_topic(name)
 
     def create_partitions(self, req: dict[str, Any]) -> dict[str, Any]:
-        out = []
-        for t in field(req, "topics", list, "create_partitions"):
-            name = t.get("name") if isinstance(t, dict) else None
-            out.append({"name": name, **self._guard(
-                lambda t=t: self._controller.create_partitions(
-                    field(t, "name", str, "create_partitions"),
-                    field(t, "count", int, "create_partitions")))})
-        return {"topics": out}
+        return self._each_topic(req, "create_partitions", lambda t: (
+            self._controller.create_partitions(field(t, "name", str, "create_partitions"),
+                                               field(t, "count", int, "create_partitions"))))
 
     def describe_configs(self, req: dict[str, Any]) -> dict[str, Any]:
         out = []
@@ -177,14 +166,9 @@ class RequestHandlers:
 
     def alter_configs(self, req: dict[str, Any]) -> dict[str, Any]:
         incremental = field(req, "incremental", bool, "alter_configs", default=True)
-        out = []
-        for t in field(req, "topics", list, "alter_configs"):
-            name = t.get("name") if isinstance(t, dict) else None
-            out.append({"name": name, **self._guard(
-                lambda t=t: self._controller.alter_config(
-                    field(t, "name", str, "alter_configs"),
-                    field(t, "config", dict, "alter_configs"), incremental))})
-        return {"topics": out}
+        return self._each_topic(req, "alter_configs", lambda t: self._controller.alter_config(
+            field(t, "name", str, "alter_configs"), field(t, "config", dict, "alter_configs"),
+            incremental))
 
     def list_offsets(self, req: dict[str, Any]) -> dict[str, Any]:
         topic = field(req, "topic", str, "list_offsets")
@@ -276,6 +260,17 @@ class RequestHandlers:
              "log_end_offset": r.log_end_offset} for r in results]}
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _each_topic(self, req: dict[str, Any], what: str, fn: Any) -> dict[str, Any]:
+        """Apply ``fn`` to every topic entry of ``req``; each entry gets its own error code."""
+        out = []
+        for t in field(req, "topics", list, what):
+            if isinstance(t, dict):
+                out.append({"name": t.get("name"), **self._guard(fn, t)})
+            else:
+                out.append({"name": None, **error_fields(InvalidRequestError(
+                    f"{what}: each topic entry must be an object, got {t!r}"))})
+        return {"topics": out}
 
     @staticmethod
     def _guard(fn: Any, *args: Any) -> dict[str, Any]:
