@@ -77,10 +77,11 @@ def run_demo(records: int = 1_000_000, per_record: int = 100_000,
 
 @contextmanager
 def _embedded_broker(data_dir: str) -> Iterator[int]:
-    from logstore.broker.broker import Broker
     from logstore.config import BrokerConfig
+    from logstore.main import build_broker
 
-    broker = Broker(BrokerConfig(broker_id=0, listener="127.0.0.1:0", log_dirs=(data_dir,)))
+    broker = build_broker(BrokerConfig(broker_id=0, listener="127.0.0.1:0",
+                                       log_dirs=(data_dir,)))
     broker.start()
     serving = threading.Thread(target=broker.serve, name="demo-broker", daemon=True)
     serving.start()

@@ -19,12 +19,15 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from logstore.config import BrokerConfig
 from logstore.errors import LogstoreError
+
+if TYPE_CHECKING:
+    from logstore.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +54,17 @@ def configure_logging(level: int | str = logging.INFO) -> None:
     logging.basicConfig(level=level, stream=sys.stderr, format=LOG_FORMAT)
 
 
-def _default_broker(config: BrokerConfig) -> Runnable:
+def build_broker(config: BrokerConfig) -> Broker:
+    """The one place that puts a broker together: its services and its Arrow Flight server."""
     from logstore.broker.broker import Broker  # the heavy imports happen only when run
+    from logstore.rpc.server import FlightBrokerServer
 
-    return Broker(config)
+    return Broker(config, serve=lambda listener, handlers: FlightBrokerServer(
+        f"grpc://{listener}", handlers))
+
+
+def _default_broker(config: BrokerConfig) -> Runnable:
+    return build_broker(config)
 
 
 class _Stopper:

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 READY_MARKER = "listening on"

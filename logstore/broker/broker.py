@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from logstore.broker.handlers import RequestHandlers
 from logstore.broker.replica_manager import ReplicaManager
@@ -18,13 +20,28 @@ from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import BrokerInfo, MetadataStore
 from logstore.model import TopicPartition
 from logstore.records import topic_schema
-from logstore.rpc.server import FlightBrokerServer
 from logstore.segments.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
 STOP_GRACE_S = 3.0
+
+
+class Server(Protocol):
+    """What the broker needs of its transport (``rpc.server.FlightBrokerServer`` has it)."""
+
+    @property
+    def port(self) -> int: ...
+
+    def wait(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+# (listener "host:port", handlers) -> a started server. Injected by the composition root
+# (logstore/main.py), because the transport layer sits above this one.
+ServerFactory = Callable[[str, RequestHandlers], Server]
 
 
 class ProducerIdAllocator:
@@ -45,9 +62,10 @@ class ProducerIdAllocator:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, clock: Clock | None = None,
+    def __init__(self, config: BrokerConfig, serve: ServerFactory, clock: Clock | None = None,
                  store: MetadataStore | None = None) -> None:
         self.config = config
+        self._make_server = serve
         self.clock = clock or SystemClock()
         log_dirs = [Path(d) for d in config.log_dirs]
         for d in log_dirs:
@@ -62,7 +80,7 @@ class Broker:
         self.replicas = ReplicaManager(config.broker_id, self.log_manager, self.clock)
         self.handlers = RequestHandlers(config.broker_id, self.store, self.controller,
                                         self.replicas, ProducerIdAllocator(self.store))
-        self.server: FlightBrokerServer | None = None
+        self.server: Server | None = None
         self._sync_lock = threading.Lock()
 
     @property
@@ -73,7 +91,7 @@ class Broker:
     def start(self) -> None:
         self.store.start()
         self.log_manager.startup()
-        self.server = FlightBrokerServer(f"grpc://{self.config.listener}", self.handlers)
+        self.server = self._make_server(self.config.listener, self.handlers)
         self.store.register_broker(BrokerInfo(self.config.broker_id, self.config.host,
                                               self.server.port, self.config.rack))
         self.store.add_listener(self.sync_partitions)
