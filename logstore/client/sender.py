@@ -337,13 +337,18 @@ class Sender:
         self._cond.notify_all()
 
     def _complete(self, batch: ProducerBatch, base_offset: int, error: ApiError | None) -> None:
+        """An in-flight batch is done. Its futures resolve before it stops counting as in
+        flight, so flush() never sees the sender idle while a future is still pending."""
+        batch.complete(base_offset, error)
         with self._cond:
             self._inflight[batch.tp] = self._inflight.get(batch.tp, 1) - 1
             if error is not None and self._idempotent and batch.producer_id >= 0:
                 self._resetting.add(batch.tp)
-        self._finish(batch, base_offset, error)
+            self._queued_bytes -= batch.nbytes
+            self._cond.notify_all()
 
     def _finish(self, batch: ProducerBatch, base_offset: int, error: ApiError | None) -> None:
+        """A batch that never went out (still queued) is done."""
         batch.complete(base_offset, error)
         with self._cond:
             self._queued_bytes -= batch.nbytes
