@@ -6,10 +6,13 @@ cluster metadata. Must not: contain storage or replication logic.
 from __future__ import annotations
 
 import logging
+import resource
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
+
+import pyarrow as pa
 
 from logstore.broker.handlers import RequestHandlers
 from logstore.broker.replica_manager import ReplicaManager
@@ -17,7 +20,7 @@ from logstore.clock import Clock, SystemClock
 from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.controller import TopicController
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
-from logstore.controller.store import BrokerInfo, MetadataStore
+from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState
 from logstore.model import TopicPartition
 from logstore.records import topic_schema
 from logstore.segments.log_manager import LogManager
@@ -89,6 +92,7 @@ class Broker:
         return self.server.port
 
     def start(self) -> None:
+        _raise_open_file_limit()
         self.store.start()
         self.log_manager.startup()
         self.server = self._make_server(self.config.listener, self.handlers)
@@ -150,17 +154,37 @@ class Broker:
                         continue
                     tp = TopicPartition(name, p)
                     wanted.add(tp)
-                    st = states.get(p)
-                    hosted = self.replicas.hosted().get(tp)
-                    if st and st.leader == self.config.broker_id and (
-                            hosted is None or hosted.leader_epoch != st.leader_epoch
-                            or not hosted.is_leader):
-                        self.replicas.make_leader(tp, config, schema, st.leader_epoch,
-                                                  replicas, st.isr)
-                    else:
-                        self.replicas.update_config(tp, config)
-            for tp in set(self.replicas.hosted()) - wanted:
-                self.replicas.stop_replica(tp, delete=True)
-            for tp in set(self.log_manager.all_logs()) - wanted:
-                log.warning("deleting stray log %s: its topic is not in the metadata", tp)
-                self.log_manager.delete_log(tp)
+                    try:
+                        self._sync_partition(tp, states.get(p), replicas, config, schema)
+                    except Exception:  # boundary: one partition's disk trouble stays its own
+                        log.exception("%s: could not be brought online", tp)
+            self._drop_unwanted(wanted)
+
+    def _sync_partition(self, tp: TopicPartition, st: PartitionState | None,
+                        replicas: tuple[int, ...], config: TopicConfig, schema: pa.Schema
+                        ) -> None:
+        hosted = self.replicas.hosted().get(tp)
+        if st and st.leader == self.config.broker_id and (
+                hosted is None or hosted.leader_epoch != st.leader_epoch
+                or not hosted.is_leader):
+            self.replicas.make_leader(tp, config, schema, st.leader_epoch, replicas, st.isr)
+        else:
+            self.replicas.update_config(tp, config)
+
+    def _drop_unwanted(self, wanted: set[TopicPartition]) -> None:
+        for tp in set(self.replicas.hosted()) - wanted:
+            self.replicas.stop_replica(tp, delete=True)
+        for tp in set(self.log_manager.all_logs()) - wanted:
+            log.warning("deleting stray log %s: its topic is not in the metadata", tp)
+            self.log_manager.delete_log(tp)
+
+
+def _raise_open_file_limit() -> None:
+    """Every segment keeps a file open, so take the hard limit on open files (as Kafka's
+    operators are told to); a failure only matters when there are very many partitions."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as e:
+        log.warning("could not raise the open-file limit: %s", e)
