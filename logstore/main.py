@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 SERVE_EXIT_GRACE_S = 1.0
+SIGNAL_POLL_S = 0.1
 
 
 class Runnable(Protocol):
@@ -113,9 +114,12 @@ class _Stopper:
         self.request("serve() returning")
 
 
-def _install_handlers(stopper: _Stopper) -> dict[int, Any]:
+def _install_handlers(signals: list[int]) -> dict[int, Any]:
+    """The handler only records the signal: taking a lock or logging inside a handler can
+    deadlock when a second signal lands while the first one's handler runs."""
+
     def handle(signum: int, frame: object) -> None:
-        stopper.request(signal.Signals(signum).name)
+        signals.append(signum)
 
     return {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
 
@@ -134,13 +138,19 @@ def run_broker(config: BrokerConfig, make_broker: Callable[[BrokerConfig], Runna
     if not _start(broker, config):
         return 1
     stopper = _Stopper(broker)
-    previous = _install_handlers(stopper)
+    signals: list[int] = []
+    previous = _install_handlers(signals)
     try:
         serving = threading.Thread(target=stopper.serve, name="flight-serve", daemon=True)
         serving.start()
         print(f"logstore broker {config.broker_id} listening on {config.host}:{broker.port}",
               file=out or sys.stdout, flush=True)
-        stopper.requested.wait()  # interruptible: signal handlers run while we wait here
+        # A timed wait, so the main thread regularly returns to the interpreter, where the
+        # signal handler runs (an untimed wait can sleep through a signal taken by another
+        # thread).
+        while not stopper.requested.wait(SIGNAL_POLL_S):
+            if signals:
+                stopper.request(signal.Signals(signals[0]).name)
         stopper.join()  # the broker has stopped: storage is flushed and closed
         serving.join(SERVE_EXIT_GRACE_S)
     finally:

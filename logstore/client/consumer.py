@@ -67,6 +67,7 @@ class Consumer:
         self._inflight: dict[_Group, tuple[dict[TopicPartition, int], Future]] = {}
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="logstore-fetch")
         self._wakeup = threading.Event()
+        self._rotation = 0
         self._closed = False
 
     # -- assignment and positions ------------------------------------------------------------
@@ -204,7 +205,11 @@ class Consumer:
 
     def _drain_buffer(self, limit: int) -> dict[TopicPartition, pa.Table]:
         out: dict[TopicPartition, pa.Table] = {}
-        for tp in self._assignment:
+        # Start one partition further on each time, so a backlog in the first assigned
+        # partition cannot starve the others when max_records cuts a poll short.
+        n = len(self._assignment)
+        self._rotation = (self._rotation + 1) % n if n else 0
+        for tp in self._assignment[self._rotation:] + self._assignment[:self._rotation]:
             queue = self._buffer.get(tp)
             if not queue or tp in self._paused or limit <= 0:
                 continue

@@ -47,40 +47,45 @@ class _Stream:
 
 
 class _Sequences:
-    """Producer ids and per-partition sequence numbers (guarded by the sender's lock)."""
+    """Producer ids and per-partition sequence numbers (guarded by the sender's lock; the
+    network call for a new id is made outside it, by ``fetch_ids``)."""
 
     def __init__(self, metadata: ClusterMetadata) -> None:
         self._metadata = metadata
         self._ids: dict[TopicPartition, tuple[int, int]] = {}
         self._next: dict[TopicPartition, int] = {}
         self._default: tuple[int, int] | None = None
+        self.confirmed: set[TopicPartition] = set()  # an ack came under the current id
+
+    def fetch_ids(self) -> tuple[int, int]:
+        response = self._metadata.request("init_producer_id", {})
+        return response["producer_id"], response["producer_epoch"]
+
+    def has_default(self) -> bool:
+        return self._default is not None
+
+    def set_default(self, ids: tuple[int, int]) -> None:
+        self._default = self._default or ids
 
     def assign(self, batch: ProducerBatch) -> None:
-        """Number a batch that has no sequence yet (a retry keeps its own)."""
+        """Number a batch that has no sequence yet (a retry keeps its own, so the broker can
+        drop it if the first attempt was written)."""
         if batch.producer_id >= 0:
             return
-        ids = self._ids.get(batch.tp) or self._default_ids()
-        self._ids[batch.tp] = ids
+        assert self._default is not None
+        ids = self._ids.setdefault(batch.tp, self._default)
         seq = self._next.get(batch.tp, 0)
         batch.producer_id, batch.producer_epoch, batch.base_sequence = ids[0], ids[1], seq
         self._next[batch.tp] = (seq + batch.record_count) & 0x7FFFFFFF
 
     def current(self, tp: TopicPartition) -> int:
-        return self._ids.get(tp, (-1, -1))[0]
+        return self._ids.get(tp, self._default or (-1, -1))[0]
 
-    def reset(self, tp: TopicPartition) -> None:
+    def reset(self, tp: TopicPartition, ids: tuple[int, int]) -> None:
         """Give ``tp`` a fresh producer id: its old sequence has a hole."""
-        self._ids[tp] = self._new_ids()
+        self._ids[tp] = ids
         self._next[tp] = 0
-
-    def _default_ids(self) -> tuple[int, int]:
-        if self._default is None:
-            self._default = self._new_ids()
-        return self._default
-
-    def _new_ids(self) -> tuple[int, int]:
-        response = self._metadata.request("init_producer_id", {})
-        return response["producer_id"], response["producer_epoch"]
+        self.confirmed.discard(tp)
 
 
 class Sender:
@@ -100,7 +105,8 @@ class Sender:
         self._ready: dict[TopicPartition, list[ProducerBatch]] = {}
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._inflight: dict[TopicPartition, int] = {}
-        self._resetting: set[TopicPartition] = set()
+        self._resetting: set[TopicPartition] = set()  # need a fresh id once drained
+        self._fresh_ids: dict[TopicPartition, tuple[int, int]] = {}  # fetched for them
         self._queued_bytes = 0
         self._refresh: set[str] = set()
         self._closed = False
@@ -114,7 +120,11 @@ class Sender:
         size = sum(b.nbytes for b in batches)
         deadline = time.monotonic() + max_block_s
         with self._cond:
-            while self._queued_bytes > 0 and self._queued_bytes + size > self._buffer_memory:
+            while self._closed or (self._queued_bytes > 0 and
+                                   self._queued_bytes + size > self._buffer_memory):
+                if self._closed:
+                    raise RequestTimedOutError("the producer was closed before this record "
+                                               "could be sent")
                 if not self._cond.wait(deadline - time.monotonic()):
                     raise RequestTimedOutError(
                         f"buffer_memory {self._buffer_memory} full for {max_block_s} s")
@@ -163,6 +173,7 @@ class Sender:
                 if batch is None:
                     self._cond.wait(min(self._backoff_s / 2, 0.05))
             self._watchdog()
+            self._fetch_ids()
             if batch is not None:
                 self._maybe_refresh()
                 self._send(batch)
@@ -180,6 +191,8 @@ class Sender:
                 continue
             if tp in self._resetting and not self._reset_when_drained(tp):
                 continue
+            if self._inflight.get(tp, 0) >= self._partition_cap(tp, head):
+                continue
             if head.not_before <= now and (best is None or head.order < best.order):
                 best = head
         if best is None or sum(self._inflight.values()) >= \
@@ -190,24 +203,57 @@ class Sender:
         self._inflight[best.tp] = self._inflight.get(best.tp, 0) + 1
         return best
 
+    def _partition_cap(self, tp: TopicPartition, head: ProducerBatch) -> int:
+        """How many batches of ``tp`` may be in flight. One without sequence numbers (so a
+        retry cannot be overtaken); one until the first batch under the partition's current
+        producer id is acknowledged (the broker accepts any first sequence, so a pipelined
+        second batch could land before a retried first); one while a retry or a batch under a
+        retired id is outstanding; else ``max_in_flight``."""
+        if not self._idempotent or tp not in self._sequences.confirmed or head.attempts > 0:
+            return 1
+        if head.producer_id >= 0 and head.producer_id != self._sequences.current(tp):
+            return 1
+        return self._max_in_flight
+
     def _reset_when_drained(self, tp: TopicPartition) -> bool:
-        """Once nothing of ``tp`` is in flight, renumber its queued batches under a fresh
-        producer id (in their original order); until then ``tp`` waits."""
-        if self._inflight.get(tp, 0):
+        """Once nothing of ``tp`` is in flight and a fresh id is at hand, move ``tp`` to it.
+        Queued batches that already carry a sequence keep it (the first attempt may have been
+        written; the broker drops a duplicate, or answers OUT_OF_ORDER, and then they are
+        renumbered); the rest are numbered under the new id, in order."""
+        ids = self._fresh_ids.pop(tp, None)
+        if self._inflight.get(tp, 0) or ids is None:
+            if ids is not None:
+                self._fresh_ids[tp] = ids
             return False
         self._resetting.discard(tp)
-        try:
-            self._sequences.reset(tp)
-        except ApiError as e:
-            log.info("%s: could not get a new producer id yet: %s", tp, e)
-            self._resetting.add(tp)
-            return False
-        for b in self._ready.get(tp, []):
-            b.producer_id, b.producer_epoch, b.base_sequence = -1, -1, -1
+        self._sequences.reset(tp, ids)
         return True
+
+    def _fetch_ids(self) -> None:
+        """Producer ids the sender needs, fetched without holding its lock."""
+        with self._cond:
+            wanted = [tp for tp in self._resetting if tp not in self._fresh_ids]
+            need_default = self._idempotent and not self._sequences.has_default()
+        if not wanted and not need_default:
+            return
+        try:
+            fetched = {tp: self._sequences.fetch_ids() for tp in wanted}
+            default = self._sequences.fetch_ids() if need_default else None
+        except ApiError as e:
+            log.info("could not get a producer id yet: %s", e)
+            return
+        with self._cond:
+            self._fresh_ids.update(fetched)
+            if default is not None:
+                self._sequences.set_default(default)
+            self._cond.notify_all()
 
     def _send(self, batch: ProducerBatch) -> None:
         try:
+            if self._idempotent and not self._sequences.has_default():
+                self._fetch_ids()
+                if not self._sequences.has_default():
+                    raise NetworkError("no producer id yet")
             stream = self._stream_for(batch)
             if self._idempotent:
                 with self._cond:
@@ -220,12 +266,14 @@ class Sender:
                 "base_sequence": batch.base_sequence}
         try:
             with stream.lock:
+                if stream.broken:  # its reader gave up on it a moment ago
+                    raise NetworkError(f"produce stream to {stream.key[0]} broke")
                 if self._acks != 0:
                     batch.sent_at = time.monotonic()
                     stream.inflight.append(batch)
                 stream.stream.send(batch.batch, meta)
         except ApiError as e:
-            if self._acks != 0:
+            if self._acks != 0 and batch in stream.inflight:
                 self._break_stream(stream, e)  # the batch is in flight: it is retried there
             else:
                 self._on_error(batch, e)
@@ -238,8 +286,10 @@ class Sender:
         key = (conn.address, batch.tp.topic)
         stream = self._streams.get(key)
         if stream is None or stream.broken:
+            # The broker gives up a little before our watchdog does, so its own timeout
+            # error (not a broken stream) is what normally comes back.
             produce = conn.open_produce(batch.tp.topic, batch.batch.schema, self._acks,
-                                        self._timeout_ms)
+                                        max(1, int(self._timeout_ms * 0.9)))
             stream = _Stream(produce, key)
             with self._cond:
                 self._streams[key] = stream
@@ -274,6 +324,8 @@ class Sender:
                     f"produce stream to {stream.key[0]} closed"))
                 return
             with stream.lock:
+                if stream.broken:
+                    return  # the watchdog gave this stream's batches to new attempts
                 batch = stream.inflight.popleft() if stream.inflight else None
             if batch is None or ack.get("seq") != batch.order:
                 log.error("acknowledgement %s does not match the in-flight batch", ack)
@@ -283,6 +335,9 @@ class Sender:
                 return
             error = error_from_fields(ack)
             if error is None:
+                with self._cond:
+                    if batch.producer_id == self._sequences.current(batch.tp):
+                        self._sequences.confirmed.add(batch.tp)
                 self._complete(batch, ack["base_offset"], None)
             else:
                 self._on_error(batch, error)
