@@ -17,8 +17,14 @@ import socket
 import subprocess
 import sys
 import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
+
+from logstore import Admin, NewTopic, Producer
+from logstore.errors import ApiError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 60.0
@@ -192,3 +198,22 @@ class BrokerFactory:
                 failures.append(f"broker {broker.broker_id} exited {code} on SIGTERM\n"
                                 f"{broker.stderr_tail()}")
         assert not failures, "\n".join(failures)
+
+
+@contextmanager
+def bounded_producer(bootstrap: str, **settings: object) -> Iterator[Producer]:
+    """A producer closed with a bounded wait, so a test whose futures never resolve fails
+    instead of hanging in ``close()``."""
+    producer = Producer(bootstrap, **settings)
+    try:
+        yield producer
+    finally:
+        with suppress(ApiError):  # the test's own assertion says what went wrong
+            producer.close(10)
+
+
+def new_topic(admin: Admin, partitions: int, prefix: str = "t", **config: object) -> str:
+    """Create a uniquely named topic (tests in a module share one broker)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, partitions, config=dict(config))])
+    return name

@@ -14,38 +14,19 @@ import os
 import signal
 import subprocess
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 
 import pyarrow as pa
 import pytest
 
-from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+from logstore import Admin, Consumer, Producer, TopicPartition
 from logstore.client import sender as sender_module
 from logstore.errors import ApiError, ErrorCode
 from logstore.rpc import client as rpc_client
+from tests.brokers import bounded_producer, new_topic
 
 pytestmark = pytest.mark.integration
-
-
-@contextmanager
-def _producer(bootstrap: str, **settings: object) -> Iterator[Producer]:
-    """A producer closed with a bounded wait, so a test whose futures never resolve fails
-    instead of hanging in ``close()``."""
-    producer = Producer(bootstrap, **settings)
-    try:
-        yield producer
-    finally:
-        with suppress(ApiError):  # the test's own assertion says what went wrong
-            producer.close(10)
-
-
-def _new_topic(admin: Admin, partitions: int, **config: object) -> str:
-    name = f"r2-{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(name, partitions, config=dict(config))])
-    return name
 
 
 def _read_all(bootstrap: str, topic: str, partitions: int,
@@ -118,8 +99,8 @@ def test_idempotent_producer_keeps_every_record_when_a_partitions_first_batch_is
     trials, rounds, per_round, partitions = 10, 5, 300, 4
     with Admin(broker.bootstrap) as admin:
         for trial in range(trials):
-            topic = _new_topic(admin, partitions)
-            with _producer(broker.bootstrap, acks="all", retries=50, retry_backoff_ms=20,
+            topic = new_topic(admin, prefix="r2", partitions=partitions)
+            with bounded_producer(broker.bootstrap, acks="all", retries=50, retry_backoff_ms=20,
                            linger_ms=1) as producer:
                 futures = _send_with_isr_flips(admin, producer, topic, rounds, per_round)
                 failed = [e for e in (f.exception(0) for f in futures) if e is not None]
@@ -162,9 +143,9 @@ def test_batch_acked_late_after_a_terminal_failure_is_not_written_twice(broker,
         return original(self)
 
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, 1, max_message_bytes=10_000)
+        topic = new_topic(admin, prefix="r2", partitions=1, max_message_bytes=10_000)
     monkeypatch.setattr(rpc_client.ProduceStream, "read_ack", slow_acks)
-    with _producer(broker.bootstrap, acks=1, linger_ms=0, request_timeout_ms=1000,
+    with bounded_producer(broker.bootstrap, acks=1, linger_ms=0, request_timeout_ms=1000,
                    delivery_timeout_ms=10_000, max_request_size=1 << 20) as producer:
         fa = producer.send(topic, value=b"A" * 20_000)
         time.sleep(0.002)  # let A leave on its own, so B is a separate batch behind it
@@ -208,8 +189,9 @@ def test_batches_in_flight_per_partition_stay_within_the_cap_and_in_order(
 
     monkeypatch.setattr(sender_module.Sender, "_next_sendable", counting_next_sendable)
     with Admin(broker.bootstrap) as admin:
-        topic, other = _new_topic(admin, partitions), _new_topic(admin, 1)
-        with _producer(broker.bootstrap, acks="all", enable_idempotence=idempotent,
+        topic, other = (new_topic(admin, partitions, prefix="r2"),
+                        new_topic(admin, 1, prefix="r2"))
+        with bounded_producer(broker.bootstrap, acks="all", enable_idempotence=idempotent,
                        retries=50, retry_backoff_ms=20, linger_ms=1) as producer:
             producer.send(other, value=b"x").result(10)  # a second stream now exists
             futures = _send_with_isr_flips(admin, producer, topic, rounds, per_round)
@@ -243,7 +225,7 @@ def test_close_while_a_send_waits_for_buffer_memory_returns_promptly_and_resolve
     ``close(1)`` must return (raising or not) within 3 s, and every future must be done."""
     broker = broker_factory()
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, 1)
+        topic = new_topic(admin, prefix="r2", partitions=1)
     producer = Producer(broker.bootstrap, acks=1, linger_ms=0, buffer_memory=4096,
                         request_timeout_ms=60_000, delivery_timeout_ms=120_000)
     try:
@@ -281,10 +263,10 @@ def test_poll_serves_a_second_partition_within_the_first_polls_despite_a_backlog
     record must arrive within the first 4 polls (draining p0 first would take 80)."""
     n, pieces = 20_000, 2
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, 2)
+        topic = new_topic(admin, prefix="r2", partitions=2)
     table = pa.table({"key": [None] * n, "value": [b"v" * 100] * n},
                      schema=pa.schema([("key", pa.binary()), ("value", pa.binary())]))
-    with _producer(broker.bootstrap, acks=1) as producer:
+    with bounded_producer(broker.bootstrap, acks=1) as producer:
         for partition in (0, 1):
             for _ in range(pieces):
                 producer.send_batch(topic, table, partition=partition).result(30)

@@ -10,38 +10,18 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 
 import pyarrow as pa
 import pytest
 
-from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+from logstore import Admin, Consumer, Producer, TopicPartition
 from logstore.client.partitioner import murmur2
 from logstore.errors import ApiError, ErrorCode
+from tests.brokers import bounded_producer, new_topic
 
 pytestmark = pytest.mark.integration
 
 MiB = 1024 * 1024
-
-
-@contextmanager
-def _producer(bootstrap: str, **settings: object) -> Iterator[Producer]:
-    """A producer closed with a bounded wait, so a test whose futures never resolve fails
-    instead of hanging in ``close()`` (tests of close() itself call it explicitly)."""
-    producer = Producer(bootstrap, **settings)
-    try:
-        yield producer
-    finally:
-        with suppress(ApiError):  # the test's own assertion says what went wrong
-            producer.close(10)
-
-
-def _new_topic(admin: Admin, partitions: int, **config: object) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(name, partitions, config=dict(config))])
-    return name
 
 
 def _consume(bootstrap: str, topic: str, partitions: int, expected: int,
@@ -86,8 +66,8 @@ def test_flush_returns_only_when_every_future_sent_before_it_is_done(
     when flush is called), then ``flush(60)``; right after it returns, count futures that are
     not done. Every future must also have succeeded."""
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, 4)
-    with _producer(broker.bootstrap, acks=1, **settings) as producer:
+        topic = new_topic(admin, prefix="t", partitions=4)
+    with bounded_producer(broker.bootstrap, acks=1, **settings) as producer:
         for r in range(rounds):
             futures = [producer.send(topic, value=b"v" * 100, key=b"k%d" % i)
                        for i in range(per_round)]
@@ -109,7 +89,7 @@ def test_close_resolves_every_future_sent_before_it(broker) -> None:
     sent."""
     rounds, n = 2, 150_000
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, 4)
+        topic = new_topic(admin, prefix="t", partitions=4)
         for r in range(rounds):
             producer = Producer(broker.bootstrap, acks=1, linger_ms=1000)
             futures = [producer.send(topic, value=b"v" * 100, key=b"k%d" % i) for i in range(n)]
@@ -136,7 +116,7 @@ def test_send_and_send_batch_from_two_threads_report_where_each_record_really_is
     value -> (partition, offset) with what the futures said."""
     batches, rows, max_records = 50, 2000, 100_000
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, 4)
+        topic = new_topic(admin, prefix="t", partitions=4)
     start = threading.Barrier(2)
     batch_futures: list = []
     thread_errors: list[BaseException] = []
@@ -151,7 +131,7 @@ def test_send_and_send_batch_from_two_threads_report_where_each_record_really_is
         except BaseException as e:  # reported by the main thread's assertion
             thread_errors.append(e)
 
-    with _producer(broker.bootstrap, acks=1, linger_ms=1) as producer:
+    with bounded_producer(broker.bootstrap, acks=1, linger_ms=1) as producer:
         thread = threading.Thread(target=send_batches, args=(producer,))
         thread.start()
         start.wait(10)
@@ -194,8 +174,8 @@ def test_one_oversized_record_fails_only_its_own_future(broker) -> None:
     records must succeed at offsets 0..19 of partition 0, the big one must fail with
     MESSAGE_TOO_LARGE, and partition 1 must stay empty."""
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, 2, max_message_bytes=10_000)
-        with _producer(broker.bootstrap, acks=1, linger_ms=200) as producer:
+        topic = new_topic(admin, prefix="t", partitions=2, max_message_bytes=10_000)
+        with bounded_producer(broker.bootstrap, acks=1, linger_ms=200) as producer:
             small = [producer.send(topic, value=b"small%d" % i, partition=0) for i in range(10)]
             big = producer.send(topic, value=b"x" * 50_000, partition=1)
             small += [producer.send(topic, value=b"small%d" % i, partition=0)
@@ -221,8 +201,8 @@ def test_invalid_send_raises_from_send_and_spares_the_records_around_it(broker, 
     Method: 50 good sends, the bad send (must raise at once), 50 good sends, flush; all 100
     good futures succeed and the topic holds exactly those 100 records."""
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, 2)
-        with _producer(broker.bootstrap, acks=1, linger_ms=100) as producer:
+        topic = new_topic(admin, prefix="t", partitions=2)
+        with bounded_producer(broker.bootstrap, acks=1, linger_ms=100) as producer:
             good = [producer.send(topic, value=b"good%d" % i) for i in range(50)]
             with pytest.raises(ApiError) as e:
                 producer.send(topic, **{"value": b"bad", **bad})
@@ -271,8 +251,8 @@ def test_partition_takes_later_records_promptly_and_in_order_after_a_batch_fails
     record acknowledged, then the failure, then 50 records that must all be acknowledged
     within 5 s of being sent, at increasing offsets, and read back in send order."""
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, 1, max_message_bytes=10_000)
-        with _producer(broker.bootstrap, acks="all", linger_ms=0, delivery_timeout_ms=3000,
+        topic = new_topic(admin, prefix="t", partitions=1, max_message_bytes=10_000)
+        with bounded_producer(broker.bootstrap, acks="all", linger_ms=0, delivery_timeout_ms=3000,
                       request_timeout_ms=2000) as producer:
             assert producer.send(topic, value=b"before").result(10).offset == 0
             fail(admin, producer, topic)
@@ -313,8 +293,8 @@ def test_records_keep_partition_order_without_idempotence_while_batches_are_retr
     occurrences of the values (a global send counter) increase with offset."""
     rounds, per_round, partitions = 40, 300, 4
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, partitions)
-        with _producer(broker.bootstrap, acks="all", enable_idempotence=False, retries=50,
+        topic = new_topic(admin, prefix="t", partitions=partitions)
+        with bounded_producer(broker.bootstrap, acks="all", enable_idempotence=False, retries=50,
                        retry_backoff_ms=20, linger_ms=1) as producer:
             futures = []
             for r in range(rounds):
@@ -357,8 +337,8 @@ def test_producer_sends_keyed_records_to_partitions_added_after_it_started(broke
     keys = [b"key-%d" % i for i in range(200)]
     new_keys = [k for k in keys if _partition_for(k, 4) >= 2][:8]
     with Admin(broker.bootstrap) as admin:
-        topic = _new_topic(admin, 2)
-        with _producer(broker.bootstrap, acks=1, linger_ms=0,
+        topic = new_topic(admin, prefix="t", partitions=2)
+        with bounded_producer(broker.bootstrap, acks=1, linger_ms=0,
                       metadata_max_age_ms=1000) as producer:
             for key in keys[:20]:
                 assert producer.send(topic, value=b"v", key=key).result(10).partition == \
