@@ -79,7 +79,7 @@ class Producer:
         self._lock = threading.Lock()
         self._order = 0
         self._ready_chunks: list[RecordChunk] = []
-        self._draining = 0  # chunks the drainer has taken and not yet handed to the sender
+        self._draining_chunks: list[RecordChunk] = []  # taken by the drainer, being split
         self._rows_limit: dict[str, int] = {}  # rows per chunk that make about batch_size
         self._closed = False
         self._wake = threading.Event()
@@ -132,13 +132,23 @@ class Producer:
         return future
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything queued and wait until it is acknowledged (or failed)."""
+        """Send every record sent before this call and wait until each is acknowledged (or
+        failed). Records other threads send meanwhile are not waited for, so a busy producer
+        cannot starve a flush."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             for topic in list(self._chunks):
                 if self._chunks[topic].rows:
                     self._swap_chunk(topic)
+            chunks = [*self._ready_chunks, *self._draining_chunks]
+            marker = self._order  # every send_batch piece so far is numbered at or below it
         self._wake.set()
-        self._sender.wait_idle(timeout, self._drain_idle)
+        for chunk in chunks:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+            if not chunk.done.wait(remaining):
+                raise RequestTimedOutError(f"flush did not finish within {timeout} s")
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+        self._sender.wait_for(marker, remaining)
 
     def partitions_for(self, topic: str) -> set[int]:
         return set(self._topic_info(topic).partitions)
@@ -204,18 +214,13 @@ class Producer:
                     if chunk.rows and now - chunk.created >= self.linger_s:
                         self._swap_chunk(topic)
                 ready, self._ready_chunks = self._ready_chunks, []
-                self._draining = len(ready)
+                self._draining_chunks = ready
             for chunk in ready:
                 self._drain_chunk(chunk)
-                with self._lock:
-                    self._draining -= 1
+            with self._lock:
+                self._draining_chunks = []
             if self._closed and not ready:
                 return
-
-    def _drain_idle(self) -> bool:
-        with self._lock:
-            return not self._ready_chunks and not self._draining and \
-                not any(c.rows for c in self._chunks.values())
 
     def _drain_chunk(self, chunk: RecordChunk) -> None:
         try:

@@ -20,7 +20,6 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 
 from logstore.client.batches import ProducerBatch
 from logstore.client.metadata import ClusterMetadata
@@ -108,6 +107,7 @@ class Sender:
         self._resetting: set[TopicPartition] = set()  # need a fresh id once drained
         self._fresh_ids: dict[TopicPartition, tuple[int, int]] = {}  # fetched for them
         self._queued_bytes = 0
+        self._outstanding: set[int] = set()  # orders of batches not yet done
         self._refresh: set[str] = set()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="logstore-producer-sender",
@@ -130,23 +130,19 @@ class Sender:
                         f"buffer_memory {self._buffer_memory} full for {max_block_s} s")
             for b in batches:
                 self._insert(b)
+                self._outstanding.add(b.order)
             self._queued_bytes += size
             self._cond.notify_all()
 
-    def idle(self) -> bool:
-        with self._cond:
-            return not self._ready and not any(self._inflight.values())
-
-    def wait_idle(self, timeout: float | None, upstream_idle: Callable[[], bool]) -> None:
+    def wait_for(self, marker: int, timeout: float | None) -> None:
+        """Wait until every batch numbered at or below ``marker`` is done."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not (upstream_idle() and not self._ready and not any(self._inflight.values())):
+            while self._outstanding and min(self._outstanding) <= marker:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise RequestTimedOutError(f"flush did not finish within {timeout} s")
-                # upstream (the producer's drainer) has no condition of ours to notify, so
-                # look again every few milliseconds as well as on every notification
-                self._cond.wait(0.005 if remaining is None else min(remaining, 0.005))
+                self._cond.wait(remaining)
 
     def close(self, error: ApiError) -> None:
         """Stop; batches not yet acknowledged fail with ``error``."""
@@ -386,6 +382,7 @@ class Sender:
         if batch.producer_id >= 0:
             self._resetting.add(batch.tp)
         self._queued_bytes -= batch.nbytes
+        self._outstanding.discard(batch.order)
         batch.complete(-1, RequestTimedOutError(
             f"{batch.tp}: batch of {batch.record_count} record(s) expired after "
             f"{batch.attempts} attempt(s) (delivery_timeout_ms)"))
@@ -400,6 +397,7 @@ class Sender:
             if error is not None and self._idempotent and batch.producer_id >= 0:
                 self._resetting.add(batch.tp)
             self._queued_bytes -= batch.nbytes
+            self._outstanding.discard(batch.order)
             self._cond.notify_all()
 
     def _finish(self, batch: ProducerBatch, base_offset: int, error: ApiError | None) -> None:
@@ -407,6 +405,7 @@ class Sender:
         batch.complete(base_offset, error)
         with self._cond:
             self._queued_bytes -= batch.nbytes
+            self._outstanding.discard(batch.order)
             self._cond.notify_all()
 
     # -- helpers -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from contextlib import suppress
@@ -237,7 +238,7 @@ def test_close_while_a_send_waits_for_buffer_memory_returns_promptly_and_resolve
             time.sleep(0.01)  # one chunk, hence one batch, per record
         # Wait (bounded) until the drainer holds a chunk the full buffer does not take.
         deadline = time.monotonic() + 5
-        while producer._draining == 0 and time.monotonic() < deadline:  # noqa: SLF001
+        while not producer._draining_chunks and time.monotonic() < deadline:  # noqa: SLF001
             time.sleep(0.01)
         started = time.monotonic()
         with suppress(ApiError):  # close() may report the sends it had to fail
@@ -312,3 +313,30 @@ def test_broker_exits_cleanly_on_sigterm_then_sigint_back_to_back(broker_factory
     bad = [(b.broker_id, code, b.stderr_tail(10)) for b, code in zip(brokers, results,
                                                                        strict=True) if code != 0]
     assert not bad, f"brokers that did not exit 0 within 15 s: {bad}"
+
+
+def test_flush_waits_only_for_records_sent_before_it_while_another_thread_keeps_sending(
+        broker) -> None:
+    """Goal: flush() is not starved by other threads' sends (Kafka's flush covers the records
+    sent before it, not the producer going idle).
+
+    Method: a second thread sends without pause for up to 10 s; meanwhile one record is sent
+    and flushed with a 5 s timeout. flush must return, with that record acknowledged."""
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, 2, prefix="r2")
+    stop = threading.Event()
+    with bounded_producer(broker.bootstrap, linger_ms=5) as producer:
+        def busy() -> None:
+            deadline = time.monotonic() + 10
+            while not stop.is_set() and time.monotonic() < deadline:
+                producer.send(topic, value=b"busy", partition=1)
+
+        sender = threading.Thread(target=busy)
+        sender.start()
+        try:
+            mine = producer.send(topic, value=b"mine", partition=0)
+            producer.flush(5)
+            assert mine.done() and mine.result(0).offset == 0
+        finally:
+            stop.set()
+            sender.join(15)
