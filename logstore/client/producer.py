@@ -231,7 +231,7 @@ class Producer:
                 1, min(1_000_000, int(self.batch_size * batch.num_rows / max(batch.nbytes, 1))))
             explicit = None
             if parts.count(None) != len(parts):
-                explicit = np.array([-1 if p is None else p for p in parts], dtype=np.int32)
+                explicit = pa.array(parts, pa.int32()).fill_null(-1).to_numpy()
                 bad = explicit[(explicit >= info.num_partitions) | (explicit < -1)]
                 if len(bad):
                     raise InvalidRecordError(f"topic {chunk.topic!r} has no partition "

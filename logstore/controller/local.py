@@ -46,7 +46,7 @@ class LocalMetadataStore:
         self._next_producer_id = data.get("next_producer_id", 0)
 
     def close(self) -> None:
-        pass
+        """Nothing to release: every change was written through to the file already."""
 
     def register_broker(self, info: BrokerInfo) -> None:
         with self._lock:

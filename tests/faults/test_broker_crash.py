@@ -39,6 +39,8 @@ def test_kill_9_during_production_loses_no_acknowledged_record(broker) -> None:
         admin.create_topics([NewTopic(topic, 2)])
     acked: list[tuple[int, int, int]] = []  # (value, partition, offset)
     stop = threading.Event()
+    kill_after = 2000 + rng.randint(0, 3000)
+    enough_acked = threading.Event()  # set by the producer thread once kill_after are acked
 
     def produce() -> None:
         with Producer(broker.bootstrap, acks="all", linger_ms=1,
@@ -52,16 +54,16 @@ def test_kill_9_during_production_loses_no_acknowledged_record(broker) -> None:
                     try:
                         m = f.result(5)
                         acked.append((value, m.partition, m.offset))
+                        if len(acked) >= kill_after:
+                            enough_acked.set()
                     except ApiError:
                         pass
             stop.set()
+            enough_acked.set()  # ran out of records: kill now rather than wait out the limit
 
     thread = threading.Thread(target=produce)
     thread.start()
-    kill_after = 2000 + rng.randint(0, 3000)
-    deadline = time.monotonic() + 20
-    while len(acked) < kill_after and time.monotonic() < deadline:
-        time.sleep(0.01)  # waiting on another thread's progress; no condition to wait on
+    enough_acked.wait(20)
     broker.kill(signal.SIGKILL)
     stop.set()
     thread.join(30)

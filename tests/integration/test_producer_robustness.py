@@ -351,6 +351,8 @@ def test_producer_sends_keyed_records_to_partitions_added_after_it_started(broke
                           for k in new_keys}
                 if all(p == _partition_for(k, 4) for k, p in landed.items()):
                     break
+                # the refresh is internal to the producer (metadata_max_age_ms=1000); this only
+                # paces the probe sends so the loop stays bounded in requests as well as time
                 time.sleep(0.1)
     assert all(p == _partition_for(k, 4) for k, p in landed.items()), \
         f"15 s after create_partitions, keys for partitions 2/3 still land at {landed}"
