@@ -23,7 +23,7 @@ $(PY):
 install: $(STAMP)
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -e '.[test]'
+	$(PY) -m pip install --config-settings editable_mode=compat -e '.[test]'
 	touch $(STAMP)
 
 demo: install

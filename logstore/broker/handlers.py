@@ -95,6 +95,8 @@ class RequestHandlers:
             "alter_configs": self.alter_configs,
             "list_offsets": self.list_offsets,
             "init_producer_id": self.init_producer_id,
+            "describe_log_dirs": self.describe_log_dirs,
+            "broker_stats": self.broker_stats,
         }
 
     # -- control -----------------------------------------------------------------------------
@@ -186,6 +188,27 @@ class RequestHandlers:
                 entry.update(error_fields(e), offset=-1, timestamp=-1)
             out.append(entry)
         return {"topic": topic, "partitions": out}
+
+    def describe_log_dirs(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Per partition: the directory of its files, the incarnation id that proves a reader
+        sees this broker's disk, and its log start offset and high watermark."""
+        topic = field(req, "topic", str, "describe_log_dirs")
+        out = []
+        for p in field(req, "partitions", list, "describe_log_dirs"):
+            entry: dict[str, Any] = {"partition": p}
+            try:
+                if not isinstance(p, int) or isinstance(p, bool):
+                    raise InvalidRequestError("describe_log_dirs: partitions must be integers")
+                entry.update(self._replicas.describe_log_dir(TopicPartition(topic, p)))
+                entry.update(error_fields(None))
+            except ApiError as e:
+                entry.update(error_fields(e))
+            out.append(entry)
+        return {"topic": topic, "partitions": out}
+
+    def broker_stats(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Counters of this broker's fetches since it started."""
+        return {"broker_id": self.broker_id, **self._replicas.stats.to_json()}
 
     def init_producer_id(self, req: dict[str, Any]) -> dict[str, Any]:
         return {**error_fields(None), "producer_id": self._producer_ids.next_producer_id(),

@@ -57,6 +57,19 @@ class PartitionFetchResult:
         return sum(b.header.batch_size for b in self.batches)
 
 
+@dataclass
+class FetchStats:
+    """Counters of what fetches served (approximate under concurrency: for tests and tools)."""
+
+    requests: int = 0
+    batches: int = 0
+    bytes: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"fetch_requests": self.requests, "fetch_batches": self.batches,
+                "fetch_bytes": self.bytes}
+
+
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager, clock: Clock) -> None:
         self.broker_id = broker_id
@@ -66,6 +79,7 @@ class ReplicaManager:
         self._lock = threading.Lock()
         self._data_arrived = threading.Condition()
         self._generation = 0
+        self.stats = FetchStats()
 
     # -- hosting -----------------------------------------------------------------------------
 
@@ -137,6 +151,9 @@ class ReplicaManager:
             ready = sum(r.size_bytes for r in results)
             remaining = deadline - self._clock.monotonic_ms()
             if ready >= min_bytes or remaining <= 0 or any(r.error for r in results):
+                self.stats.requests += 1
+                self.stats.batches += sum(len(r.batches) for r in results)
+                self.stats.bytes += ready
                 return results
             with self._data_arrived:
                 if self._generation == generation:
@@ -183,6 +200,18 @@ class ReplicaManager:
         with self._data_arrived:
             self._generation += 1
             self._data_arrived.notify_all()
+
+    # -- log directories ---------------------------------------------------------------------
+
+    def describe_log_dir(self, tp: TopicPartition) -> dict[str, object]:
+        """Where a led partition's files are, for readers on this machine (file_reader.py):
+        its directory, the log manager's incarnation id, and its offsets now."""
+        p = self.partition(tp)
+        if not p.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
+        return {"path": str(p.log.dir.resolve()), "incarnation": self._logs.incarnation,
+                "log_start_offset": p.log.log_start_offset,
+                "high_watermark": p.log.high_watermark}
 
     # -- list offsets ------------------------------------------------------------------------
 

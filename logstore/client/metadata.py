@@ -154,6 +154,11 @@ class ClusterMetadata:
     def leader_connection(self, tp: TopicPartition) -> BrokerConnection:
         return self.broker_connection(self.leader(tp))
 
+    def topic_names(self, include_internal: bool = False) -> list[str]:
+        """Names of the topics known from the last refresh (a full ``refresh()`` lists all)."""
+        with self._lock:
+            return sorted(n for n, t in self._topics.items() if include_internal or not t.internal)
+
     def brokers(self) -> dict[int, str]:
         with self._lock:
             return dict(self._brokers)

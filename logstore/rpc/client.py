@@ -159,12 +159,11 @@ class BrokerConnection:
 
 
 def raise_first_error(entries: list[dict[str, Any]], what: str) -> None:
-    from logstore.rpc.codec import error_from_fields
-
+    """Raise the error of the first entry that carries one, prefixed with ``what``."""
     for entry in entries:
         err = error_from_fields(entry)
         if err is not None:
-            raise type(err)(err.message)
+            raise type(err)(f"{what}: {err.message}")
 
 
 __all__ = ["ApiError", "BrokerConnection", "FetchResponse", "FetchedBatch", "ProduceStream",

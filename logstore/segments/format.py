@@ -11,6 +11,7 @@ Directory layout::
       recovery-point-offset-checkpoint      text checkpoint (below)
       log-start-offset-checkpoint           text checkpoint (below)
       .clean_shutdown                       present only between a clean shutdown and startup
+      .incarnation                          random id of the running broker (file_reader.py)
       <topic>-<partition>/                  topic may contain '-' and '.': split on the LAST '-'
         00000000000000000000.arrow          segment: Arrow IPC stream, named by base offset
         00000000000000000000.index          sparse offset index of that segment
@@ -78,6 +79,9 @@ TMP_SUFFIX = ".tmp"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+# A random id written at each startup: a reader in another process that finds the id a broker
+# gave it in this file knows it sees that broker's own files (same machine, same run).
+INCARNATION_FILE = ".incarnation"
 CHECKPOINT_VERSION = 0
 
 OFFSET_ENTRY = struct.Struct("<ii")

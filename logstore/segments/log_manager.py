@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from logstore.config import TopicConfig
 from logstore.model import TopicPartition
 from logstore.segments.format import (
     CLEAN_SHUTDOWN_FILE,
+    INCARNATION_FILE,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     atomic_write,
@@ -64,6 +66,7 @@ class LogManager:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._started = False
+        self.incarnation = uuid.uuid4().hex
 
     # -- startup and shutdown ------------------------------------------------------------------
 
@@ -72,6 +75,7 @@ class LogManager:
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._load_dir(log_dir)
+            atomic_write(log_dir / INCARNATION_FILE, self.incarnation.encode(), durable=False)
         self._started = True
         self._stop.clear()
         for name, interval, task in (

@@ -1,0 +1,276 @@
+"""Driver-side planning: which partitions, which offset ranges, split how.
+
+Owns: resolving a subscription to partitions, asking leaders for each partition's log start
+offset, high watermark and file location, turning starting/ending specs (offsets, timestamps)
+into offsets, the data-loss checks, narrowing by pushed-down filters and splitting ranges into
+Spark input partitions. Must not: import pyspark (source.py adapts this to Spark) or read
+records.
+
+Only committed data is planned: every range ends at or below the high watermark its leader
+reported while planning.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from datasource.options import OffsetSpec, OptionError, ReadOptions, Subscription
+from logstore.client.metadata import ClusterMetadata
+from logstore.errors import ApiError, UnknownTopicOrPartitionError
+from logstore.model import EARLIEST, LATEST, TopicPartition
+from logstore.rpc.client import raise_first_error
+
+log = logging.getLogger(__name__)
+
+
+class DataLossError(RuntimeError):
+    """Offsets a read needs are no longer in the log (and failOnDataLoss is true)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """What the leader said about one partition while planning."""
+
+    tp: TopicPartition
+    leader: str
+    log_start_offset: int
+    high_watermark: int
+    path: str | None = None
+    incarnation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    tp: TopicPartition
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """What pushed-down filters allow: a set of partitions, an offset interval and a lowest
+    timestamp (ms). Narrowing by them only ever drops records the filters would drop."""
+
+    partitions: frozenset[int] | None = None
+    offset_min: int = 0
+    offset_end: int | None = None  # exclusive
+    timestamp_min_ms: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return (self.partitions is not None and not self.partitions) or (
+            self.offset_end is not None and self.offset_end <= self.offset_min)
+
+
+@dataclass
+class Planner:
+    """One planning session against a cluster; ``close()`` drops its connections."""
+
+    options: ReadOptions
+    metadata: ClusterMetadata = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metadata = ClusterMetadata(self.options.bootstrap_servers, request_timeout_ms=30_000)
+
+    def close(self) -> None:
+        self.metadata.close()
+
+    # -- partitions and schema -----------------------------------------------------------------
+
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions the subscription names now (sorted)."""
+        sub = self.options.subscription
+        if sub.assigned:
+            for tp in sub.assigned:
+                self._check_partition(tp)
+            return sorted(sub.assigned)
+        out = []
+        for topic in self.topics(sub):
+            info = self.metadata.topic(topic)
+            out.extend(TopicPartition(topic, p) for p in sorted(info.partitions))
+        return out
+
+    def topics(self, sub: Subscription | None = None) -> list[str]:
+        sub = sub or self.options.subscription
+        if sub.assigned:
+            return sorted({tp.topic for tp in sub.assigned})
+        if sub.pattern is None:
+            for t in sub.topics:
+                self.metadata.topic(t, refresh=True)
+            return list(sub.topics)
+        self.metadata.refresh(None)
+        regex = re.compile(sub.pattern)
+        names = self.metadata.topic_names(include_internal=False)
+        return sorted(t for t in names if regex.fullmatch(t))
+
+    def value_schema(self, topics: list[str]) -> pa.Schema | None:
+        """The value schema shared by ``topics`` (None: untyped); topics that differ are an
+        error, since one DataFrame has one schema."""
+        schemas = {t: self.metadata.topic(t).value_schema for t in topics}
+        first = next(iter(schemas.values()), None)
+        differ = [t for t, s in schemas.items() if not _same_schema(s, first)]
+        if differ:
+            raise OptionError(f"topics {sorted(schemas)} have different value schemas "
+                              f"({differ[0]!r} differs from {topics[0]!r}); read them apart")
+        return first
+
+    def _check_partition(self, tp: TopicPartition) -> None:
+        info = self.metadata.topic(tp.topic, refresh=True)
+        if tp.partition not in info.partitions:
+            raise UnknownTopicOrPartitionError(
+                f"topic {tp.topic!r} has no partition {tp.partition} "
+                f"(it has {info.num_partitions})")
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def describe(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionInfo]:
+        """Log start offset, high watermark and file location of each partition, one request
+        per (leader, topic)."""
+        groups: dict[tuple[int, str], list[int]] = defaultdict(list)
+        for tp in tps:
+            groups[(self.metadata.leader(tp), tp.topic)].append(tp.partition)
+        out = {}
+        for (leader, topic), parts in groups.items():
+            conn = self.metadata.broker_connection(leader)
+            entries = conn.action("describe_log_dirs", {"topic": topic, "partitions": parts})
+            raise_first_error(entries["partitions"], f"describing {topic!r} on {conn.address}")
+            for e in entries["partitions"]:
+                tp = TopicPartition(topic, e["partition"])
+                out[tp] = PartitionInfo(tp, conn.address, e["log_start_offset"],
+                                        e["high_watermark"], e.get("path"), e.get("incarnation"))
+        return out
+
+    def offsets_for_times(self, times: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """First offset with a timestamp >= the given one, or -1 when there is none."""
+        groups: dict[tuple[int, str], list[dict[str, int]]] = defaultdict(list)
+        for tp, ts in times.items():
+            groups[(self.metadata.leader(tp), tp.topic)].append(
+                {"partition": tp.partition, "timestamp": ts})
+        out = {}
+        for (leader, topic), parts in groups.items():
+            conn = self.metadata.broker_connection(leader)
+            entries = conn.action("list_offsets", {"topic": topic, "partitions": parts})
+            raise_first_error(entries["partitions"], f"list_offsets on {topic!r}")
+            for e in entries["partitions"]:
+                out[TopicPartition(topic, e["partition"])] = e["offset"]
+        return out
+
+    def resolve(self, spec: OffsetSpec, infos: dict[TopicPartition, PartitionInfo],
+                side: str) -> dict[TopicPartition, int]:
+        """Offsets of ``spec`` for every partition in ``infos`` (``side``: starting/ending)."""
+        explicit = _explicit(spec, infos, side)
+        out = {}
+        for tp, info in infos.items():
+            value = explicit.get(tp, spec.default)
+            out[tp] = {EARLIEST: info.log_start_offset, LATEST: info.high_watermark}.get(
+                value, value)
+        if spec.by_timestamp:
+            times = {tp: spec.timestamps.get(tp, spec.timestamp_ms) for tp in infos}
+            found = self.offsets_for_times({tp: t for tp, t in times.items() if t is not None})
+            for tp, offset in found.items():
+                out[tp] = self._no_record_that_late(tp, offset, infos[tp], side, times[tp])
+        return out
+
+    def _no_record_that_late(self, tp: TopicPartition, offset: int, info: PartitionInfo,
+                             side: str, ts: int | None) -> int:
+        if offset >= 0:
+            return offset
+        if side == "ending" or self.options.timestamp_strategy_latest:
+            return info.high_watermark
+        raise OptionError(f"{side}OffsetsByTimestamp: {tp} has no record with a timestamp at or "
+                          f"after {ts} (set startingOffsetsByTimestampStrategy=latest to start "
+                          f"at the end instead)")
+
+
+def _explicit(spec: OffsetSpec, infos: dict[TopicPartition, PartitionInfo], side: str
+              ) -> dict[TopicPartition, int]:
+    """The JSON offsets; as in Spark's Kafka source, they must name every partition read."""
+    if not spec.offsets:
+        return {}
+    unknown = sorted(str(tp) for tp in spec.offsets if tp not in infos)
+    if unknown:
+        raise OptionError(f"{side}Offsets names partitions {unknown} that are not read (the "
+                          f"subscription covers {sorted(str(tp) for tp in infos)})")
+    missing = sorted(str(tp) for tp in infos if tp not in spec.offsets)
+    if missing:
+        raise OptionError(f"{side}Offsets does not name partitions {missing}; give every "
+                          "partition an offset (-2 earliest, -1 latest)")
+    return dict(spec.offsets)
+
+
+def _same_schema(a: pa.Schema | None, b: pa.Schema | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and a.equals(b))
+
+
+def check_range(tp: TopicPartition, start: int, end: int, info: PartitionInfo,
+                fail_on_data_loss: bool) -> OffsetRange | None:
+    """The range to read for ``tp``, after the data-loss and direction checks."""
+    if end > info.high_watermark:
+        raise OptionError(f"{tp}: ending offset {end} is past the high watermark "
+                          f"{info.high_watermark}; only committed records can be read")
+    if start > end:
+        raise OptionError(f"{tp}: starting offset {start} is after the ending offset {end}")
+    if start < info.log_start_offset:
+        lost = f"{tp}: offsets [{start}, {min(end, info.log_start_offset)}) are no longer in " \
+               f"the log (it holds [{info.log_start_offset}, {info.high_watermark}))"
+        if fail_on_data_loss:
+            raise DataLossError(f"{lost}; set failOnDataLoss=false to skip them")
+        log.warning("%s; skipping them (failOnDataLoss=false)", lost)
+        start = min(info.log_start_offset, end)
+    return OffsetRange(tp, start, end) if end > start else None
+
+
+def narrow(ranges: list[OffsetRange], c: Constraints,
+           timestamp_starts: dict[TopicPartition, int] | None = None) -> list[OffsetRange]:
+    """``ranges`` cut down to what the constraints allow (``timestamp_starts``: the first
+    offset at or after ``c.timestamp_min_ms`` per partition, -1 when none)."""
+    out = []
+    for r in ranges:
+        if c.partitions is not None and r.tp.partition not in c.partitions:
+            continue
+        start = max(r.start, c.offset_min)
+        end = r.end if c.offset_end is None else min(r.end, c.offset_end)
+        if timestamp_starts is not None and r.tp in timestamp_starts:
+            first = timestamp_starts[r.tp]
+            start = end if first < 0 else max(start, first)
+        if end > start:
+            out.append(OffsetRange(r.tp, start, end))
+    return out
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
+                 max_records: int | None) -> list[OffsetRange]:
+    """Cut ranges to at most ``max_records`` each, then halve the largest until there are
+    ``min_partitions`` (ranges of one record are not cut). Order: by partition, then offset."""
+    pieces = []
+    for r in ranges:
+        step = max_records or max(r.size, 1)
+        pieces.extend(OffsetRange(r.tp, s, min(s + step, r.end))
+                      for s in range(r.start, r.end, step))
+    if min_partitions is not None and len(pieces) < min_partitions:
+        heap = [(-p.size, i, p) for i, p in enumerate(pieces)]
+        heapq.heapify(heap)
+        counter = len(heap)
+        while len(heap) < min_partitions and heap and -heap[0][0] > 1:
+            _, _, big = heapq.heappop(heap)
+            mid = big.start + big.size // 2
+            for half in (OffsetRange(big.tp, big.start, mid), OffsetRange(big.tp, mid, big.end)):
+                heapq.heappush(heap, (-half.size, counter, half))
+                counter += 1
+        pieces = [p for _, _, p in heap]
+    return sorted(pieces, key=lambda p: (p.tp, p.start))
+
+
+def describe_error(e: ApiError) -> str:
+    return f"[{e.code.name}] {e.message}"

@@ -1,0 +1,246 @@
+"""Executor-side reading of one offset range as Arrow record batches in Spark's shape.
+
+Owns: choosing between the partition's segment files (when this executor sees the leader's
+disk, proven by the incarnation id the leader gave the planner) and Flight fetches from the
+leader; following leader moves; the failOnDataLoss rule at read time; coalescing small batches
+so Spark gets few, large ones. Must not: import pyspark or plan ranges.
+
+A task either yields every record of its range or fails: a broker that stays unreachable, a
+range that vanished with failOnDataLoss=true, or a high watermark that went back under the
+range all raise, so Spark never presents partial data as complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from datasource.planning import DataLossError
+from datasource.schema import BatchConverter
+from logstore.client.metadata import ClusterMetadata
+from logstore.errors import ApiError, NetworkError, OffsetOutOfRangeError
+from logstore.model import TopicPartition
+from logstore.records import FLAG_LOG_APPEND_TIME
+from logstore.rpc.client import BrokerConnection
+from logstore.rpc.codec import error_from_fields
+from logstore.segments.file_reader import PartitionFiles
+from logstore.segments.format import INCARNATION_FILE
+
+log = logging.getLogger(__name__)
+
+COALESCE_ROWS = 64 * 1024      # smaller converted batches are gathered up to about this
+LARGE_BATCH_ROWS = 8 * 1024    # a batch this big goes to Spark as it is
+MAX_ATTEMPTS = 6               # per fetch, across leader moves and network errors
+BACKOFF_S = 0.2
+
+
+class BrokerUnavailableError(RuntimeError):
+    """The leader of a partition could not be reached while reading a range."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTask:
+    """One Spark input partition: an offset range and where to find it."""
+
+    tp: TopicPartition
+    start: int
+    end: int
+    leader: str
+    path: str | None = None
+    incarnation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSettings:
+    """What every task of one scan shares (shipped once with the reader)."""
+
+    bootstrap_servers: str
+    target: pa.Schema
+    read_mode: str = "auto"
+    fail_on_data_loss: bool = True
+    fetch_max_bytes: int = 64 * 1024 * 1024
+
+
+def read_range(task: ReadTask, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
+    """Every record of ``task``'s range, as record batches of ``settings.target``."""
+    converter = BatchConverter(settings.target, task.tp.topic, task.tp.partition)
+    yield from _coalesce(_converted(task, settings, converter))
+
+
+def _converted(task: ReadTask, settings: ReadSettings, converter: BatchConverter
+               ) -> Iterator[pa.RecordBatch]:
+    position = task.start
+    if _use_files(task, settings):
+        try:
+            for schema, stored in PartitionFiles(task.path).read(position, task.end):
+                position = stored.header.next_offset
+                if not stored.header.is_control:
+                    out = converter.convert(
+                        stored.record_batch(schema), stored.offsets(),
+                        bool(stored.header.flags & FLAG_LOG_APPEND_TIME), task.start, task.end)
+                    if out is not None:
+                        yield out
+            return
+        except OffsetOutOfRangeError as e:
+            log.info("%s: files no longer hold offset %d (%s); fetching from the leader",
+                     task.tp, position, e.message)
+    yield from _fetched(task, settings, converter, max(position, task.start))
+
+
+def _use_files(task: ReadTask, settings: ReadSettings) -> bool:
+    """True when this process sees the leader's own files (``local`` demands it)."""
+    if settings.read_mode == "fetch" or task.path is None:
+        return False
+    try:
+        found = (Path(task.path).parent / INCARNATION_FILE).read_text().strip()
+    except OSError:
+        found = None
+    if found == task.incarnation:
+        return True
+    if settings.read_mode == "local":
+        raise BrokerUnavailableError(
+            f"{task.tp}: readMode=local but {task.path} is not the leader's directory here "
+            "(different machine, or the broker restarted); use readMode=auto or fetch")
+    return False
+
+
+def _fetched(task: ReadTask, settings: ReadSettings, converter: BatchConverter,
+             position: int) -> Iterator[pa.RecordBatch]:
+    fetcher = _Fetcher(task, settings)
+    try:
+        while position < task.end:
+            batches, position = fetcher.fetch(position)
+            for fetched in batches:
+                if fetched.header.is_control:
+                    continue
+                out = converter.convert(fetched.batch, fetched.offsets(),
+                                        bool(fetched.header.flags & FLAG_LOG_APPEND_TIME),
+                                        task.start, task.end)
+                if out is not None:
+                    yield out
+    finally:
+        fetcher.close()
+
+
+class _Fetcher:
+    """Fetches of one partition from its leader, following leader moves and retrying network
+    errors a bounded number of times."""
+
+    def __init__(self, task: ReadTask, settings: ReadSettings) -> None:
+        self.task = task
+        self.settings = settings
+        self.address = task.leader
+        self._conn: BrokerConnection | None = None
+
+    def fetch(self, position: int) -> tuple[list, int]:
+        """(batches, next position) from ``position``; raises when the range cannot be read."""
+        last: Exception | None = None
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                return self._fetch_once(position)
+            except OffsetOutOfRangeError:
+                return [], self._lost(position)
+            except ApiError as e:
+                if not (e.retriable or isinstance(e, NetworkError)):
+                    raise
+                last = e
+                self._reconnect(e)
+                time.sleep(BACKOFF_S * (attempt + 1))  # back off before the next attempt
+        raise BrokerUnavailableError(
+            f"{self.task.tp}: could not read offsets [{position}, {self.task.end}) from the "
+            f"leader after {MAX_ATTEMPTS} attempts (last: {last})")
+
+    def _fetch_once(self, position: int) -> tuple[list, int]:
+        tp = self.task.tp
+        request = {"topic": tp.topic, "max_wait_ms": 0, "max_bytes": self.settings.fetch_max_bytes,
+                   "partitions": [{"partition": tp.partition, "offset": position,
+                                   "max_bytes": self.settings.fetch_max_bytes}]}
+        response = self._connection().fetch(request)
+        summary = response.partitions.get(tp.partition, {})
+        err = error_from_fields(summary)
+        if err is not None:
+            raise err
+        batches = [b for b in response.batches if b.partition == tp.partition]
+        if not batches:
+            hw = summary.get("high_watermark", -1)
+            if hw < self.task.end:
+                raise DataLossError(f"{tp}: the high watermark went back to {hw} while reading "
+                                    f"[{self.task.start}, {self.task.end}) (the log was "
+                                    "truncated by a leader change); run the query again")
+            return [], self.task.end  # no record lives in [position, end): a compaction gap
+        return batches, max(position, batches[-1].header.next_offset)
+
+    def _lost(self, position: int) -> int:
+        """Where to go on after OFFSET_OUT_OF_RANGE at ``position`` (or raise)."""
+        tp = self.task.tp
+        start = _log_start_offset(self._connection(), tp)
+        lost = f"{tp}: offsets [{position}, {min(start, self.task.end)}) of the range " \
+               f"[{self.task.start}, {self.task.end}) are no longer in the log " \
+               f"(log start offset {start})"
+        if self.settings.fail_on_data_loss or start <= position:
+            raise DataLossError(f"{lost}; set failOnDataLoss=false to skip them")
+        log.warning("%s; skipping them (failOnDataLoss=false)", lost)
+        return min(start, self.task.end)
+
+    def _connection(self) -> BrokerConnection:
+        if self._conn is None:
+            self._conn = BrokerConnection(self.address, timeout_s=30.0)
+        return self._conn
+
+    def _reconnect(self, error: ApiError) -> None:
+        log.info("%s: fetch from %s failed (%s); looking up the leader again",
+                 self.task.tp, self.address, error)
+        self.close()
+        metadata = ClusterMetadata(self.settings.bootstrap_servers)
+        try:
+            leader = metadata.leader(self.task.tp)
+            self.address = metadata.brokers().get(leader, self.address)
+        except ApiError as e:
+            log.info("%s: leader lookup failed: %s", self.task.tp, e)
+        finally:
+            metadata.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _log_start_offset(conn: BrokerConnection, tp: TopicPartition) -> int:
+    entry = conn.action("list_offsets", {"topic": tp.topic, "partitions": [
+        {"partition": tp.partition, "timestamp": -2}]})["partitions"][0]
+    err = error_from_fields(entry)
+    if err is not None:
+        raise err
+    return int(entry["offset"])
+
+
+def _coalesce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Pass large batches through; gather small ones into batches of about COALESCE_ROWS
+    (each Arrow batch costs Spark a fixed overhead, so a log of tiny producer batches would
+    otherwise read slowly)."""
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        if batch.num_rows >= LARGE_BATCH_ROWS and not pending:
+            yield batch
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= COALESCE_ROWS:
+            yield _concat(pending)
+            pending, rows = [], 0
+    if pending:
+        yield _concat(pending)
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
+__all__ = ["BrokerUnavailableError", "ReadSettings", "ReadTask", "read_range"]

@@ -1,0 +1,388 @@
+"""``format("logstore")``: the PySpark Python DataSource for batch and micro-batch reads.
+
+Owns: adapting planning.py and reader.py to Spark's DataSource API: the output schema, filter
+pushdown, input partitions, the micro-batch offsets and read limits. Must not: contain read or
+planning logic of its own (so most of it is tested without Spark).
+
+Where things run: ``schema()``, ``pushFilters()`` and ``partitions()`` run on the driver (they
+talk to brokers); ``read()`` runs in executors, from a pickled reader, so everything it needs
+is set in ``__init__`` or carried by the input partition, and no socket is ever pickled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from datasource.options import ReadOptions, parse_read_options
+from datasource.planning import (
+    Constraints,
+    DataLossError,
+    OffsetRange,
+    PartitionInfo,
+    Planner,
+    check_range,
+    narrow,
+    split_ranges,
+)
+from datasource.reader import ReadSettings, ReadTask, read_range
+from datasource.schema import check_requested, source_arrow_schema
+from logstore.model import TopicPartition
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_INTERVAL_S = 0.1  # an idle stream asks the brokers for new data at most this often
+
+
+class LogStoreDataSource(DataSource):
+    """``spark.read.format("logstore")``, ``readStream`` and ``write`` (see README)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "logstore"
+
+    def schema(self) -> StructType:
+        options = parse_read_options(self.options, streaming=None)
+        planner = Planner(options)
+        try:
+            value_schema = planner.value_schema(planner.topics())
+        finally:
+            planner.close()
+        return from_arrow_schema(source_arrow_schema(value_schema, options.include_headers))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LogStoreBatchReader(parse_read_options(self.options, streaming=False), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LogStoreStreamReader(parse_read_options(self.options, streaming=True), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        from datasource.writer import LogStoreWriter
+
+        return LogStoreWriter(dict(self.options), schema)
+
+
+class RangePartition(InputPartition):
+    """One Spark input partition: a ReadTask."""
+
+    def __init__(self, task: ReadTask) -> None:
+        super().__init__(task)
+        self.task = task
+
+    def __repr__(self) -> str:
+        return f"RangePartition({self.task.tp}, [{self.task.start}, {self.task.end}))"
+
+
+class _ScanBase:
+    """What batch and stream readers share: settings, schema checks, tasks from ranges."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.spark_schema = schema
+        self.settings = ReadSettings(options.bootstrap_servers,
+                                     to_arrow_schema(schema, timezone="UTC"),
+                                     options.read_mode, options.fail_on_data_loss,
+                                     options.fetch_max_bytes)
+
+    def _check_schema(self, planner: Planner, topics: list[str]) -> None:
+        value_schema = planner.value_schema(topics)
+        available = to_arrow_schema(from_arrow_schema(
+            source_arrow_schema(value_schema, include_headers=True)), timezone="UTC")
+        check_requested(self.settings.target, available, topics)
+        if "headers" in self.settings.target.names and not self.options.include_headers:
+            log.info("the schema names 'headers': reading them although includeHeaders=false")
+
+    def _tasks(self, ranges: list[OffsetRange], infos: dict[TopicPartition, PartitionInfo]
+               ) -> list[RangePartition]:
+        pieces = split_ranges(ranges, self.options.min_partitions,
+                              self.options.max_records_per_partition)
+        return [RangePartition(ReadTask(r.tp, r.start, r.end, infos[r.tp].leader,
+                                        infos[r.tp].path, infos[r.tp].incarnation))
+                for r in pieces]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, RangePartition):
+            return iter(())  # Spark's placeholder when a scan has no ranges at all
+        return read_range(partition.task, self.settings)
+
+
+class LogStoreBatchReader(_ScanBase, DataSourceReader):
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        super().__init__(options, schema)
+        self.constraints = Constraints()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Narrow the offset ranges by filters on partition, offset and timestamp; every
+        filter is still given back to Spark, which applies it to the rows read."""
+        self.constraints = constraints_from(filters)
+        yield from filters
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planner = Planner(self.options)
+        try:
+            return self._plan(planner)
+        finally:
+            planner.close()
+
+    def _plan(self, planner: Planner) -> list[RangePartition]:
+        tps = planner.partitions()
+        self._check_schema(planner, sorted({tp.topic for tp in tps}))
+        if self.constraints.partitions is not None:
+            tps = [tp for tp in tps if tp.partition in self.constraints.partitions]
+        if self.constraints.empty or not tps:
+            return []
+        infos = planner.describe(tps)
+        starts = planner.resolve(self.options.starting, infos, "starting")
+        ends = planner.resolve(self.options.ending, infos, "ending")
+        ranges = [r for tp in tps if (r := check_range(
+            tp, starts[tp], ends[tp], infos[tp], self.options.fail_on_data_loss)) is not None]
+        ranges = narrow(ranges, self.constraints, self._timestamp_starts(planner, ranges))
+        return self._tasks(ranges, infos)
+
+    def _timestamp_starts(self, planner: Planner, ranges: list[OffsetRange]
+                          ) -> dict[TopicPartition, int] | None:
+        ts = self.constraints.timestamp_min_ms
+        if ts is None or not ranges:
+            return None
+        return planner.offsets_for_times({r.tp: ts for r in ranges})
+
+
+class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches; offsets are ``{"topic": {"partition": next offset}}``."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        super().__init__(options, schema)
+        self._planner: Planner | None = None
+        self._target: dict[TopicPartition, int] | None = None
+        self._last_batch_at = time.monotonic()
+        self._idle_since: float | None = None
+        self._schema_checked = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_planner"] = None  # sockets stay on the driver
+        return state
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.options)
+        return self._planner
+
+    def initialOffset(self) -> dict:
+        infos = self._current()
+        return to_json_offsets(self.planner.resolve(self.options.starting, infos, "starting"))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {tp: i.high_watermark for tp, i in self._current().items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        now = time.monotonic()
+        if self._idle_since is not None and now - self._idle_since < IDLE_POLL_INTERVAL_S:
+            return start
+        infos = self._current()
+        begin = self._begin(from_json_offsets(start), infos)
+        latest = {tp: self._cap(tp, info.high_watermark, begin[tp]) for tp, info in infos.items()}
+        end = self._limited(begin, latest, limit, now)
+        self._idle_since = now if end == begin else None
+        if end != begin:
+            self._last_batch_at = now
+        return to_json_offsets(end)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = from_json_offsets(start), from_json_offsets(end)
+        infos = self.planner.describe(stop)
+        ranges = []
+        for tp, e in sorted(stop.items()):
+            s = begin.get(tp, infos[tp].log_start_offset)  # a new partition: from its start
+            if s > e:
+                self._data_loss(f"{tp}: offsets went back from {s} to {e} (the topic was "
+                                "recreated or the log truncated); records may have been missed")
+                continue
+            r = check_range(tp, s, e, infos[tp], self.options.fail_on_data_loss)
+            if r is not None:
+                ranges.append(r)
+        return self._tasks(ranges, infos)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: as with Spark's Kafka source, progress lives in the checkpoint."""
+
+    def stop(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
+            self._planner = None
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _current(self) -> dict[TopicPartition, PartitionInfo]:
+        tps = self.planner.partitions()
+        if not self._schema_checked:
+            self._check_schema(self.planner, sorted({tp.topic for tp in tps}))
+            self._schema_checked = True
+        return self.planner.describe(tps)
+
+    def _begin(self, start: dict[TopicPartition, int], infos: dict[TopicPartition, PartitionInfo]
+               ) -> dict[TopicPartition, int]:
+        gone = sorted(str(tp) for tp in start if tp not in infos)
+        if gone:
+            self._data_loss(f"partitions {gone} are gone (topic deleted?); their unread "
+                            "records are lost")
+        return {tp: start.get(tp, info.log_start_offset) for tp, info in infos.items()}
+
+    def _cap(self, tp: TopicPartition, high_watermark: int, begin: int) -> int:
+        if self._target is None:
+            return high_watermark
+        return min(high_watermark, max(self._target.get(tp, begin), begin))
+
+    def _limited(self, begin: dict[TopicPartition, int], latest: dict[TopicPartition, int],
+                 limit: ReadLimit, now: float) -> dict[TopicPartition, int]:
+        available = {tp: max(latest[tp] - begin[tp], 0) for tp in begin}
+        total = sum(available.values())
+        if not isinstance(limit, ReadAllAvailable) and self._target is None:
+            wanted = limit.min_rows if isinstance(limit, ReadMinRows) else \
+                self.options.min_offsets_per_trigger
+            waited_ms = (now - self._last_batch_at) * 1000
+            if wanted is not None and total < wanted and \
+                    waited_ms < self.options.max_trigger_delay_ms:
+                return begin
+        if isinstance(limit, ReadMaxRows) and total > limit.max_rows:
+            return {tp: begin[tp] + n for tp, n in
+                    share_limit(available, limit.max_rows).items()}
+        return {tp: begin[tp] + available[tp] for tp in begin}
+
+    def _data_loss(self, message: str) -> None:
+        if self.options.fail_on_data_loss:
+            raise DataLossError(f"{message}; set failOnDataLoss=false to go on")
+        log.warning("%s (failOnDataLoss=false)", message)
+
+
+def share_limit(available: dict[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:
+    """Split ``limit`` records over partitions in proportion to what each has available (as
+    Spark's Kafka source does), never more than available, adding up to ``limit``."""
+    total = sum(available.values())
+    shares = {tp: n * limit // total for tp, n in available.items()} if total else {}
+    left = limit - sum(shares.values())
+    for tp in sorted(available, key=lambda t: available[t] - shares[t], reverse=True):
+        if left <= 0:
+            break
+        extra = min(left, available[tp] - shares[tp])
+        shares[tp] += extra
+        left -= extra
+    return shares
+
+
+def to_json_offsets(offsets: dict[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for tp, offset in sorted(offsets.items()):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(offset)
+    return out
+
+
+def from_json_offsets(offsets: dict) -> dict[TopicPartition, int]:
+    return {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items()
+            for p, o in parts.items()}
+
+
+# -- filter pushdown ---------------------------------------------------------------------------
+
+def constraints_from(filters: list[Filter]) -> Constraints:
+    """The conjunction of the filters on partition, offset and timestamp (others ignored)."""
+    c = Constraints()
+    for f in filters:
+        column = f.attribute[0] if len(f.attribute) == 1 else None
+        if column == "partition":
+            c = _partition_filter(c, f)
+        elif column == "offset":
+            c = _offset_filter(c, f)
+        elif column == "timestamp":
+            c = _timestamp_filter(c, f)
+    return c
+
+
+def _partition_filter(c: Constraints, f: Filter) -> Constraints:
+    if isinstance(f, EqualTo) and _int(f.value):
+        allowed = {f.value}
+    elif isinstance(f, In) and all(_int(v) for v in f.value):
+        allowed = set(f.value)
+    else:
+        return c
+    current = allowed if c.partitions is None else set(c.partitions) & allowed
+    return _replace(c, partitions=frozenset(current))
+
+
+def _offset_filter(c: Constraints, f: Filter) -> Constraints:
+    values = list(f.value) if isinstance(f, In) else [getattr(f, "value", None)]
+    if not values or not all(_int(v) for v in values):
+        return c
+    lo, hi = min(values), max(values)
+    bounds = {EqualTo: (lo, hi + 1), In: (lo, hi + 1), GreaterThan: (lo + 1, None),
+              GreaterThanOrEqual: (lo, None), LessThan: (0, lo), LessThanOrEqual: (0, lo + 1)}
+    pair = bounds.get(type(f))
+    if pair is None:
+        return c
+    end = pair[1] if c.offset_end is None else (c.offset_end if pair[1] is None
+                                                 else min(c.offset_end, pair[1]))
+    return _replace(c, offset_min=max(c.offset_min, pair[0]), offset_end=end)
+
+
+def _timestamp_filter(c: Constraints, f: Filter) -> Constraints:
+    """Only lower bounds: records are in offset order, not timestamp order, so an upper bound
+    cannot end a range early; the time index finds where a lower bound starts one."""
+    if not isinstance(f, GreaterThan | GreaterThanOrEqual | EqualTo):
+        return c
+    ms = _epoch_ms(f.value)
+    if ms is None:
+        return c
+    return _replace(c, timestamp_min_ms=ms if c.timestamp_min_ms is None
+                    else max(c.timestamp_min_ms, ms))
+
+
+def _epoch_ms(value: Any) -> int | None:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.astimezone()  # Spark hands naive datetimes in local time
+        return int(value.astimezone(UTC).timestamp() * 1000) - 1  # round down
+    return None
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _replace(c: Constraints, **changes: Any) -> Constraints:
+    return replace(c, **changes)

@@ -1,0 +1,205 @@
+"""``df.write.format("logstore")``: batch writes of whole Arrow batches per Spark task.
+
+Owns: the sink's options and column checks (as Spark's Kafka sink: ``key``, ``value``,
+``topic``, ``partition``, ``headers``; a typed topic's value columns in place of ``value``),
+routing each batch by topic and partition without per-row Python, and the commit/abort report.
+Must not: import pyspark outside the DataSourceArrowWriter it implements.
+
+Delivery is at least once, as with Spark's Kafka sink: each task flushes and checks every
+acknowledgement before it reports success, but records of tasks that succeeded stay written
+when the job fails (``abort`` says how many).
+
+| option              | meaning                                                        |
+|---------------------|----------------------------------------------------------------|
+| ``bootstrap.servers`` | required                                                     |
+| ``topic``           | every row goes there (overrides a ``topic`` column)            |
+| ``acks``            | ``all`` (default), ``1`` or ``0``                              |
+| ``compression``     | ``none`` (default), ``lz4`` or ``zstd``                        |
+| ``lingerMs`` / ``batchSize`` | producer batching (defaults 5 ms, 1 MiB)               |
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from datasource.options import OptionError
+from logstore.client.admin import Admin
+from logstore.client.producer import Producer
+from logstore.model import validate_topic_name
+from logstore.records import HEADERS_TYPE, topic_schema, value_columns
+
+log = logging.getLogger(__name__)
+
+_KNOWN = {"bootstrap.servers", "topic", "acks", "compression", "lingerms", "batchsize", "path"}
+_ROUTING = ("topic", "partition")
+
+
+@dataclass(frozen=True)
+class LogStoreCommitMessage(WriterCommitMessage):
+    records: int
+    topics: tuple[str, ...]
+
+
+class LogStoreWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        opts = {k.lower(): v for k, v in options.items()}
+        unknown = sorted(set(opts) - _KNOWN)
+        if unknown:
+            raise OptionError(f"unknown write option(s) {unknown} for format('logstore'); "
+                              f"known options: {sorted(_KNOWN - {'path'})}")
+        self.bootstrap = opts.get("bootstrap.servers", "").strip()
+        if not self.bootstrap:
+            raise OptionError("option 'bootstrap.servers' is required")
+        self.topic = opts.get("topic")
+        self.acks: str | int = _acks(opts.get("acks", "all"))
+        self.producer_options = _producer_options(opts)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        check_columns(self.arrow_schema, self.topic, self._value_schema())
+
+    def _value_schema(self) -> pa.Schema | None | bool:
+        """The topic option's value schema (False when there is no topic option)."""
+        if self.topic is None:
+            return False
+        validate_topic_name(self.topic)
+        with Admin(self.bootstrap) as admin:
+            described = admin.describe_topics([self.topic])
+        return described[0].value_schema
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LogStoreCommitMessage:
+        producer = Producer(self.bootstrap, acks=self.acks, **self.producer_options)
+        futures: list[Any] = []
+        topics: set[str] = set()
+        try:
+            for batch in iterator:
+                for topic, partition, data in route(batch, self.topic):
+                    topics.add(topic)
+                    futures.append(producer.send_batch(topic, data, partition))
+            producer.flush()
+            records = sum(m.record_count for f in futures for m in f.result())
+        finally:
+            producer.close()
+        return LogStoreCommitMessage(records, tuple(sorted(topics)))
+
+    def commit(self, messages: list[LogStoreCommitMessage | None]) -> None:
+        total = sum(m.records for m in messages if m is not None)
+        log.info("wrote %d records to %s", total, self.topic or "the rows' topics")
+
+    def abort(self, messages: list[LogStoreCommitMessage | None]) -> None:
+        written = sum(m.records for m in messages if m is not None)
+        log.warning("write to %s failed; %d records of the tasks that succeeded stay in the "
+                    "log (the logstore sink delivers at least once)",
+                    self.topic or "the rows' topics", written)
+
+
+def check_columns(schema: pa.Schema, topic: str | None, value_schema: Any) -> None:
+    """Spark's Kafka sink rules, named column by column."""
+    names = schema.names
+    if topic is None and "topic" not in names:
+        raise OptionError("the DataFrame has no 'topic' column and no 'topic' option is set")
+    typed = value_schema not in (None, False)
+    expected_values = value_columns(topic_schema(value_schema)) if typed else ["value"]
+    allowed = {"key", "topic", "partition", "headers", *expected_values}
+    extra = [n for n in names if n not in allowed]
+    if extra:
+        raise OptionError(f"unexpected column(s) {extra}; the logstore sink takes {sorted(allowed)}")
+    missing = [n for n in expected_values if n not in names]
+    if missing and value_schema is not False:
+        raise OptionError(f"missing column(s) {missing} for topic {topic!r}")
+    for name, accepted in (("key", "binary or string"), ("value", "binary or string")):
+        if name in names and not _binary_like(schema.field(name).type):
+            raise OptionError(f"column {name!r} is {schema.field(name).type}; the logstore sink "
+                              f"takes {accepted} (cast it first)")
+    _check_type(schema, "topic", pa.types.is_string, "string")
+    _check_type(schema, "partition", pa.types.is_integer, "int")
+    _check_type(schema, "headers", lambda t: t.equals(HEADERS_TYPE),
+                "array<struct<key: string, value: binary>>")
+
+
+def _check_type(schema: pa.Schema, name: str, ok: Any, wanted: str) -> None:
+    if name in schema.names and not ok(schema.field(name).type):
+        raise OptionError(f"column {name!r} is {schema.field(name).type}; the logstore sink "
+                          f"takes {wanted}")
+
+
+def _binary_like(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_string(t) or \
+        pa.types.is_large_string(t)
+
+
+def route(batch: pa.RecordBatch, topic: str | None
+          ) -> Iterator[tuple[str, int | None, pa.RecordBatch]]:
+    """(topic, partition or None, rows) groups of ``batch``, with the routing columns removed
+    and string keys/values as binary; grouping is vectorised (one filter per distinct value)."""
+    if batch.num_rows == 0:
+        return
+    data = _as_binary(batch)
+    if topic is not None:
+        groups: Iterator[tuple[str, pa.RecordBatch]] = iter([(topic, data)])
+    else:
+        groups = _group_by(data, "topic")
+    for name, rows in groups:
+        if name is None:
+            raise OptionError("a row has a null 'topic' and no 'topic' option is set")
+        if "partition" not in rows.schema.names:
+            yield name, None, _drop_routing(rows)
+            continue
+        for partition, part_rows in _group_by(rows, "partition"):
+            yield name, partition, _drop_routing(part_rows)
+
+
+def _group_by(batch: pa.RecordBatch, column: str) -> Iterator[tuple[Any, pa.RecordBatch]]:
+    values = batch.column(column)
+    bounds = pc.min_max(values)
+    if values.null_count == 0 and bounds["min"] == bounds["max"]:
+        yield values[0].as_py(), batch
+        return
+    for value in pc.unique(values).to_pylist():
+        mask = pc.is_null(values) if value is None else pc.equal(values, value)
+        yield value, batch.filter(mask)
+
+
+def _drop_routing(batch: pa.RecordBatch) -> pa.RecordBatch:
+    keep = [i for i, n in enumerate(batch.schema.names) if n not in _ROUTING]
+    return batch.select(keep)
+
+
+def _as_binary(batch: pa.RecordBatch) -> pa.RecordBatch:
+    for name in ("key", "value"):
+        i = batch.schema.get_field_index(name)
+        if i >= 0 and not pa.types.is_binary(batch.column(i).type):
+            batch = batch.set_column(i, pa.field(name, pa.binary()),
+                                     batch.column(i).cast(pa.binary()))
+    return batch
+
+
+def _acks(text: str) -> str | int:
+    value = text.strip().lower()
+    if value in ("all", "-1"):
+        return "all"
+    if value in ("0", "1"):
+        return int(value)
+    raise OptionError(f"acks must be 'all', '1' or '0', got {text!r}")
+
+
+def _producer_options(opts: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    compression = opts.get("compression", "none").strip().lower()
+    if compression not in ("none", "lz4", "zstd"):
+        raise OptionError(f"compression must be none, lz4 or zstd, got {compression!r}")
+    out["compression_type"] = None if compression == "none" else compression
+    for key, arg in (("lingerms", "linger_ms"), ("batchsize", "batch_size")):
+        if key in opts:
+            try:
+                out[arg] = int(opts[key])
+            except ValueError:
+                raise OptionError(f"{key} must be an integer, got {opts[key]!r}") from None
+    return out
