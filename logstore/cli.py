@@ -1,26 +1,42 @@
 """The ``logstore`` command: run a broker, manage topics, produce and consume from a terminal.
 
-Owns: argument parsing and terminal output. Expected errors (an ``ApiError`` from the broker, a
-``ConfigError``, a bad argument value) print ``error: ...`` on stderr and exit 1, never a
-traceback. Must not: contain broker or client logic; it calls the public client API only, and
-imports the clients lazily so that ``logstore broker start`` does not load them.
+Owns: argument parsing, the ``--value-schema`` syntax (see ``VALUE_SCHEMA_HELP``), and terminal
+output. Expected errors (an ``ApiError`` from the broker, a ``ConfigError``, a bad line on
+stdin) print ``error: ...`` on stderr and exit 1, never a traceback; an argument that does not
+parse (a bad ``--value-schema`` among them) is a usage error, exit 2, before anything is sent.
+Must not: contain broker or client logic; it calls the public client API only, and imports the
+clients (and pyarrow) lazily so that ``logstore broker start`` does not load them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 import time
+import zoneinfo
 from collections.abc import Iterable, Iterator
 from contextlib import closing
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 from logstore.errors import LogstoreError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "LOGSTORE_BOOTSTRAP"
 PRODUCE_FLUSH_EVERY = 10_000  # lines; bounds the futures held while reading a long stdin
+VALUE_SCHEMA_HELP = (
+    "the value's Arrow columns, as NAME:TYPE[,NAME:TYPE...] or @FILE.json holding a JSON list "
+    'of {"name": NAME, "type": TYPE}. NAME is [A-Za-z_][A-Za-z0-9_]* (any text in a file) and '
+    "not key, timestamp or headers. TYPE is int8|int16|int32|int64, uint8..uint64, float32 "
+    "(float), float64 (double), bool, string (utf8), binary, date32, timestamp[UNIT] or "
+    "timestamp[UNIT,TZ] (UNIT s|ms|us|ns, TZ like UTC or +01:00), decimal128(P,S), list<TYPE>, "
+    "struct<NAME:TYPE,...>. Example: id:int64,tags:list<string>,at:timestamp[ms,UTC]")
 
 
 # -- argument parsing ------------------------------------------------------------------------
@@ -96,6 +112,8 @@ def _add_topic_commands(commands: Any) -> None:
     create.add_argument("--replication-factor", type=int, default=1)
     create.add_argument("--config", type=_key_value, action="append", default=[],
                         metavar="KEY=VALUE", help="topic config (repeatable), e.g. retention_ms=60000")
+    create.add_argument("--value-schema", type=_value_schema_arg, metavar="SPEC",
+                        help=VALUE_SCHEMA_HELP)
     create.set_defaults(run=_cmd_topics_create)
     listing = actions.add_parser("list", help="list topic names")
     listing.add_argument("--include-internal", action="store_true")
@@ -142,6 +160,252 @@ def _add_consume_command(commands: Any) -> None:
                          help="stop once no record arrived for this long (default: never)")
     _add_bootstrap(consume)
     consume.set_defaults(run=_cmd_consume)
+
+
+# -- value schemas: the --value-schema syntax --------------------------------------------------
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NUMBER = re.compile(r"\d+")
+_TIME_ZONE = re.compile(r"[^\]]+")
+_UTC_OFFSET = re.compile(r"[+-]\d\d:\d\d")
+_SIMPLE_TYPES = {  # spec name -> pyarrow factory
+    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8",
+    "uint16": "uint16", "uint32": "uint32", "uint64": "uint64", "float32": "float32",
+    "float": "float32", "float64": "float64", "double": "float64", "bool": "bool_",
+    "string": "string", "utf8": "string", "binary": "binary", "date32": "date32"}
+_TYPE_LIST = ("int8..int64, uint8..uint64, float32, float64, double, bool, string, binary, "
+              "date32, timestamp[unit,tz], decimal128(p,s), list<T>, struct<name:T,...>")
+
+
+class SchemaSpecError(ValueError):
+    """A --value-schema that does not parse; the message names the column and the text."""
+
+
+class _SpecParser:
+    """Recursive descent over ``VALUE_SCHEMA_HELP``'s grammar; spaces between tokens are fine.
+    Names are case-sensitive, type names and units are not."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def schema(self) -> pa.Schema:
+        import pyarrow as pa
+
+        fields = self.fields("")
+        self.end(f"after column {fields[-1].name!r}")
+        return pa.schema(fields)
+
+    def whole_type(self, column: str) -> pa.DataType:
+        data_type = self.type(column)
+        self.end(f"after the type of {column!r}")
+        return data_type
+
+    def fields(self, where: str) -> list[pa.Field]:
+        """NAME:TYPE (',' NAME:TYPE)*: the columns, or a struct's fields when ``where`` names
+        the struct's column."""
+        fields = [self.field(where)]
+        while self.take(","):
+            fields.append(self.field(where))
+        _check_unique([f.name for f in fields], where)
+        return fields
+
+    def field(self, where: str) -> pa.Field:
+        import pyarrow as pa
+
+        name = self.match(_NAME)
+        if name is None:
+            raise self.error(f"column {where!r}: expected a field name" if where else
+                             "expected a column name")
+        path = f"{where}.{name}" if where else name
+        if not self.take(":"):
+            raise self.error(f"column {path!r} needs ':' and a type, as in '{name}:int64'")
+        return pa.field(name, self.type(path))
+
+    def type(self, column: str) -> pa.DataType:
+        import pyarrow as pa
+
+        start = self.pos
+        word = (self.match(_NAME) or "").lower()
+        if word in _SIMPLE_TYPES:
+            return getattr(pa, _SIMPLE_TYPES[word])()
+        if word == "timestamp":
+            return self.timestamp(column)
+        if word == "decimal128":
+            return self.decimal128(column)
+        if word == "list":
+            self.expect("<", column)
+            item = self.type(column)
+            self.expect(">", column)
+            return pa.list_(item)
+        if word == "struct":
+            self.expect("<", column)
+            fields = self.fields(column)
+            self.expect(">", column)
+            return pa.struct(fields)
+        self.pos = start
+        if not word:
+            raise self.error(f"column {column!r}: expected a type")
+        raise SchemaSpecError(f"column {column!r}: unknown type {word!r}; the types are "
+                              f"{_TYPE_LIST}")
+
+    def timestamp(self, column: str) -> pa.DataType:
+        import pyarrow as pa
+
+        self.expect("[", column)
+        start = self.pos
+        unit = (self.match(_NAME) or "").lower()
+        if unit not in ("s", "ms", "us", "ns"):
+            self.pos = start
+            raise self.error(f"column {column!r}: the timestamp unit must be s, ms, us or ns")
+        tz = None
+        if self.take(","):
+            start = self.pos
+            tz = (self.match(_TIME_ZONE) or "").strip()
+            if not _known_time_zone(tz):
+                self.pos = start
+                raise self.error(f"column {column!r}: unknown time zone {tz!r}")
+        self.expect("]", column)
+        return pa.timestamp(unit, tz=tz)
+
+    def decimal128(self, column: str) -> pa.DataType:
+        import pyarrow as pa
+
+        self.expect("(", column)
+        precision = self.number(column)
+        self.expect(",", column)
+        scale = self.number(column)
+        self.expect(")", column)
+        try:
+            return pa.decimal128(precision, scale)
+        except ValueError as e:
+            raise SchemaSpecError(f"column {column!r}: decimal128({precision},{scale}): "
+                                  f"{e}") from None
+
+    def number(self, column: str) -> int:
+        digits = self.match(_NUMBER)
+        if digits is None:
+            raise self.error(f"column {column!r}: expected a number")
+        return int(digits)
+
+    def expect(self, token: str, column: str) -> None:
+        if not self.take(token):
+            raise self.error(f"column {column!r}: expected {token!r}")
+
+    def end(self, where: str) -> None:
+        self.skip_spaces()
+        if self.pos < len(self.text):
+            raise self.error(f"unexpected text {where} (columns are separated by ',')")
+
+    def take(self, token: str) -> bool:
+        self.skip_spaces()
+        if self.text.startswith(token, self.pos):
+            self.pos += len(token)
+            return True
+        return False
+
+    def match(self, pattern: re.Pattern[str]) -> str | None:
+        self.skip_spaces()
+        found = pattern.match(self.text, self.pos)
+        if found is None:
+            return None
+        self.pos = found.end()
+        return found.group()
+
+    def skip_spaces(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def error(self, message: str) -> SchemaSpecError:
+        rest = self.text[self.pos:].strip()
+        found = f"found {rest[:40]!r}" if rest else "found the end of the text"
+        return SchemaSpecError(f"{message}; {found}")
+
+
+def _known_time_zone(tz: str) -> bool:
+    if _UTC_OFFSET.fullmatch(tz):
+        return True
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
+def _check_unique(names: list[str], where: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise SchemaSpecError(f"column {where!r}: duplicate field {name!r}" if where else
+                                  f"duplicate column {name!r}")
+        seen.add(name)
+
+
+def _value_schema_arg(text: str) -> pa.Schema:
+    """argparse type of --value-schema: a spec, or ``@path`` of a JSON list of columns."""
+    from logstore.records import RESERVED_COLUMNS
+
+    try:
+        schema = _schema_file(text[1:]) if text.startswith("@") else _SpecParser(text).schema()
+    except SchemaSpecError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    for name in schema.names:
+        if name in RESERVED_COLUMNS:
+            raise argparse.ArgumentTypeError(
+                f"column {name!r} is reserved: every record has {', '.join(RESERVED_COLUMNS)} "
+                "(produce takes a typed record's key from its \"key\" field)")
+    return schema
+
+
+def _schema_file(path: str) -> pa.Schema:
+    import pyarrow as pa
+
+    try:
+        entries = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise SchemaSpecError(f"cannot read {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise SchemaSpecError(f"{path} is not JSON: {e}") from None
+    if not isinstance(entries, list) or not entries:
+        raise SchemaSpecError(f'{path}: expected a non-empty list of {{"name": ..., "type": ...}}')
+    fields = []
+    for number, entry in enumerate(entries, start=1):
+        if not (isinstance(entry, dict) and entry.keys() == {"name", "type"}
+                and all(isinstance(v, str) and v for v in entry.values())):
+            raise SchemaSpecError(f'{path}: entry {number} must be {{"name": NAME, "type": '
+                                  f"TYPE}} with two non-empty strings, got {_brief(entry)}")
+        try:
+            fields.append(pa.field(entry["name"], _SpecParser(entry["type"]).whole_type(
+                entry["name"])))
+        except SchemaSpecError as e:
+            raise SchemaSpecError(f"{path}: {e}") from None
+    _check_unique([f.name for f in fields], "")
+    return pa.schema(fields)
+
+
+def _type_spec(data_type: pa.DataType) -> str:
+    """``data_type`` in the --value-schema syntax (Arrow's own text for a type outside it)."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(data_type):
+        return f"timestamp[{data_type.unit}{',' + data_type.tz if data_type.tz else ''}]"
+    if pa.types.is_decimal128(data_type):
+        return f"decimal128({data_type.precision},{data_type.scale})"
+    if pa.types.is_list(data_type):
+        return f"list<{_type_spec(data_type.value_type)}>"
+    if pa.types.is_struct(data_type):
+        return "struct<" + ",".join(f"{f.name}:{_type_spec(f.type)}"
+                                    for f in _struct_fields(data_type)) + ">"
+    return {"float": "float32", "date32[day]": "date32"}.get(str(data_type), str(data_type))
+
+
+def _struct_fields(data_type: pa.DataType) -> list[pa.Field]:
+    return [data_type.field(i) for i in range(data_type.num_fields)]
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # -- entry point -----------------------------------------------------------------------------
@@ -200,10 +464,11 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
     from logstore import NewTopic
 
     topic = NewTopic(args.name, args.partitions, replication_factor=args.replication_factor,
-                     config=dict(args.config))
+                     config=dict(args.config), value_schema=args.value_schema)
     with closing(_admin(args)) as admin:
         admin.create_topics([topic])
-    print(f"created topic {args.name} with {args.partitions} partition(s)")
+    typed = "" if args.value_schema is None else f" and {len(args.value_schema)} value column(s)"
+    print(f"created topic {args.name} with {args.partitions} partition(s){typed}")
     return 0
 
 
@@ -242,6 +507,10 @@ def _print_topic(topic: Any, config: dict[str, Any], offsets: dict[Any, tuple[in
                  ) -> None:
     overrides = ", ".join(f"{k}={v}" for k, v in _non_default(config).items()) or "-"
     print(f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}\tConfigs: {overrides}")
+    if topic.value_schema is not None:
+        print("\tValueColumns:")
+        for f in topic.value_schema:
+            print(f"\t\t{f.name}: {_type_spec(f.type)}")
     for p in sorted(topic.partitions, key=lambda p: p.partition):
         start, end = offsets.get((topic.name, p.partition), ("-", "-"))
         print(f"\tPartition: {p.partition}\tLeader: {p.leader}\t"

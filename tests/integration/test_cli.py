@@ -3,6 +3,7 @@ subprocess, with stdin, stdout, stderr and exit codes checked."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -196,3 +197,102 @@ def test_consume_from_an_offset_past_the_end_names_the_valid_range(broker) -> No
     err = expected_error(logstore("consume", topic, "--partition", "0", "--offset", "5",
                                   "--timeout-ms", "2000", bootstrap=broker.bootstrap))
     assert "OFFSET_OUT_OF_RANGE" in err and "[0, 2]" in err
+
+
+
+# -- typed topics: --value-schema, JSON lines in and out ---------------------------------------
+
+TYPED_COLUMNS = ["id: int64", "name: string", "price: decimal128(10,2)", "tags: list<string>",
+                 "at: timestamp[ms,UTC]", "day: date32", "addr: struct<city:string,zip:int32>",
+                 "score: double"]
+TYPED_SPEC = ",".join(c.replace(": ", ":", 1) for c in TYPED_COLUMNS)
+
+
+def usage_error(result: subprocess.CompletedProcess[str]) -> str:
+    """An argument argparse rejected: exit 2, a usage line, one error line, no traceback."""
+    assert result.returncode == 2, f"exit {result.returncode}\n{result.stderr}"
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "error: argument --value-schema: " in result.stderr, result.stderr
+    return result.stderr
+
+
+def create_typed(bootstrap: str, spec: str = TYPED_SPEC, partitions: int = 1) -> str:
+    topic = new_topic()
+    ok(logstore("topics", "create", topic, "--partitions", str(partitions), "--value-schema",
+                spec, bootstrap=bootstrap))
+    return topic
+
+
+def described_columns(described: str) -> list[str]:
+    lines = described.splitlines()
+    start = lines.index("\tValueColumns:") + 1
+    return [line.strip() for line in lines[start:] if line.startswith("\t\t")]
+
+
+def test_typed_topic_is_described_in_the_syntax_create_takes(broker) -> None:
+    """describe prints one ``name: type`` line per value column, in --value-schema syntax, so
+    the columns read back are the spec; an untyped topic shows no such block."""
+    topic = new_topic()
+    out = ok(logstore("topics", "create", topic, "--partitions", "2", "--value-schema",
+                      TYPED_SPEC, bootstrap=broker.bootstrap))
+    assert f"{len(TYPED_COLUMNS)} value column(s)" in out
+    described = ok(logstore("topics", "describe", topic, bootstrap=broker.bootstrap))
+    assert described_columns(described) == TYPED_COLUMNS
+    assert len([line for line in described.splitlines() if "Partition:" in line]) == 2
+    untyped = new_topic()
+    ok(logstore("topics", "create", untyped, "--partitions", "1", bootstrap=broker.bootstrap))
+    assert "ValueColumns" not in ok(logstore("topics", "describe", untyped,
+                                             bootstrap=broker.bootstrap))
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ("id:int64,price:dobule", ["column 'price'", "unknown type 'dobule'"]),
+    ("id:int64,name", ["column 'name' needs ':'"]),
+    ("id int64", ["column 'id' needs ':'", "'int64'"]),
+    ("id:int64,id:string", ["duplicate column 'id'"]),
+    ("key:string", ["column 'key' is reserved"]),
+    ("id:int64,timestamp:int64", ["column 'timestamp' is reserved"]),
+    ("headers:binary", ["column 'headers' is reserved"]),
+    ("tags:list<string", ["column 'tags'", "expected '>'"]),
+    ("at:timestamp[minutes]", ["column 'at'", "unit", "'minutes]'"]),
+    ("d:decimal128(50,2)", ["column 'd'", "precision"]),
+    ("s:struct<a:int8,a:int8>", ["column 's'", "duplicate field 'a'"]),
+    ("a:int64 b:string", ["after column 'a'", "'b:string'"]),
+], ids=["unknown-type", "missing-colon-at-end", "missing-colon", "duplicate-column",
+        "reserved-key", "reserved-timestamp", "reserved-headers", "unclosed-list",
+        "bad-timestamp-unit", "bad-decimal", "duplicate-struct-field", "missing-comma"])
+def test_bad_value_schema_exits_2_naming_column_and_text_and_creates_nothing(
+        broker, spec, expected) -> None:
+    topic = new_topic()
+    err = usage_error(logstore("topics", "create", topic, "--partitions", "1",
+                               "--value-schema", spec, bootstrap=broker.bootstrap))
+    assert all(fragment in err for fragment in expected), err
+    assert topic not in ok(logstore("topics", "list", bootstrap=broker.bootstrap)).split()
+
+
+def test_value_schema_from_a_json_file(broker, tmp_path: Path) -> None:
+    """``@file.json`` takes the same types, and any non-empty column name."""
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps([{"name": "user id", "type": "int64"},
+                                {"name": "tags", "type": "list<struct<k:string,v:double>>"}]))
+    topic = create_typed(broker.bootstrap, f"@{path}")
+    assert described_columns(ok(logstore("topics", "describe", topic,
+                                         bootstrap=broker.bootstrap))) == [
+        "user id: int64", "tags: list<struct<k:string,v:double>>"]
+
+
+def test_bad_value_schema_file_exits_2_naming_the_file_and_column(broker, tmp_path: Path
+                                                                    ) -> None:
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps([{"name": "id", "type": "int64"}, {"name": "x", "type": "int65"}]))
+    err = usage_error(logstore("topics", "create", new_topic(), "--partitions", "1",
+                               "--value-schema", f"@{path}", bootstrap=broker.bootstrap))
+    assert str(path) in err and "column 'x'" in err and "'int65'" in err
+    path.write_text(json.dumps([{"name": "id"}]))
+    err = usage_error(logstore("topics", "create", new_topic(), "--partitions", "1",
+                               "--value-schema", f"@{path}", bootstrap=broker.bootstrap))
+    assert str(path) in err and "entry 1" in err
+    missing = tmp_path / "nope.json"
+    assert str(missing) in usage_error(logstore("topics", "create", new_topic(), "--partitions",
+                                                "1", "--value-schema", f"@{missing}",
+                                                bootstrap=broker.bootstrap))
