@@ -1,11 +1,12 @@
 """The ``logstore`` command: run a broker, manage topics, produce and consume from a terminal.
 
 Owns: argument parsing, the ``--value-schema`` syntax (see ``VALUE_SCHEMA_HELP``), and terminal
-output. Expected errors (an ``ApiError`` from the broker, a ``ConfigError``, a bad line on
-stdin) print ``error: ...`` on stderr and exit 1, never a traceback; an argument that does not
-parse (a bad ``--value-schema`` among them) is a usage error, exit 2, before anything is sent.
-Must not: contain broker or client logic; it calls the public client API only, and imports the
-clients (and pyarrow) lazily so that ``logstore broker start`` does not load them.
+output, including JSON lines in and out for topics with typed values. Expected errors (an
+``ApiError`` from the broker, a ``ConfigError``, a bad line on stdin) print ``error: ...`` on
+stderr and exit 1, never a traceback; an argument that does not parse (a bad ``--value-schema``
+among them) is a usage error, exit 2, before anything is sent. Must not: contain broker or
+client logic; it calls the public client API only, and imports the clients (and pyarrow)
+lazily so that ``logstore broker start`` does not load them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "LOGSTORE_BOOTSTRAP"
-PRODUCE_FLUSH_EVERY = 10_000  # lines; bounds the futures held while reading a long stdin
+PRODUCE_FLUSH_EVERY = 10_000  # lines; bounds the futures or rows held while reading stdin
+CONSUME_TYPED_RECORDS = 10_000  # records per poll when printing a typed topic
 VALUE_SCHEMA_HELP = (
     "the value's Arrow columns, as NAME:TYPE[,NAME:TYPE...] or @FILE.json holding a JSON list "
     'of {"name": NAME, "type": TYPE}. NAME is [A-Za-z_][A-Za-z0-9_]* (any text in a file) and '
@@ -134,7 +136,12 @@ def _add_topic_commands(commands: Any) -> None:
 
 
 def _add_produce_command(commands: Any) -> None:
-    produce = commands.add_parser("produce", help="send lines from stdin as records")
+    produce = commands.add_parser(
+        "produce", help="send lines from stdin as records",
+        description="Send each line of stdin as a record. To a typed topic (created with "
+                    "--value-schema) each line is a JSON object of value columns and an optional "
+                    '"key" string; timestamps are ISO-8601 text or integers in the column\'s '
+                    "unit, dates YYYY-MM-DD, decimals numbers or numeric text.")
     produce.add_argument("topic")
     produce.add_argument("--key-separator", metavar="SEP",
                          help="split each line at the first SEP into key and value")
@@ -147,8 +154,9 @@ def _add_produce_command(commands: Any) -> None:
 def _add_consume_command(commands: Any) -> None:
     consume = commands.add_parser(
         "consume", help="print records as offset<TAB>key<TAB>value",
-        description="Print records as offset<TAB>key<TAB>value. Without --from-beginning or "
-                    "--offset, only records produced from now on are printed.")
+        description="Print records as offset<TAB>key<TAB>value; a typed topic's value is a "
+                    "JSON object, with timestamps, dates and decimals as text. Without "
+                    "--from-beginning or --offset, only records produced from now on are printed.")
     consume.add_argument("topic")
     consume.add_argument("--partition", type=_non_negative,
                          help="read only this partition (default: all)")
@@ -460,6 +468,12 @@ def _admin(args: argparse.Namespace) -> Any:
     return Admin(bootstrap_servers=args.bootstrap_server)
 
 
+def _describe(args: argparse.Namespace, name: str) -> Any:
+    with closing(_admin(args)) as admin:
+        (topic,) = admin.describe_topics([name])
+    return topic
+
+
 def _cmd_topics_create(args: argparse.Namespace) -> int:
     from logstore import NewTopic
 
@@ -552,22 +566,33 @@ def _log_offsets(bootstrap: str, topics: list[Any]) -> dict[Any, tuple[int, int]
 def _cmd_produce(args: argparse.Namespace) -> int:
     from logstore import Producer
 
-    sent = 0
+    value_schema = _describe(args, args.topic).value_schema
+    if value_schema is not None and args.key_separator is not None:
+        raise ValueError(f"topic {args.topic!r} has typed values: each line is a JSON object "
+                         'and the key is its "key" field, so --key-separator does not apply')
     with Producer(bootstrap_servers=args.bootstrap_server, acks=args.acks) as producer:
-        pending: list[Any] = []
-        for number, line in enumerate(_lines(sys.stdin.buffer), start=1):
-            try:
-                key, value = _split_line(line, args.key_separator, number)
-            except ValueError as e:
-                sent += _settle(producer, pending)
-                raise ValueError(f"{e}; the {sent} record(s) before it were sent") from None
-            pending.append(producer.send(args.topic, value=value, key=key,
-                                         partition=args.partition))
-            if len(pending) >= PRODUCE_FLUSH_EVERY:
-                sent += _settle(producer, pending)
-        sent += _settle(producer, pending)
+        if value_schema is None:
+            sent = _produce_lines(args, producer)
+        else:
+            sent = _produce_json(args, producer, value_schema)
     print(f"produced {sent} record(s) to {args.topic}", file=sys.stderr)
     return 0
+
+
+def _produce_lines(args: argparse.Namespace, producer: Any) -> int:
+    sent = 0
+    pending: list[Any] = []
+    for number, line in enumerate(_lines(sys.stdin.buffer), start=1):
+        try:
+            key, value = _split_line(line, args.key_separator, number)
+        except ValueError as e:
+            sent += _settle(producer, pending)
+            raise ValueError(f"{e}; the {sent} record(s) before it were sent") from None
+        pending.append(producer.send(args.topic, value=value, key=key,
+                                     partition=args.partition))
+        if len(pending) >= PRODUCE_FLUSH_EVERY:
+            sent += _settle(producer, pending)
+    return sent + _settle(producer, pending)
 
 
 def _lines(stream: IO[bytes]) -> Iterator[bytes]:
@@ -583,6 +608,231 @@ def _split_line(line: bytes, separator: str | None, number: int) -> tuple[bytes 
         raise ValueError(f"line {number} has no key separator {separator!r}: "
                          f"{line[:60].decode(errors='replace')!r}")
     return key, value
+
+
+def _produce_json(args: argparse.Namespace, producer: Any, value_schema: pa.Schema) -> int:
+    """JSON lines to a typed topic: each chunk of lines is one Arrow table and one columnar
+    ``send_batch``. On a bad line the lines before it are sent, then the error names it."""
+    import pyarrow as pa
+
+    schema = pa.schema([pa.field("key", pa.binary()), *value_schema])
+    sent = 0
+    try:
+        for numbers, rows in _json_chunks(sys.stdin.buffer, schema.names):
+            table, problem = _rows_to_table(rows, numbers, schema)
+            if table.num_rows:
+                producer.send_batch(args.topic, table, partition=args.partition).result()
+                sent += table.num_rows
+            if problem is not None:
+                raise _BadLine(problem)
+    except _BadLine as e:
+        raise ValueError(f"{e}; the {sent} record(s) before it were sent") from None
+    return sent
+
+
+class _BadLine(ValueError):
+    """A line of stdin that cannot become a record; the message names it."""
+
+
+class _Mismatch(ValueError):
+    """JSON values that cannot become an Arrow type; the message says why."""
+
+
+def _json_chunks(stream: IO[bytes], columns: list[str]
+                 ) -> Iterator[tuple[list[int], list[dict[str, Any]]]]:
+    """(line numbers, objects) per PRODUCE_FLUSH_EVERY non-blank lines. A line that is not an
+    object of known columns ends the last chunk early, then raises _BadLine."""
+    allowed = set(columns)
+    numbers: list[int] = []
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(_lines(stream), start=1):
+        if not line.strip():
+            continue
+        problem = None
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            problem = f"line {number} is not JSON ({e})"
+        else:
+            problem = _object_problem(row, number, allowed, columns)
+        if problem is not None:
+            yield numbers, rows
+            raise _BadLine(problem)
+        numbers.append(number)
+        rows.append(row)
+        if len(rows) >= PRODUCE_FLUSH_EVERY:
+            yield numbers, rows
+            numbers, rows = [], []
+    yield numbers, rows
+
+
+def _object_problem(row: Any, number: int, allowed: set[str], columns: list[str]
+                    ) -> str | None:
+    if not isinstance(row, dict):
+        return f"line {number}: expected a JSON object of columns, got {_brief(row)}"
+    unknown = row.keys() - allowed
+    if unknown:
+        return (f"line {number}: unknown column(s) {sorted(unknown)}; the topic's are "
+                f"{columns}")
+    return None
+
+
+def _rows_to_table(rows: list[dict[str, Any]], numbers: list[int], schema: pa.Schema
+                   ) -> tuple[pa.Table, str | None]:
+    """``rows`` as a table of ``schema``, built column by column; on a bad value, the table of
+    the rows before it and a message naming its line and column."""
+    import pyarrow as pa
+
+    columns = []
+    first_bad: tuple[int, str] | None = None
+    for field in schema:
+        values = [row.get(field.name) for row in rows]
+        try:
+            columns.append(_json_column(values, field.type))
+        except _BadValue as e:
+            if first_bad is None or e.index < first_bad[0]:
+                first_bad = (e.index, f"line {numbers[e.index]}: column {field.name!r}: {e}")
+    if first_bad is None:
+        return pa.Table.from_arrays(columns, schema=schema), None
+    table, _ = _rows_to_table(rows[:first_bad[0]], numbers, schema)
+    return table, first_bad[1]
+
+
+class _BadValue(ValueError):
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def _json_column(values: list[Any], data_type: pa.DataType) -> pa.Array:
+    """One column of JSON values as Arrow, in one conversion when it can be. Otherwise value
+    by value: that finds the bad one, and also converts a column that mixes accepted forms
+    (integer and text timestamps), which Arrow cannot infer as one type."""
+    import pyarrow as pa
+
+    try:
+        return _json_array(values, data_type)
+    except _Mismatch:
+        pass
+    pieces = []
+    for index, value in enumerate(values):
+        try:
+            pieces.append(_json_array([value], data_type))
+        except _Mismatch as e:
+            raise _BadValue(index, f"{_brief(value)} is not a valid {_type_spec(data_type)} "
+                                   f"({e})") from None
+    return pa.concat_arrays(pieces) if pieces else pa.array([], data_type)
+
+
+def _json_array(values: list[Any], data_type: pa.DataType) -> pa.Array:
+    """Arrow infers the values' type, which must be a kind ``data_type`` accepts, and then
+    casts safely. Converting straight to ``data_type`` would truncate 1.5 to an integer, split
+    a string into a list of characters and drop unknown struct fields without a word."""
+    import pyarrow as pa
+
+    try:
+        inferred = pa.array(values)
+    except OverflowError:
+        return _big_integers(values, data_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise _Mismatch(_arrow_reason(e)) from None
+    problem = _kind_problem(inferred.type, data_type)
+    if problem is not None:
+        raise _Mismatch(problem)
+    try:
+        staging = _staging_type(inferred.type, data_type)
+        if staging != inferred.type:
+            inferred = inferred.cast(staging)
+        return inferred.cast(data_type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise _Mismatch(_arrow_reason(e)) from None
+
+
+def _big_integers(values: list[Any], data_type: pa.DataType) -> pa.Array:
+    """Integers past int64, which Arrow cannot infer; only uint64 holds them."""
+    import pyarrow as pa
+
+    if not pa.types.is_uint64(data_type) or any(
+            type(v) is not int for v in values if v is not None):
+        raise _Mismatch("an integer out of range")
+    try:
+        return pa.array(values, data_type)
+    except (OverflowError, pa.ArrowInvalid) as e:
+        raise _Mismatch(str(e)) from None
+
+
+def _kind_problem(source: pa.DataType, target: pa.DataType) -> str | None:
+    """Why JSON values Arrow inferred as ``source`` may not fill a ``target`` column, or None.
+    Stricter than Arrow's casts, which also turn numbers into text and text into numbers."""
+    import pyarrow.types as t
+
+    if t.is_null(source):
+        return None
+    if t.is_struct(target):
+        return _struct_problem(source, target)
+    if t.is_list(target):
+        if not t.is_list(source):
+            return f"expected a list, got {_json_kind(source)}"
+        return _kind_problem(source.value_type, target.value_type)
+    number, text = (t.is_integer, t.is_floating), (t.is_string,)
+    accepts = ((t.is_integer, number, "an integer"), (t.is_floating, number, "a number"),
+               (t.is_boolean, (t.is_boolean,), "true or false"),
+               (t.is_string, text, "a string"), (t.is_binary, text, "a string"),
+               (t.is_timestamp, (t.is_integer, t.is_string), "ISO-8601 text or an integer"),
+               (t.is_date32, text, "YYYY-MM-DD text"),
+               (t.is_decimal, (*number, t.is_string), "a number or numeric text"))
+    for is_target, sources, wanted in accepts:
+        if is_target(target):
+            return None if any(ok(source) for ok in sources) else \
+                f"expected {wanted}, got {_json_kind(source)}"
+    return None  # a type outside the --value-schema syntax: Arrow's cast decides
+
+
+def _struct_problem(source: pa.DataType, target: pa.DataType) -> str | None:
+    import pyarrow.types as t
+
+    if not t.is_struct(source):
+        return f"expected an object, got {_json_kind(source)}"
+    for field in _struct_fields(source):
+        index = target.get_field_index(field.name)
+        if index < 0:
+            return f"unknown field {field.name!r}"
+        problem = _kind_problem(field.type, target.field(index).type)
+        if problem is not None:
+            return f"field {field.name!r}: {problem}"
+    return None
+
+
+def _staging_type(source: pa.DataType, target: pa.DataType) -> pa.DataType:
+    """``source`` with numbers bound for decimal columns turned to text: Arrow's number to
+    decimal casts round floats silently and need more precision than the column for integers,
+    while a cast from text is exact or fails."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        return pa.struct([f.with_type(_staging_type(f.type, target.field(f.name).type))
+                          for f in _struct_fields(source)])
+    if pa.types.is_list(source) and pa.types.is_list(target):
+        return pa.list_(source.value_field.with_type(
+            _staging_type(source.value_type, target.value_type)))
+    if pa.types.is_decimal(target) and (pa.types.is_integer(source)
+                                         or pa.types.is_floating(source)):
+        return pa.string()
+    return source
+
+
+def _json_kind(data_type: pa.DataType) -> str:
+    import pyarrow.types as t
+
+    kinds = ((t.is_string, "a string"), (t.is_integer, "an integer"),
+             (t.is_floating, "a fractional number"), (t.is_boolean, "true/false"),
+             (t.is_list, "a list"), (t.is_struct, "an object"))
+    return next((kind for test, kind in kinds if test(data_type)), str(data_type))
+
+
+def _arrow_reason(error: Exception) -> str:
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return reason if len(reason) <= 120 else reason[:117] + "..."
 
 
 def _settle(producer: Any, pending: list[Any]) -> int:
@@ -604,9 +854,12 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     # An explicit --offset outside the log is an error naming the valid range, not a silent
     # jump to the beginning.
     reset = "none" if args.offset is not None else "earliest"
+    topic = _describe(args, args.topic)
+    partitions = [p.partition for p in topic.partitions] if args.partition is None else \
+        [args.partition]
     with closing(Consumer(bootstrap_servers=args.bootstrap_server,
                           auto_offset_reset=reset)) as consumer:
-        tps = [TopicPartition(args.topic, p) for p in _partitions(args)]
+        tps = [TopicPartition(args.topic, p) for p in partitions]
         consumer.assign(tps)
         if args.offset is not None:
             consumer.seek(tps[0], args.offset)
@@ -614,21 +867,14 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             consumer.seek_to_beginning(*tps)
         else:
             consumer.seek_to_end(*tps)
-        count = _print_records(consumer, args.max_messages, args.timeout_ms, sys.stdout)
+        count = _print_records(consumer, topic.value_schema is not None, args.max_messages,
+                               args.timeout_ms, sys.stdout)
     print(f"consumed {count} record(s)", file=sys.stderr)
     return 0
 
 
-def _partitions(args: argparse.Namespace) -> list[int]:
-    if args.partition is not None:
-        return [args.partition]
-    with closing(_admin(args)) as admin:
-        (topic,) = admin.describe_topics([args.topic])
-    return [p.partition for p in topic.partitions]
-
-
-def _print_records(consumer: Any, max_messages: int | None, timeout_ms: int | None,
-                   out: IO[str]) -> int:
+def _print_records(consumer: Any, typed: bool, max_messages: int | None,
+                   timeout_ms: int | None, out: IO[str]) -> int:
     """Poll and print until ``max_messages`` were printed or nothing came for ``timeout_ms``.
     Ctrl-C ends a consume that has neither, so it counts as a normal end."""
     count = 0
@@ -636,7 +882,8 @@ def _print_records(consumer: Any, max_messages: int | None, timeout_ms: int | No
     try:
         while max_messages is None or count < max_messages:
             wait_ms = 500 if timeout_ms is None else max(1, min(500, timeout_ms))
-            lines = _format_batch(consumer.poll(timeout_ms=wait_ms), max_messages, count)
+            left = None if max_messages is None else max_messages - count
+            lines = _poll_lines(consumer, typed, wait_ms, left)
             if lines:
                 out.write("".join(lines))
                 out.flush()
@@ -649,11 +896,55 @@ def _print_records(consumer: Any, max_messages: int | None, timeout_ms: int | No
     return count
 
 
-def _format_batch(polled: dict[Any, list[Any]], max_messages: int | None, done: int
-                  ) -> list[str]:
-    lines = [f"{r.offset}\t{_text(r.key)}\t{_text(r.value)}\n"
-             for records in polled.values() for r in records]
-    return lines if max_messages is None else lines[:max_messages - done]
+def _poll_lines(consumer: Any, typed: bool, wait_ms: int, left: int | None) -> list[str]:
+    """One poll's records as output lines, at most ``left`` of them."""
+    if typed:
+        limit = CONSUME_TYPED_RECORDS if left is None else min(left, CONSUME_TYPED_RECORDS)
+        tables = consumer.poll_arrow(timeout_ms=wait_ms, max_records=limit)
+        lines = [line for table in tables.values() for line in _typed_lines(table)]
+    else:
+        lines = [f"{r.offset}\t{_text(r.key)}\t{_text(r.value)}\n"
+                 for records in consumer.poll(timeout_ms=wait_ms).values() for r in records]
+    return lines if left is None else lines[:left]
+
+
+def _typed_lines(table: pa.Table) -> list[str]:
+    """offset<TAB>key<TAB>value as a JSON object, per row of a ``poll_arrow`` table."""
+    import pyarrow as pa
+
+    # By position (key, the value columns, timestamp, headers, offset, partition), because a
+    # value column may itself be called "offset" or "partition".
+    values = table.select(list(range(1, table.num_columns - 4)))
+    values = values.cast(pa.schema([f.with_type(_json_type(f.type)) for f in values.schema]))
+    keys = table.column(0).to_pylist()
+    offsets = table.column(table.num_columns - 2).to_pylist()
+    return [f"{offset}\t{_text(key)}\t{_json_text(value)}\n"
+            for offset, key, value in zip(offsets, keys, values.to_pylist(), strict=True)]
+
+
+def _json_type(data_type: pa.DataType) -> pa.DataType:
+    """The type a column is printed as: timestamps, dates and decimals as Arrow's text, which
+    produce reads back (and which needs no time-zone database or pandas, unlike to_pylist)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(data_type):
+        return pa.struct([f.with_type(_json_type(f.type)) for f in _struct_fields(data_type)])
+    if pa.types.is_list(data_type):
+        return pa.list_(data_type.value_field.with_type(_json_type(data_type.value_type)))
+    if (pa.types.is_timestamp(data_type) or pa.types.is_date(data_type)
+            or pa.types.is_decimal(data_type)):
+        return pa.string()
+    return data_type
+
+
+def _json_text(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, default=_json_default)
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, bytes):  # a binary column: UTF-8 text, as untyped values print
+        return value.decode("utf-8", errors="replace")
+    return str(value)
 
 
 def _text(data: bytes | None) -> str:

@@ -229,6 +229,13 @@ def described_columns(described: str) -> list[str]:
     return [line.strip() for line in lines[start:] if line.startswith("\t\t")]
 
 
+def consume_json(topic: str, bootstrap: str, count: int) -> list[tuple[int, str, dict]]:
+    out = ok(logstore("consume", topic, "--from-beginning", "--max-messages", str(count),
+                      "--timeout-ms", "10000", bootstrap=bootstrap))
+    rows = [line.split("\t", 2) for line in out.splitlines()]
+    return [(int(offset), key, json.loads(value)) for offset, key, value in rows]
+
+
 def test_typed_topic_is_described_in_the_syntax_create_takes(broker) -> None:
     """describe prints one ``name: type`` line per value column, in --value-schema syntax, so
     the columns read back are the spec; an untyped topic shows no such block."""
@@ -243,6 +250,69 @@ def test_typed_topic_is_described_in_the_syntax_create_takes(broker) -> None:
     ok(logstore("topics", "create", untyped, "--partitions", "1", bootstrap=broker.bootstrap))
     assert "ValueColumns" not in ok(logstore("topics", "describe", untyped,
                                              bootstrap=broker.bootstrap))
+
+
+def test_typed_produce_json_lines_then_consume_them_back_equal(broker) -> None:
+    """JSON lines written the way consume prints them (timestamps, dates and decimals as text)
+    come back equal, key included; absent and null columns come back null."""
+    topic = create_typed(broker.bootstrap)
+    rows = [{"id": i, "name": f"n{i}", "price": f"{i}.25", "tags": [f"t{i}", "x"],
+             "at": f"2024-05-01 12:00:0{i}.000Z", "day": f"2024-05-0{i + 1}",
+             "addr": {"city": "Oslo", "zip": 150 + i}, "score": i / 4} for i in range(5)]
+    rows.append({name: None for name in rows[0]})
+    keyed = [{"key": f"k{i}", **row} if i % 2 else row for i, row in enumerate(rows)]
+    stdin = "".join(json.dumps(row) + "\n" for row in keyed)
+    result = logstore("produce", topic, stdin=stdin, bootstrap=broker.bootstrap)
+    assert "produced 6 record(s)" in ok(result) + result.stderr
+    assert consume_json(topic, broker.bootstrap, 6) == [
+        (i, f"k{i}" if i % 2 else "null", row) for i, row in enumerate(rows)]
+
+
+def test_typed_produce_normalises_the_other_accepted_forms(broker) -> None:
+    """Integer timestamps (in the column's unit), numbers for decimals, 1.0 for an integer, a
+    column left out and a timestamp column mixing both forms are all stored as the type."""
+    topic = create_typed(broker.bootstrap, "id:int64,price:decimal128(6,2),at:timestamp[ms,UTC]")
+    stdin = ('{"id": 1.0, "price": 12.3, "at": 1714564800000}\n'
+             '{"id": 2, "price": 7, "at": "2024-05-01T12:00:01Z"}\n'
+             '\n'
+             '{"price": "0.5"}\n')
+    ok(logstore("produce", topic, stdin=stdin, bootstrap=broker.bootstrap))
+    assert [value for _, _, value in consume_json(topic, broker.bootstrap, 3)] == [
+        {"id": 1, "price": "12.30", "at": "2024-05-01 12:00:00.000Z"},
+        {"id": 2, "price": "7.00", "at": "2024-05-01 12:00:01.000Z"},
+        {"id": None, "price": "0.50", "at": None}]
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ('{"id": "seven"}', ["column 'id'", '"seven"', "expected an integer, got a string"]),
+    ('{"id": 1.5}', ["column 'id'", "1.5", "truncated"]),
+    ('{"tags": "abc"}', ["column 'tags'", "expected a list"]),
+    ('{"addr": {"city": "x", "street": "y"}}', ["column 'addr'", "unknown field 'street'"]),
+    ('{"price": 0.125}', ["column 'price'", "0.125", "decimal128(10,2)"]),
+    ('{"key": 5}', ["column 'key'", "expected a string"]),
+    ('{"idd": 1}', ["unknown column(s) ['idd']"]),
+    ("[1, 2]", ["expected a JSON object"]),
+    ("{not json", ["is not JSON"]),
+], ids=["string-for-int", "fraction-for-int", "string-for-list", "unknown-struct-field",
+        "too-precise-decimal", "non-string-key", "unknown-column", "not-an-object", "not-json"])
+def test_typed_produce_bad_line_names_line_and_column_after_sending_earlier_lines(
+        broker, line, expected) -> None:
+    """The lines before the bad one are sent (and counted in the message), the bad one and
+    those after it are not, and the error names the line number and the column."""
+    topic = create_typed(broker.bootstrap)
+    stdin = f'{{"id": 1}}\n{{"id": 2, "key": "k"}}\n{line}\n{{"id": 4}}\n'
+    err = expected_error(logstore("produce", topic, stdin=stdin, bootstrap=broker.bootstrap))
+    assert "line 3" in err and "the 2 record(s) before it were sent" in err, err
+    assert all(fragment in err for fragment in expected), err
+    assert [(key, value["id"]) for _, key, value in consume_json(topic, broker.bootstrap, 2)] \
+        == [("null", 1), ("k", 2)]
+
+
+def test_key_separator_is_refused_for_a_typed_topic(broker) -> None:
+    topic = create_typed(broker.bootstrap, "id:int64")
+    err = expected_error(logstore("produce", topic, "--key-separator", ":",
+                                  stdin='k:{"id": 1}\n', bootstrap=broker.bootstrap))
+    assert "--key-separator" in err and '"key"' in err
 
 
 @pytest.mark.parametrize(("spec", "expected"), [
