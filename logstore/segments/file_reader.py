@@ -107,8 +107,12 @@ class PartitionFiles:
             try:
                 message = ipc.read_message(reader)
                 batch = decode_message(message, verify=self.verify_crc)
-            except (pa.ArrowInvalid, OSError, EOFError):
-                return  # a tail still being written: only offsets at or past `end` live there
+            except (pa.ArrowInvalid, OSError, EOFError) as e:
+                # Every batch holding an offset below `end` was whole before the caller learnt
+                # `end` (and a tail being written lies past it, never read: see below), so an
+                # unreadable message here is damage, not the end of the segment.
+                raise CorruptRecordError(f"segment file {path}, position {at}: unreadable "
+                                         f"message before offset {end} ({e})") from None
             except CorruptRecordError as e:
                 raise CorruptRecordError(f"segment file {path}, position {at}: {e.message}"
                                          ) from None
@@ -116,6 +120,8 @@ class PartitionFiles:
                 return
             if batch.header.next_offset > start:
                 yield schema, batch
+            if batch.header.next_offset >= end:
+                return  # offsets only grow: nothing after this batch is in the range
 
     def _hint(self, base: int, offset: int, buffer: pa.Buffer, data_start: int) -> int:
         """A byte position at or before the batch holding ``offset``, from the offset index
@@ -130,6 +136,8 @@ class PartitionFiles:
         if i < 0:
             return data_start
         position = int(entries["v"][i])
+        if not data_start <= position < buffer.size:
+            return data_start  # a garbage entry; peek_header would wrap a negative position
         try:
             header = peek_header(memoryview(buffer), position)
         except CorruptRecordError:
