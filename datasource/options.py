@@ -237,7 +237,7 @@ def _partition_json(text: str, name: str, minimum: int) -> dict[TopicPartition, 
             raise OptionError(f"{name}: topic {topic!r} needs an object of partition -> "
                               f"value, got {parts!r}")
         for p, value in parts.items():
-            if not (isinstance(p, str) and p.isdigit()):
+            if not (isinstance(p, str) and p.isascii() and p.isdigit()):  # not '²' or '١'
                 raise OptionError(f"{name}: {topic!r} partition {p!r} is not a partition number")
             if not _is_int(value) or value < minimum:
                 raise OptionError(f"{name}: {topic}-{p} has {value!r}; expected an integer "
