@@ -221,7 +221,7 @@ def check_range(tp: TopicPartition, start: int, end: int, info: PartitionInfo,
                           f"{info.high_watermark}; only committed records can be read")
     if start > end:
         raise OptionError(f"{tp}: starting offset {start} is after the ending offset {end}")
-    if start < info.log_start_offset:
+    if start < info.log_start_offset and start < end:  # an empty range needs no record
         lost = f"{tp}: offsets [{start}, {min(end, info.log_start_offset)}) are no longer in " \
                f"the log (it holds [{info.log_start_offset}, {info.high_watermark}))"
         if fail_on_data_loss:
