@@ -16,7 +16,7 @@ import heapq
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -169,7 +169,8 @@ class Planner:
     def resolve(self, spec: OffsetSpec, infos: dict[TopicPartition, PartitionInfo],
                 side: str) -> dict[TopicPartition, int]:
         """Offsets of ``spec`` for every partition in ``infos`` (``side``: starting/ending)."""
-        explicit = _explicit(spec, infos, side)
+        explicit = _covering(spec.offsets, infos, f"{side}Offsets")
+        _covering(spec.timestamps, infos, f"{side}OffsetsByTimestamp")
         out = {}
         for tp, info in infos.items():
             value = explicit.get(tp, spec.default)
@@ -193,20 +194,22 @@ class Planner:
                           f"at the end instead)")
 
 
-def _explicit(spec: OffsetSpec, infos: dict[TopicPartition, PartitionInfo], side: str
-              ) -> dict[TopicPartition, int]:
-    """The JSON offsets; as in Spark's Kafka source, they must name every partition read."""
-    if not spec.offsets:
+def _covering(given: Mapping[TopicPartition, int], infos: dict[TopicPartition, PartitionInfo],
+              name: str) -> dict[TopicPartition, int]:
+    """Per-partition JSON values; as in Spark's Kafka source, they must name exactly the
+    partitions read."""
+    if not given:
         return {}
-    unknown = sorted(str(tp) for tp in spec.offsets if tp not in infos)
+    unknown = sorted(str(tp) for tp in given if tp not in infos)
     if unknown:
-        raise OptionError(f"{side}Offsets names partitions {unknown} that are not read (the "
+        raise OptionError(f"{name} names partitions {unknown} that are not read (the "
                           f"subscription covers {sorted(str(tp) for tp in infos)})")
-    missing = sorted(str(tp) for tp in infos if tp not in spec.offsets)
+    missing = sorted(str(tp) for tp in infos if tp not in given)
     if missing:
-        raise OptionError(f"{side}Offsets does not name partitions {missing}; give every "
-                          "partition an offset (-2 earliest, -1 latest)")
-    return dict(spec.offsets)
+        hint = "-2 earliest, -1 latest" if name.endswith("Offsets") else "ms since the epoch"
+        raise OptionError(f"{name} does not name partitions {missing}; give every partition "
+                          f"a value ({hint})")
+    return dict(given)
 
 
 def _same_schema(a: pa.Schema | None, b: pa.Schema | None) -> bool:

@@ -32,8 +32,6 @@ from logstore.records import RESERVED_COLUMNS, topic_schema
 META_COLUMNS = ("topic", "partition", "offset", "timestampType")
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
-# Every output column that is not a value column.
-_ADDED_COLUMNS = (*RESERVED_COLUMNS, *META_COLUMNS)
 
 
 class SchemaError(ValueError):
@@ -41,14 +39,10 @@ class SchemaError(ValueError):
 
 
 def source_arrow_schema(value_schema: pa.Schema | None, include_headers: bool) -> pa.Schema:
-    """The full output schema as Arrow, in Spark's column order (every field nullable)."""
+    """The full output schema as Arrow, in Spark's column order (every field nullable). Value
+    columns never clash with the added ones: ``topic_schema`` reserves those names."""
     stored = topic_schema(value_schema)
     values = [f.with_nullable(True) for f in stored if f.name not in RESERVED_COLUMNS]
-    clash = [f.name for f in values if f.name.lower() in {n.lower() for n in _ADDED_COLUMNS}]
-    if clash:  # Spark resolves column names case-insensitively by default
-        raise SchemaError(f"value column(s) {', '.join(map(repr, clash))} clash with the "
-                          f"columns the source adds {list(_ADDED_COLUMNS)} (Spark compares "
-                          "names case-insensitively), so format('logstore') cannot read it")
     fields = [pa.field("key", pa.binary()), *values,
               pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
               pa.field("offset", pa.int64()), pa.field("timestamp", TIMESTAMP_TYPE),

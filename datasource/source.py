@@ -155,15 +155,16 @@ class LogStoreBatchReader(_ScanBase, DataSourceReader):
     def _plan(self, planner: Planner) -> list[RangePartition]:
         tps = planner.partitions()
         self._check_schema(planner, sorted({tp.topic for tp in tps}))
-        if self.constraints.partitions is not None:
-            tps = [tp for tp in tps if tp.partition in self.constraints.partitions]
         if self.constraints.empty or not tps:
             return []
+        # Offsets are resolved (and checked) for every partition the options name, and only
+        # then narrowed by the filters, so filters never change what counts as an error.
         infos = planner.describe(tps)
         starts = planner.resolve(self.options.starting, infos, "starting")
         ends = planner.resolve(self.options.ending, infos, "ending")
         ranges = [r for tp in tps if (r := check_range(
             tp, starts[tp], ends[tp], infos[tp], self.options.fail_on_data_loss)) is not None]
+        ranges = narrow(ranges, self.constraints)
         ranges = narrow(ranges, self.constraints, self._timestamp_starts(planner, ranges))
         return self._tasks(ranges, infos)
 
@@ -295,7 +296,9 @@ def share_limit(available: dict[TopicPartition, int], limit: int) -> dict[TopicP
     """Split ``limit`` records over partitions in proportion to what each has available (as
     Spark's Kafka source does), never more than available, adding up to ``limit``."""
     total = sum(available.values())
-    shares = {tp: n * limit // total for tp, n in available.items()} if total else {}
+    if total <= limit:
+        return dict(available)
+    shares = {tp: n * limit // total for tp, n in available.items()}
     left = limit - sum(shares.values())
     for tp in sorted(available, key=lambda t: available[t] - shares[t], reverse=True):
         if left <= 0:
@@ -324,7 +327,8 @@ def constraints_from(filters: list[Filter]) -> Constraints:
     """The conjunction of the filters on partition, offset and timestamp (others ignored)."""
     c = Constraints()
     for f in filters:
-        column = f.attribute[0] if len(f.attribute) == 1 else None
+        attribute = getattr(f, "attribute", ())  # Not(...) has none: it narrows nothing here
+        column = attribute[0] if len(attribute) == 1 else None
         if column == "partition":
             c = _partition_filter(c, f)
         elif column == "offset":

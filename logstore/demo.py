@@ -2,11 +2,13 @@
 
 A broker in a temporary directory on 127.0.0.1 (a free port), a topic ``demo`` with 4
 partitions, records produced columnar with ``send_batch`` (10k-row Arrow batches) and one at a
-time with ``send``, all consumed back with ``poll_arrow`` and counted; progress bars on stderr and
-a throughput table on stdout. Exits non-zero when the count is wrong.
+time with ``send``, all consumed back with ``poll_arrow`` and counted, then read again by Spark
+with ``spark.read.format("logstore")`` (per-partition counts); progress bars on stderr and a
+throughput table on stdout. Exits non-zero when a count is wrong.
 
 Owns: the demo's phases and its report. Must not: reach into broker internals beyond starting
-and stopping one embedded Broker; it uses the public client API like any application.
+and stopping one embedded Broker; it uses the public client API like any application, and
+pyspark only through ``jobs/``.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ class Phase:
 
 
 def run_demo(records: int = 1_000_000, per_record: int = 100_000,
-             out: IO[str] | None = None) -> int:
-    """Run every phase against an embedded broker; 0 when every record came back."""
+             out: IO[str] | None = None, spark: Any = None, with_spark: bool = True) -> int:
+    """Run every phase against an embedded broker; 0 when every record came back, through
+    the consumer and (``with_spark``) through Spark, in ``spark`` or a session of its own."""
     out = out or sys.stdout
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="logstore-demo-") as tmp, _embedded_broker(tmp) as port:
@@ -62,16 +65,18 @@ def run_demo(records: int = 1_000_000, per_record: int = 100_000,
         phases = [_produce_columnar(bootstrap, records), _produce_per_record(bootstrap, per_record)]
         consumed = _consume_all(bootstrap, records + per_record)
         phases.append(consumed)
-        spark = spark_phase(bootstrap, TOPIC, records + per_record)
-        if spark is not None:
-            phases.append(spark)
+        if with_spark:
+            phases.append(spark_phase(bootstrap, TOPIC, records + per_record, out, spark))
     _print_summary(phases, out)
     expected = records + per_record
-    if consumed.records != expected:
-        print(f"FAILED: produced {expected:,} records but consumed {consumed.records:,}",
-              file=out, flush=True)
+    wrong = [p for p in phases if p.name.startswith(("consume", "spark")) and
+             p.records != expected]
+    if wrong:
+        print(f"FAILED: produced {expected:,} records but {wrong[0].name} read "
+              f"{wrong[0].records:,}", file=out, flush=True)
         return 1
-    print(f"OK: all {expected:,} records consumed back", file=out, flush=True)
+    print(f"OK: all {expected:,} records consumed back"
+          f"{' and read by Spark' if with_spark else ''}", file=out, flush=True)
     return 0
 
 
@@ -216,12 +221,28 @@ def _print_summary(phases: list[Phase], out: IO[str]) -> None:
           f"topic '{TOPIC}' has {PARTITIONS} partitions, acks=1)", file=out, flush=True)
 
 
-# -- HOOK: Spark read (a later issue) --------------------------------------------------------
-# The Spark issue replaces this function's body: read topic ``topic`` from ``bootstrap`` with
-# spark.read.format("logstore") (batch, earliest to latest), check the row count equals
-# ``expected`` and return a Phase with the time it took, so it joins the summary table. The
-# broker is still running when this is called. Returning None skips the phase.
+# -- Spark read -------------------------------------------------------------------------------
 
 
-def spark_phase(bootstrap: str, topic: str, expected: int) -> Phase | None:
-    return None
+def spark_phase(bootstrap: str, topic: str, expected: int, out: IO[str],
+                spark: Any = None) -> Phase:
+    """``spark.read.format("logstore")`` over the whole topic, grouped by partition, in a
+    local[2] session (``spark``, or a new one that is stopped afterwards). The session start
+    is not timed; the query is."""
+    from jobs.demo_query import count_topic
+    from jobs.session import local_session
+
+    print("\nspark.read.format('logstore') over the demo topic (starting local[2] Spark)...",
+          file=out, flush=True)
+    own = spark is None
+    session = local_session("logstore-demo") if own else spark
+    try:
+        result = count_topic(session, bootstrap, topic)
+    finally:
+        if own:
+            session.stop()
+    print(result.table, file=out, flush=True)
+    if result.rows != expected:
+        print(f"FAILED: Spark read {result.rows:,} records, expected {expected:,}", file=out)
+    return Phase("spark read (format logstore)", result.rows, result.payload_bytes,
+                 result.seconds)

@@ -74,6 +74,11 @@ FLAG_LOG_APPEND_TIME = 8
 TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 RESERVED_COLUMNS = ("key", "timestamp", "headers")
+# A typed topic's value columns may not take these names (any case): readers add them beside the
+# value columns (Spark matches names case-insensitively), and "value" would make an untyped
+# record indistinguishable from a typed one.
+RESERVED_VALUE_NAMES = ("key", "value", "topic", "partition", "offset", "timestamp",
+                        "timestamptype", "headers")
 
 DEFAULT_SCHEMA = pa.schema([
     pa.field("key", pa.binary()),
@@ -88,9 +93,12 @@ def topic_schema(value_schema: pa.Schema | None = None) -> pa.Schema:
     ``timestamp`` and ``headers`` for a typed topic."""
     if value_schema is None:
         return DEFAULT_SCHEMA
-    clash = [name for name in value_schema.names if name in RESERVED_COLUMNS]
+    clash = [name for name in value_schema.names if name.lower() in RESERVED_VALUE_NAMES]
     if clash:
-        raise InvalidRecordError(f"value_schema column(s) {clash} clash with {RESERVED_COLUMNS}")
+        raise InvalidRecordError(f"value_schema column(s) {clash} clash with the reserved "
+                                 f"names {list(RESERVED_VALUE_NAMES)} (in any case)")
+    if len(set(value_schema.names)) != len(value_schema.names):
+        raise InvalidRecordError(f"value_schema has duplicate column names {value_schema.names}")
     if len(value_schema) == 0:
         raise InvalidRecordError("value_schema has no columns")
     fields = [DEFAULT_SCHEMA.field("key"), *(f.with_nullable(True) for f in value_schema),

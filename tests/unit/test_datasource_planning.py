@@ -46,7 +46,7 @@ from datasource.planning import (
     OffsetRange,
     PartitionInfo,
     Planner,
-    _explicit,
+    _covering,
     check_range,
     narrow,
     split_ranges,
@@ -60,6 +60,7 @@ from datasource.schema import (
 )
 from datasource.source import constraints_from, from_json_offsets, share_limit, to_json_offsets
 from logstore.clock import FakeClock
+from logstore.errors import InvalidRecordError
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.records import DEFAULT_SCHEMA, FLAG_LOG_APPEND_TIME, TIMESTAMP_TYPE, topic_schema
 
@@ -230,17 +231,20 @@ def test_check_range_empty_range_below_log_start_is_no_data_loss(
 def test_explicit_offsets_must_name_exactly_the_partitions_read() -> None:
     """Goal: as in Spark's Kafka source, per-partition JSON offsets must name every partition
     read and no other; the errors list the partitions at fault and those read.
-    Method: _explicit with a spec naming too many, too few, and exactly the partitions."""
+    Method: _covering with JSON naming too many, too few, and exactly the partitions."""
     infos = {tp: info(tp, 0, 10) for tp in TPS[:2]}
     too_many = OffsetSpec(EARLIEST, offsets={TPS[0]: 1, TPS[1]: 2, TPS[4]: 3})
     with pytest.raises(OptionError, match=r"startingOffsets names partitions \['u-0'\] that are "
                                           r"not read .*\['t-0', 't-1'\]"):
-        _explicit(too_many, infos, "starting")
+        _covering(too_many.offsets, infos, "startingOffsets")
     with pytest.raises(OptionError, match=r"endingOffsets does not name partitions \['t-1'\]"):
-        _explicit(OffsetSpec(LATEST, offsets={TPS[0]: 1}), infos, "ending")
+        _covering({TPS[0]: 1}, infos, "endingOffsets")
     exact = OffsetSpec(EARLIEST, offsets={TPS[0]: 4, TPS[1]: LATEST})
-    assert _explicit(exact, infos, "starting") == {TPS[0]: 4, TPS[1]: LATEST}
-    assert _explicit(OffsetSpec(EARLIEST), infos, "starting") == {}
+    assert _covering(exact.offsets, infos, "startingOffsets") == {TPS[0]: 4, TPS[1]: LATEST}
+    assert _covering({}, infos, "startingOffsets") == {}
+    with pytest.raises(OptionError, match=r"startingOffsetsByTimestamp does not name "
+                                          r"partitions \['t-1'\].*ms since the epoch"):
+        _covering({TPS[0]: 1}, infos, "startingOffsetsByTimestamp")
 
 
 def test_resolve_maps_earliest_latest_and_explicit_offsets() -> None:
@@ -289,19 +293,12 @@ def test_share_limit_takes_exactly_the_limit_never_more_than_available(
         assert n * limit // total <= shares[tp] <= n
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="source.py share_limit hands out limit * n // total, more than a "
-                          "partition has, when the limit is above the total (latestOffset only "
-                          "calls it with a total above the limit)")
 def test_share_limit_above_the_total_takes_only_what_is_available() -> None:
     """Goal: the docstring's 'never more than available' also when the limit exceeds the
     total. Method: 1 record available, limit 5."""
     assert share_limit({TPS[0]: 1, TPS[1]: 0}, 5) == {TPS[0]: 1, TPS[1]: 0}
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError,
-                   reason="source.py share_limit: with nothing available, shares is {} and the "
-                          "sort key looks partitions up in it")
 def test_share_limit_with_nothing_available_gives_nothing() -> None:
     """Goal: no records available means a share of 0 each, not a KeyError.
     Method: one partition with 0 records, limit 5."""
@@ -407,9 +404,6 @@ def test_naive_timestamps_are_read_as_local_time() -> None:
     assert len(lows) == 1
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="source.py constraints_from reads f.attribute, which Not (Spark pushes "
-                          "`partition <> 0` as Not(EqualTo)) does not have")
 def test_negated_filters_are_ignored() -> None:
     """Goal: Not(...) filters (Spark's form of `<>` and NOT) narrow nothing and do not fail.
     Method: constraints_from over Not filters on partition and offset."""
@@ -525,12 +519,13 @@ def test_source_schema_untyped_typed_and_with_headers() -> None:
 def test_typed_topic_with_a_value_column_named_like_a_metadata_column_is_rejected(
         name: str) -> None:
     """Goal: a value column that would share its name (case-insensitively, as Spark resolves
-    columns) with a computed column is a SchemaError naming it, not a DataFrame with two
-    'offset' columns where the value is shadowed by the offset.
-    Method: source_arrow_schema for value schemas with each clashing name."""
+    columns) with a column readers add is refused when the topic's schema is built, naming
+    it, rather than a DataFrame with two 'offset' columns where the value is shadowed.
+    Method: topic_schema (used at topic creation) and source_arrow_schema for each name."""
     value = pa.schema([pa.field("a", pa.int64()), pa.field(name, pa.int64())])
-    with pytest.raises(SchemaError, match=repr(name)):
-        source_arrow_schema(value, False)
+    for build in (topic_schema, lambda v: source_arrow_schema(v, False)):
+        with pytest.raises(InvalidRecordError, match=repr(name)):
+            build(value)
 
 
 def test_check_requested_accepts_subsets_and_names_bad_columns() -> None:

@@ -42,7 +42,8 @@ def test_log_manager_startup_shutdown_and_checkpoints(tmp_path: Path) -> None:
         log.append_as_leader(keyed(0, 10))
     assert manager.get_or_create_log(tps[0], TopicConfig(), DEFAULT_SCHEMA) is manager.get_log(
         tps[0])
-    assert sorted(len(list(d.iterdir())) for d in dirs) == [1, 2]
+    assert sorted(len([p for p in d.iterdir() if p.is_dir()]) for d in dirs) == [1, 2]
+    assert all((d / fmt.INCARNATION_FILE).read_text() == manager.incarnation for d in dirs)
     manager.get_log(tps[2]).maybe_increment_log_start_offset(4)
     manager.shutdown()
     assert all((d / fmt.CLEAN_SHUTDOWN_FILE).exists() for d in dirs)

@@ -1,0 +1,32 @@
+"""A local Spark session set up for LogStore: the demo, the tests and the benchmarks use it.
+
+Owns: the settings every local run needs (workers on this interpreter, so they import the
+installed ``logstore``; Python filter pushdown on; quiet logs). Must not: read LogStore data.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def local_session(app_name: str, master: str = "local[2]", **conf: Any) -> Any:
+    """A SparkSession on ``master``; Python workers run on this interpreter unless
+    PYSPARK_PYTHON says otherwise."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # traffic stays on loopback
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.python.filterPushdown.enabled", "true"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
