@@ -89,12 +89,12 @@ class ReadOptions:
 
 
 READ_MODES = ("auto", "fetch", "local")
-_COMMON = {"bootstrap.servers", "subscribe", "subscribepattern", "assign", "startingoffsets",
-           "startingtimestamp", "startingoffsetsbytimestamp",
-           "startingoffsetsbytimestampstrategy", "minpartitions", "maxrecordsperpartition",
-           "failondataloss", "includeheaders", "readmode", "fetchmaxbytes"}
-_BATCH_ONLY = {"endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"}
-_STREAM_ONLY = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"}
+_COMMON = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "startingOffsets",
+           "startingTimestamp", "startingOffsetsByTimestamp",
+           "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition",
+           "failOnDataLoss", "includeHeaders", "readMode", "fetchMaxBytes")
+_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+_STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$")
 _DURATION_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
                 "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
@@ -105,9 +105,10 @@ def parse_read_options(raw: Mapping[str, str], streaming: bool | None) -> ReadOp
     """Check and parse the options of a batch (``streaming=False``) or streaming read;
     ``None`` (for the schema, which Spark asks before it says which) accepts either's."""
     opts = {k.lower(): v for k, v in raw.items()}
-    known = _COMMON | {True: _STREAM_ONLY, False: _BATCH_ONLY,
-                       None: _STREAM_ONLY | _BATCH_ONLY}[streaming]
-    _reject_unknown(opts, known, {True: "readStream", False: "read", None: ""}[streaming])
+    known = _COMMON + {True: _STREAM_ONLY, False: _BATCH_ONLY,
+                       None: _STREAM_ONLY + _BATCH_ONLY}[streaming]
+    where = {True: "for readStream", False: "for a batch read", None: ""}[streaming]
+    _reject_unknown(raw, known, where)
     bootstrap = _bootstrap(opts)
     stream = streaming is not False
     starting = _offset_spec(opts, "starting", LATEST if streaming else EARLIEST, stream)
@@ -133,11 +134,13 @@ def parse_read_options(raw: Mapping[str, str], streaming: bool | None) -> ReadOp
         fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or 64 * 1024 * 1024)
 
 
-def _reject_unknown(opts: Mapping[str, str], known: set[str], what: str) -> None:
-    unknown = sorted(k for k in opts if k not in known and k != "path")
+def _reject_unknown(raw: Mapping[str, str], known: tuple[str, ...], where: str) -> None:
+    """Option names are case-insensitive (as in Spark); a typo is an error, not a default."""
+    lowered = {k.lower() for k in known} | {"path"}
+    unknown = sorted(k for k in raw if k.lower() not in lowered)
     if unknown:
-        raise OptionError(f"unknown {what}{' ' if what else ''}option(s) {unknown} for format('logstore'); "
-                          f"known options: {sorted(known)}")
+        raise OptionError(f"unknown option(s) {unknown} {where + ' ' if where else ''}of "
+                          f"format('logstore'); known options: {list(known)}")
 
 
 def _bootstrap(opts: Mapping[str, str]) -> str:

@@ -120,14 +120,22 @@ def check_columns(schema: pa.Schema, topic: str | None, value_schema: Any) -> No
                               f"takes {accepted} (cast it first)")
     _check_type(schema, "topic", pa.types.is_string, "string")
     _check_type(schema, "partition", pa.types.is_integer, "int")
-    _check_type(schema, "headers", lambda t: t.equals(HEADERS_TYPE),
-                "array<struct<key: string, value: binary>>")
+    _check_type(schema, "headers", _headers_like, "array<struct<key: string, value: binary>>")
 
 
 def _check_type(schema: pa.Schema, name: str, ok: Any, wanted: str) -> None:
     if name in schema.names and not ok(schema.field(name).type):
         raise OptionError(f"column {name!r} is {schema.field(name).type}; the logstore sink "
                           f"takes {wanted}")
+
+
+def _headers_like(t: pa.DataType) -> bool:
+    """array<struct<key string, value binary or string>>, whatever the nullability."""
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return False
+    item = t.value_type
+    return pa.types.is_struct(item) and [f.name for f in item] == ["key", "value"] and \
+        pa.types.is_string(item.field("key").type) and _binary_like(item.field("value").type)
 
 
 def _binary_like(t: pa.DataType) -> bool:
@@ -173,11 +181,11 @@ def _drop_routing(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def _as_binary(batch: pa.RecordBatch) -> pa.RecordBatch:
-    for name in ("key", "value"):
+    """Keys and values as binary, headers as the stored headers type (casts, no row loop)."""
+    for name, target in (("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)):
         i = batch.schema.get_field_index(name)
-        if i >= 0 and not pa.types.is_binary(batch.column(i).type):
-            batch = batch.set_column(i, pa.field(name, pa.binary()),
-                                     batch.column(i).cast(pa.binary()))
+        if i >= 0 and not batch.column(i).type.equals(target):
+            batch = batch.set_column(i, pa.field(name, target), batch.column(i).cast(target))
     return batch
 
 

@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="records produced columnar, in 10k-row batches (default 1000000)")
     demo.add_argument("--per-record", type=_non_negative, default=100_000,
                       help="records produced one send() at a time (default 100000)")
+    demo.add_argument("--no-spark", action="store_true",
+                      help="skip the final spark.read.format('logstore') query")
     demo.set_defaults(run=_cmd_demo)
     return parser
 
@@ -957,4 +959,5 @@ def _text(data: bytes | None) -> str:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from logstore.demo import run_demo
 
-    return run_demo(records=args.records, per_record=args.per_record)
+    return run_demo(records=args.records, per_record=args.per_record,
+                    with_spark=not args.no_spark)

@@ -8,6 +8,7 @@ know about Arrow Flight.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -86,6 +87,7 @@ class RequestHandlers:
         self._controller = controller
         self._replicas = replicas
         self._producer_ids = producer_ids
+        self._action_counts: Counter[str] = Counter()
         self.actions = {
             "metadata": self.metadata,
             "create_topics": self.create_topics,
@@ -98,6 +100,8 @@ class RequestHandlers:
             "describe_log_dirs": self.describe_log_dirs,
             "broker_stats": self.broker_stats,
         }
+        self.actions = {name: _counted(name, fn, self._action_counts)
+                        for name, fn in self.actions.items()}
 
     # -- control -----------------------------------------------------------------------------
 
@@ -208,7 +212,8 @@ class RequestHandlers:
 
     def broker_stats(self, req: dict[str, Any]) -> dict[str, Any]:
         """Counters of this broker's fetches since it started."""
-        return {"broker_id": self.broker_id, **self._replicas.stats.to_json()}
+        return {"broker_id": self.broker_id, **self._replicas.stats.to_json(),
+                "actions": dict(self._action_counts)}
 
     def init_producer_id(self, req: dict[str, Any]) -> dict[str, Any]:
         return {**error_fields(None), "producer_id": self._producer_ids.next_producer_id(),
@@ -305,6 +310,16 @@ class RequestHandlers:
             log.exception("request failed")
             return error_fields(UnknownServerError(f"{type(e).__name__}: {e}"))
         return error_fields(None)
+
+
+def _counted(name: str, fn: Any, counts: Counter[str]) -> Any:
+    """``fn`` counting its calls in ``counts[name]`` (approximate under concurrency)."""
+    def call(req: dict[str, Any]) -> dict[str, Any]:
+        counts[name] += 1
+        return fn(req)
+
+    call.__doc__ = fn.__doc__
+    return call
 
 
 def _value_schema(text: str | None, what: str) -> pa.Schema | None:

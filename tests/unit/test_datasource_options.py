@@ -230,10 +230,11 @@ def test_stream_and_batch_only_options_are_rejected_on_the_other_side() -> None:
     stream_only = {"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "5",
                    "maxTriggerDelay": "1m"}
     for option, text in batch_only.items():
-        assert f"unknown readStream option(s) ['{option.lower()}']" in error(True, **{option: text})
+        assert f"unknown option(s) ['{option}'] for readStream" in error(True, **{option: text})
         parse(False, **{option: text})
     for option, text in stream_only.items():
-        assert f"unknown read option(s) ['{option.lower()}']" in error(False, **{option: text})
+        assert f"unknown option(s) ['{option}'] for a batch read" in error(False,
+                                                                         **{option: text})
         parse(True, **{option: text})
     both = parse(None, **batch_only, **stream_only)
     assert both.max_offsets_per_trigger == 5 and both.ending.timestamp_ms == 5
@@ -243,9 +244,9 @@ def test_unknown_option_is_rejected_with_the_known_ones() -> None:
     """Goal: a misspelt option fails fast, listing every option the read knows; Spark's own
     'path' is tolerated. Method: parse with 'startingOffset' (no s) and with 'path'."""
     message = error(startingOffset="earliest")
-    assert "unknown read option(s) ['startingoffset']" in message
-    assert "known options:" in message and "'startingoffsets'" in message
-    assert "'maxoffsetspertrigger'" not in message and "'endingoffsets'" in message
+    assert "unknown option(s) ['startingOffset'] for a batch read" in message
+    assert "known options:" in message and "'startingOffsets'" in message
+    assert "'maxOffsetsPerTrigger'" not in message and "'endingOffsets'" in message
     assert "unknown option(s)" in error(None, bogus="1")
     parse(path="/ignored")
 
