@@ -23,6 +23,7 @@ DAY_MS = 24 * 3600 * 1000
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
 COMPRESSION_TYPES = ("none", "lz4", "zstd")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+DEFAULT_LISTENER = "127.0.0.1:9092"
 
 
 def _positive(v: Any) -> bool:
@@ -149,7 +150,7 @@ class BrokerConfig:
     coordination; the cluster settings come with the ZooKeeper controller)."""
 
     broker_id: int = 0
-    listener: str = "127.0.0.1:9092"
+    listener: str = DEFAULT_LISTENER
     log_dirs: tuple[str, ...] = ("./data",)
     rack: str | None = None
     log_retention_check_interval_ms: int = 60_000
@@ -196,7 +197,8 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
         if not values["log_dirs"]:
             raise ConfigError(f"{source}: log_dirs must name at least one directory")
         values["log_dirs"] = tuple(str(d) for d in values["log_dirs"])
-    _check_listener(values.get("listener", BrokerConfig.listener), source)
+    # (Not BrokerConfig.listener: with slots=True that is a descriptor, not the default.)
+    _check_listener(values.get("listener", DEFAULT_LISTENER), source)
     try:
         validate_topic_config(values.get("topic_defaults", {}))
     except InvalidConfigError as e:

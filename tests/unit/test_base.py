@@ -125,6 +125,11 @@ def test_broker_toml_unknown_key_names_key_and_file(tmp_path) -> None:
         broker_config_from_dict({"listener": "nohost"})
 
 
+def test_broker_config_without_a_listener_gets_the_default() -> None:
+    """A file that leaves out ``listener`` used to crash reading the slots descriptor."""
+    assert broker_config_from_dict({"broker_id": 3}).listener == "127.0.0.1:9092"
+
+
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "ü"])
 def test_invalid_topic_names_are_rejected(name: str) -> None:
     with pytest.raises(InvalidTopicError):
