@@ -23,6 +23,7 @@ DAY_MS = 24 * 3600 * 1000
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
 COMPRESSION_TYPES = ("none", "lz4", "zstd")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+DEFAULT_LISTENER = "127.0.0.1:9092"
 
 
 def _positive(v: Any) -> bool:
@@ -145,13 +146,16 @@ def _coerce(name: str, value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
-    """Process-level settings of one broker, read from a TOML file (one broker, embedded
-    coordination; the cluster settings come with the ZooKeeper controller)."""
+    """Process-level settings of one broker, read from a TOML file. Without ``zk_connect``
+    the broker runs alone with embedded coordination; with it, it joins the cluster whose
+    metadata lives in that ZooKeeper (``host:port[,host:port][/chroot]``)."""
 
     broker_id: int = 0
-    listener: str = "127.0.0.1:9092"
+    listener: str = DEFAULT_LISTENER
     log_dirs: tuple[str, ...] = ("./data",)
     rack: str | None = None
+    zk_connect: str | None = None
+    zk_session_timeout_ms: int = 18_000
     log_retention_check_interval_ms: int = 60_000
     log_cleaner_interval_ms: int = 15_000
     topic_defaults: dict[str, Any] = field(default_factory=dict)
@@ -169,9 +173,10 @@ class BrokerConfig:
 
 
 _BROKER_TYPES: dict[str, tuple[type, ...]] = {
-    # Only keys something reads: the cluster keys (zk_connect, replica_lag_time_max_ms, ...)
-    # arrive with the code that uses them, so a file naming them today fails loudly.
+    # Only keys something reads: the replication keys (replica_lag_time_max_ms, ...) arrive
+    # with the code that uses them, so a file naming them today fails loudly.
     "broker_id": (int,), "listener": (str,), "log_dirs": (list, str), "rack": (str,),
+    "zk_connect": (str,), "zk_session_timeout_ms": (int,),
     "log_retention_check_interval_ms": (int,), "log_cleaner_interval_ms": (int,),
     "topic_defaults": (dict,),
 }
@@ -196,7 +201,12 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
         if not values["log_dirs"]:
             raise ConfigError(f"{source}: log_dirs must name at least one directory")
         values["log_dirs"] = tuple(str(d) for d in values["log_dirs"])
-    _check_listener(values.get("listener", BrokerConfig.listener), source)
+    # (Not BrokerConfig.listener: with slots=True that is a descriptor, not the default.)
+    _check_listener(values.get("listener", DEFAULT_LISTENER), source)
+    if "zk_connect" in values and not values["zk_connect"].strip():
+        raise ConfigError(f"{source}: zk_connect must name at least one host:port")
+    if values.get("zk_session_timeout_ms", 1) <= 0:
+        raise ConfigError(f"{source}: zk_session_timeout_ms must be positive")
     try:
         validate_topic_config(values.get("topic_defaults", {}))
     except InvalidConfigError as e:

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -28,6 +29,7 @@ from logstore.errors import LogstoreError
 
 if TYPE_CHECKING:
     from logstore.broker.broker import Broker
+    from logstore.controller.store import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +58,25 @@ def configure_logging(level: int | str = logging.INFO) -> None:
 
 
 def build_broker(config: BrokerConfig) -> Broker:
-    """The one place that puts a broker together: its services and its Arrow Flight server."""
+    """The one place that puts a broker together: its metadata store, its services and its
+    Arrow Flight server."""
     from logstore.broker.broker import Broker  # the heavy imports happen only when run
     from logstore.rpc.server import FlightBrokerServer
 
     return Broker(config, serve=lambda listener, handlers: FlightBrokerServer(
-        f"grpc://{listener}", handlers))
+        f"grpc://{listener}", handlers), store=build_metadata_store(config))
+
+
+def build_metadata_store(config: BrokerConfig) -> MetadataStore:
+    """ZooKeeper when ``zk_connect`` is set, else the embedded file in the first log dir."""
+    if config.zk_connect is not None:
+        from logstore.controller.zookeeper import KazooMetadataStore  # kazoo only in cluster mode
+
+        return KazooMetadataStore(config.zk_connect, config.broker_id,
+                                  session_timeout_ms=config.zk_session_timeout_ms)
+    from logstore.controller.local import METADATA_FILE, LocalMetadataStore
+
+    return LocalMetadataStore(Path(config.log_dirs[0]) / METADATA_FILE, config.broker_id)
 
 
 def _default_broker(config: BrokerConfig) -> Runnable:

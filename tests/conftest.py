@@ -1,13 +1,16 @@
-"""Fixtures that run real broker processes on 127.0.0.1 (see tests/brokers.py)."""
+"""Fixtures that run real broker processes (tests/brokers.py) and a real ZooKeeper
+(tests/zookeeper.py) on 127.0.0.1."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.brokers import BrokerFactory, BrokerProcess
+from tests.zookeeper import ZooKeeperServer, java_available
 
 
 @pytest.fixture
@@ -33,3 +36,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for item in items:
             if here in Path(str(item.fspath)).parents:
                 item.add_marker(pytest.mark.integration)
+
+
+def _skip_without_java() -> None:
+    if not java_available():
+        pytest.skip("no 'java' on PATH: the ZooKeeper tests run ZooKeeper from the pyspark "
+                    "wheel's jars and need Java 17")
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper shared by the test run (``.connect``, ``.port``); tests isolate
+    themselves with a chroot of their own (``zk_connect``) and never restart it."""
+    _skip_without_java()
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper: ZooKeeperServer) -> str:
+    """A connect string with a chroot of this test's own, so tests never see each other."""
+    return f"{zookeeper.connect}/test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def private_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper of this test's own, for tests that kill or restart it."""
+    _skip_without_java()
+    server = ZooKeeperServer(tmp_path / "zookeeper").start()
+    yield server
+    server.stop()

@@ -99,9 +99,18 @@ class Broker:
         self.store.register_broker(BrokerInfo(self.config.broker_id, self.config.host,
                                               self.server.port, self.config.rack))
         self.store.add_listener(self.sync_partitions)
+        self.store.elect_controller(self._on_elected, self._on_resigned)
         self.sync_partitions()
         log.info("broker %d listening on %s:%d", self.config.broker_id, self.config.host,
                  self.server.port)
+
+    def _on_elected(self, epoch: int) -> None:
+        # New partition states carry the epoch, so a replaced controller's writes are refused.
+        self.controller.controller_epoch = epoch
+        log.info("broker %d is the controller (epoch %d)", self.config.broker_id, epoch)
+
+    def _on_resigned(self) -> None:
+        log.info("broker %d is no longer the controller", self.config.broker_id)
 
     def serve(self) -> None:
         """Block until ``stop()`` is called from another thread or a signal handler."""
@@ -130,8 +139,10 @@ class Broker:
             if not finished:
                 log.warning("broker %d: requests still open after %.1f s; closing storage",
                             self.config.broker_id, grace_s)
-        self.log_manager.shutdown()
+        # The store first: its events thread must not bring partitions online while storage
+        # closes.
         self.store.close()
+        self.log_manager.shutdown()
         return finished
 
     def _topic_config(self, topic: str) -> TopicConfig:

@@ -1,6 +1,8 @@
 """Embedded coordination: the MetadataStore backed by one JSON file, for a broker that runs
 alone with no ZooKeeper. Writes go to a temporary file that is fsynced and renamed, so a crash
-leaves either the old or the new state. Must not: know about the network.
+leaves either the old or the new state. The broker is always its own controller; each election
+(one per start) still takes a new controller epoch, so the fencing rules are the same as with
+ZooKeeper. Must not: know about the network.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import orjson
 
 from logstore.controller.store import (
     BrokerInfo,
+    ElectedCallback,
     MetadataListener,
     PartitionState,
+    ResignedCallback,
     TopicRecord,
 )
 from logstore.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
@@ -34,6 +38,8 @@ class LocalMetadataStore:
         self._topics: dict[str, TopicRecord] = {}
         self._states: dict[str, dict[int, PartitionState]] = {}
         self._next_producer_id = 0
+        self._latest_controller_epoch = 0  # persisted: the newest epoch ever taken
+        self._won_epoch = 0
         self._listeners: list[MetadataListener] = []
 
     def start(self) -> None:
@@ -44,6 +50,7 @@ class LocalMetadataStore:
         self._states = {n: {int(p): PartitionState.from_json(s) for p, s in states.items()}
                         for n, states in data.get("states", {}).items()}
         self._next_producer_id = data.get("next_producer_id", 0)
+        self._latest_controller_epoch = data.get("controller_epoch", 0)
 
     def close(self) -> None:
         """Nothing to release: every change was written through to the file already."""
@@ -58,6 +65,21 @@ class LocalMetadataStore:
 
     def controller_id(self) -> int | None:
         return self._broker_id
+
+    def elect_controller(self, on_elected: ElectedCallback,
+                         on_resigned: ResignedCallback | None = None) -> None:
+        with self._lock:
+            self._latest_controller_epoch += 1
+            self._won_epoch = self._latest_controller_epoch
+            self._save()
+        on_elected(self._won_epoch)
+
+    def is_controller(self) -> bool:
+        return self._won_epoch > 0
+
+    @property
+    def controller_epoch(self) -> int:
+        return self._won_epoch
 
     def topics(self) -> dict[str, TopicRecord]:
         with self._lock:
@@ -96,8 +118,12 @@ class LocalMetadataStore:
                             expected_epoch: int | None = None) -> bool:
         with self._lock:
             self._require(topic)
+            if partition not in self._topics[topic].replicas:
+                raise UnknownTopicOrPartitionError(f"partition {topic}-{partition} does not exist")
             current = self._states[topic].get(partition)
             if expected_epoch is not None and current and current.leader_epoch != expected_epoch:
+                return False
+            if state.controller_epoch != self._latest_controller_epoch:
                 return False
             self._states[topic][partition] = state
             self._save()
@@ -129,6 +155,7 @@ class LocalMetadataStore:
             "states": {n: {str(p): s.to_json() for p, s in st.items()}
                        for n, st in self._states.items()},
             "next_producer_id": self._next_producer_id,
+            "controller_epoch": self._latest_controller_epoch,
         }
         tmp = self._path.with_suffix(".tmp")
         self._path.parent.mkdir(parents=True, exist_ok=True)

@@ -80,10 +80,22 @@ class TopicRecord:
 
 
 MetadataListener = Callable[[], None]
+ElectedCallback = Callable[[int], None]
+ResignedCallback = Callable[[], None]
 
 
 class MetadataStore(Protocol):
-    """Where brokers, topics and partition states live (a local file, or ZooKeeper)."""
+    """Where brokers, topics and partition states live (a local file, or ZooKeeper).
+
+    Listeners are called after a change is visible to this store's readers: at once for the
+    store's own writes, and soon after for other brokers' writes (ZooKeeper watches). They may
+    be called from any thread, more than once per change, and must be idempotent.
+
+    ``set_partition_state`` is the controller's conditional write: it is refused (False) when
+    ``expected_epoch`` is given and differs from the stored leader epoch, when another writer
+    changed the state concurrently, or when ``state.controller_epoch`` is not the current
+    controller epoch, so a controller that was replaced cannot overwrite its successor.
+    """
 
     def start(self) -> None: ...
 
@@ -108,6 +120,21 @@ class MetadataStore(Protocol):
 
     def controller_id(self) -> int | None: ...
 
-    def next_producer_id_block(self, size: int) -> int: ...
+    def elect_controller(self, on_elected: ElectedCallback,
+                         on_resigned: ResignedCallback | None = None) -> None:
+        """Stand for controller now and whenever the post falls vacant; ``on_elected(epoch)``
+        runs on each win (maybe before this returns), ``on_resigned()`` when it is lost."""
+        ...
+
+    def is_controller(self) -> bool: ...
+
+    @property
+    def controller_epoch(self) -> int:
+        """The epoch this store last won the controller election at (0: never)."""
+        ...
+
+    def next_producer_id_block(self, size: int) -> int:
+        """The first id of a block of ``size`` producer ids no other caller ever gets."""
+        ...
 
     def add_listener(self, listener: MetadataListener) -> None: ...

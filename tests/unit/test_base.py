@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -33,6 +35,8 @@ from logstore.records import (
     encode_batch,
     iter_messages,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_error_codes_are_pinned() -> None:
@@ -123,6 +127,32 @@ def test_broker_toml_unknown_key_names_key_and_file(tmp_path) -> None:
     assert "log_dir" in str(e.value) and str(path) in str(e.value)
     with pytest.raises(ConfigError, match="listener"):
         broker_config_from_dict({"listener": "nohost"})
+
+
+def test_cluster_config_keys_are_read_and_checked() -> None:
+    cfg = broker_config_from_dict({"zk_connect": "h:1/x", "zk_session_timeout_ms": 6000})
+    assert cfg.zk_connect == "h:1/x" and cfg.zk_session_timeout_ms == 6000
+    assert broker_config_from_dict({}).zk_connect is None
+    with pytest.raises(ConfigError, match="zk_connect"):
+        broker_config_from_dict({"zk_connect": " "})
+    with pytest.raises(ConfigError, match="zk_session_timeout_ms"):
+        broker_config_from_dict({"zk_session_timeout_ms": 0})
+    with pytest.raises(ConfigError, match="replica_lag_time_max_ms"):
+        broker_config_from_dict({"replica_lag_time_max_ms": 1000})
+
+
+def test_shipped_cluster_configs_describe_three_distinct_brokers() -> None:
+    configs = [load_broker_config(REPO_ROOT / f"conf/cluster/broker-{i}.toml") for i in (1, 2, 3)]
+    assert [c.broker_id for c in configs] == [1, 2, 3]
+    assert [c.port for c in configs] == [9201, 9202, 9203]
+    assert [c.rack for c in configs] == ["a", "b", "c"]
+    assert len({c.log_dirs for c in configs}) == 3
+    assert {c.zk_connect for c in configs} == {"127.0.0.1:2181/logstore"}
+
+
+def test_broker_config_without_a_listener_gets_the_default() -> None:
+    """A file that leaves out ``listener`` used to crash reading the slots descriptor."""
+    assert broker_config_from_dict({"broker_id": 3}).listener == "127.0.0.1:9092"
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "ü"])

@@ -1,0 +1,172 @@
+"""Every znode LogStore keeps in ZooKeeper, and the versioned JSON stored in each.
+
+Owns: the znode layout (Kafka's, below an optional chroot), parsing ``zk_connect`` into hosts
+and chroot, and encoding/decoding each znode's data. Every value is a JSON object with a
+``version`` field; a reader refuses a version newer than it knows, so an old broker never
+misreads a newer broker's data. Must not: import kazoo or do I/O.
+
+| znode                                        | kind       | JSON fields (besides version)    |
+|----------------------------------------------|------------|----------------------------------|
+| /brokers/ids/<broker_id>                     | ephemeral  | broker_id, host, port, rack      |
+| /brokers/topics/<topic>                      | persistent | name, replicas, config,          |
+|                                              |            | value_schema, internal           |
+| /brokers/topics/<topic>/partitions           | persistent | (no data)                        |
+| /brokers/topics/<topic>/partitions/<p>       | persistent | (no data)                        |
+| /brokers/topics/<topic>/partitions/<p>/state | persistent | leader, leader_epoch, isr,       |
+|                                              |            | controller_epoch                 |
+| /controller                                  | ephemeral  | broker_id, timestamp_ms          |
+| /controller_epoch                            | persistent | epoch                            |
+| /latest_producer_id_block                    | persistent | broker_id, block_start,          |
+|                                              |            | block_end (inclusive)            |
+
+Topic deletion is one ZooKeeper transaction over the topic's subtree, so Kafka's
+``/admin/delete_topics`` marker is not needed (yet).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from logstore.controller.store import JSON_VERSION, BrokerInfo, PartitionState, TopicRecord
+from logstore.errors import ConfigError
+
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+# Created at startup by whoever gets there first; never deleted.
+PERSISTENT_PATHS = (BROKERS, BROKER_IDS, TOPICS)
+INITIAL_CONTROLLER_EPOCH = 0
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_of(path: str) -> str | None:
+    """The topic a path at or below ``/brokers/topics/<topic>`` belongs to, else None."""
+    prefix = TOPICS + "/"
+    if not path.startswith(prefix):
+        return None
+    return path[len(prefix):].split("/", 1)[0] or None
+
+
+def split_zk_connect(zk_connect: str) -> tuple[str, str | None]:
+    """``"h1:2181,h2:2181/logstore"`` -> ``("h1:2181,h2:2181", "/logstore")``; the chroot is
+    None when absent. ConfigError for an empty host list or a malformed chroot."""
+    hosts, slash, chroot = zk_connect.strip().partition("/")
+    if not hosts or any(not h.strip() for h in hosts.split(",")):
+        raise ConfigError(f"zk_connect must list host:port pairs, got {zk_connect!r}")
+    if not slash or not chroot.strip("/"):
+        return hosts, None
+    path = "/" + chroot
+    if posixpath.normpath(path) != path or "//" in path:
+        raise ConfigError(f"zk_connect chroot {path!r} must be a plain path like /logstore")
+    return hosts, path
+
+
+# -- znode data ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerZNode:
+    """Who is the controller: the data of the ephemeral ``/controller`` znode."""
+
+    broker_id: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdBlock:
+    """The last block of producer ids handed out: ``block_start..block_end`` inclusive."""
+
+    broker_id: int
+    block_start: int
+    block_end: int
+
+
+def _dumps(d: dict[str, Any]) -> bytes:
+    return orjson.dumps({"version": JSON_VERSION, **d})
+
+
+def _loads(data: bytes, what: str) -> dict[str, Any]:
+    d = orjson.loads(data)
+    if not isinstance(d, dict) or not isinstance(d.get("version"), int):
+        raise ValueError(f"{what}: znode data is not versioned JSON: {data[:80]!r}")
+    if d["version"] > JSON_VERSION:
+        raise ValueError(f"{what}: znode data version {d['version']} is newer than "
+                         f"{JSON_VERSION}, the newest this broker reads")
+    return d
+
+
+def encode_broker(info: BrokerInfo) -> bytes:
+    return orjson.dumps(info.to_json())
+
+
+def decode_broker(data: bytes) -> BrokerInfo:
+    return BrokerInfo.from_json(_loads(data, "broker"))
+
+
+def encode_topic(record: TopicRecord) -> bytes:
+    return orjson.dumps(record.to_json())
+
+
+def decode_topic(data: bytes) -> TopicRecord:
+    return TopicRecord.from_json(_loads(data, "topic"))
+
+
+def encode_partition_state(state: PartitionState) -> bytes:
+    return orjson.dumps(state.to_json())
+
+
+def decode_partition_state(data: bytes) -> PartitionState:
+    return PartitionState.from_json(_loads(data, "partition state"))
+
+
+def encode_controller(node: ControllerZNode) -> bytes:
+    return _dumps({"broker_id": node.broker_id, "timestamp_ms": node.timestamp_ms})
+
+
+def decode_controller(data: bytes) -> ControllerZNode:
+    d = _loads(data, "controller")
+    return ControllerZNode(d["broker_id"], d.get("timestamp_ms", 0))
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return _dumps({"epoch": epoch})
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    return int(_loads(data, "controller epoch")["epoch"])
+
+
+def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
+    return _dumps({"broker_id": block.broker_id, "block_start": block.block_start,
+                   "block_end": block.block_end})
+
+
+def decode_producer_id_block(data: bytes) -> ProducerIdBlock:
+    d = _loads(data, "producer id block")
+    return ProducerIdBlock(d["broker_id"], d["block_start"], d["block_end"])

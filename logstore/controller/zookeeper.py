@@ -1,0 +1,609 @@
+"""Cluster coordination: the MetadataStore on ZooKeeper, through kazoo.
+
+Owns: one broker's ZooKeeper session, its ephemeral registration (made again after the session
+expires), the controller election (ephemeral ``/controller`` plus a conditional increment of
+``/controller_epoch`` in one transaction), conditional partition-state writes fenced by the
+controller epoch, producer-id blocks (compare-and-set), and a cache of what it read, kept
+fresh by watches. The znode layout is ``zk_paths.py``'s. Must not: be imported by anything but
+the composition root, or let kazoo exceptions out (connection trouble becomes the retriable
+``RequestTimedOutError``); this is the only module that imports kazoo.
+
+Threads: kazoo calls watches and the connection-state listener on its own threads, which must
+not block, so they only drop cache entries and queue an event. The events thread
+(``zk_events.py``) then reads again what changed (which re-arms the watches; kazoo forgets
+every watch when the connection drops), registers again after a session expiry, stands in
+controller elections and calls the metadata listeners. Reads are served from the cache and go
+to ZooKeeper only for what a watch has invalidated, so a broker keeps serving from its cache
+while ZooKeeper is away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.retry import KazooRetry
+
+from logstore.controller import zk_paths as zp
+from logstore.controller.store import (
+    BrokerInfo,
+    ElectedCallback,
+    MetadataListener,
+    PartitionState,
+    ResignedCallback,
+    TopicRecord,
+)
+from logstore.controller.zk_cache import (
+    BROKERS_KEY,
+    CONTROLLER_KEY,
+    TOPICS_KEY,
+    CacheKey,
+    WatchedCache,
+    key_for,
+    states_key,
+)
+from logstore.controller.zk_events import EventsThread
+from logstore.errors import (
+    ApiError,
+    ConfigError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+)
+
+log = logging.getLogger(__name__)
+
+_SESSION_LOST = "session-lost"
+_RECONNECTED = "reconnected"
+MAX_CAS_ATTEMPTS = 100
+RECONNECT_MAX_DELAY_S = 1.0
+_CONNECTION_ERRORS = (KazooTimeoutError, ConnectionLoss, SessionExpiredError,
+                      ConnectionClosedError)
+_ROLLED_BACK = (RolledBackError, RuntimeInconsistency)
+
+
+def _failure(results: list[Any]) -> Exception | None:
+    """The operation that failed a transaction (the others report that they rolled back)."""
+    for r in results:
+        if isinstance(r, Exception) and not isinstance(r, _ROLLED_BACK):
+            return r
+    return None
+
+
+class KazooMetadataStore:
+    """Cluster metadata in ZooKeeper at ``zk_connect`` (``host:port[,host:port]/chroot``)."""
+
+    def __init__(self, zk_connect: str, broker_id: int, session_timeout_ms: int = 18_000) -> None:
+        self._hosts, self._chroot = zp.split_zk_connect(zk_connect)
+        self._broker_id = broker_id
+        self._timeout_s = session_timeout_ms / 1000
+        self._client = self._new_client(self._hosts + (self._chroot or ""))
+        self._cache = WatchedCache()
+        self._listeners: list[MetadataListener] = []
+        self._connected = threading.Event()
+        self._events = EventsThread(f"zk-events-{broker_id}", self._handle,
+                                    retry_while=self._connected.is_set)
+        self._lock = threading.RLock()  # registration and election state
+        self._registered: BrokerInfo | None = None
+        self._candidate: tuple[ElectedCallback, ResignedCallback | None] | None = None
+        self._is_controller = False
+        self._won_epoch = 0
+        self._started = False
+
+    def _new_client(self, hosts: str) -> KazooClient:
+        # Reconnect attempts back off to at most a second, so a restarted ZooKeeper is found
+        # again well inside the session timeout (kazoo's default backoff grows to an hour).
+        retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S)
+        return KazooClient(hosts=hosts, timeout=self._timeout_s, connection_retry=retry)
+
+    @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """(session id, password) of the current session; fault-injection tests use it to
+        expire the session from outside."""
+        return self._client.client_id  # type: ignore[no-any-return]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._chroot:
+            self._create_chroot()
+        self._connect(self._client)
+        self._started = True
+        self._connected.set()
+        self._client.add_listener(self._on_connection_state)
+        for path in zp.PERSISTENT_PATHS:
+            self._op(f"create {path}", self._client.ensure_path_async, path)
+        self._create_if_missing(zp.CONTROLLER_EPOCH,
+                                zp.encode_controller_epoch(zp.INITIAL_CONTROLLER_EPOCH))
+        self._events.start()
+        self._reload_all()
+        log.info("broker %d: connected to ZooKeeper at %s%s (session 0x%x)", self._broker_id,
+                 self._hosts, self._chroot or "", self._client.client_id[0])
+
+    def _create_chroot(self) -> None:
+        client = self._new_client(self._hosts)
+        self._connect(client)
+        try:
+            self._wait(client.ensure_path_async(self._chroot), f"create chroot {self._chroot}",
+                       self._timeout_s)
+        finally:
+            client.stop()
+            client.close()
+
+    def _connect(self, client: KazooClient) -> None:
+        try:
+            client.start(timeout=self._timeout_s)
+        except KazooTimeoutError:
+            raise RequestTimedOutError(
+                f"could not connect to ZooKeeper at {self._hosts} within "
+                f"{self._timeout_s * 1000:.0f} ms") from None
+
+    def close(self) -> None:
+        """End the session: ZooKeeper deletes this broker's ephemeral znodes at once."""
+        if not self._started:
+            return
+        self._started = False
+        self._client.remove_listener(self._on_connection_state)
+        self._events.stop(self._timeout_s)
+        self._resign("the store is closing")
+        self._client.stop()
+        self._client.close()
+
+    # -- kazoo plumbing ----------------------------------------------------------------------
+
+    def _op(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run an asynchronous kazoo call once connected, all bounded by the session timeout.
+        Waiting for the connection first (as Kafka's ZooKeeper client does) keeps kazoo from
+        queueing a request that it would send after we have given up on it."""
+        start = time.monotonic()
+        if not self._connected.wait(self._timeout_s):
+            raise RequestTimedOutError(f"ZooKeeper did not {what}: not connected")
+        remaining = self._timeout_s - (time.monotonic() - start)
+        return self._wait(call(*args, **kwargs), what, max(remaining, 1.0))
+
+    @staticmethod
+    def _wait(result: Any, what: str, timeout_s: float) -> Any:
+        try:
+            return result.get(timeout=timeout_s)
+        except _CONNECTION_ERRORS as e:
+            raise RequestTimedOutError(f"ZooKeeper did not {what}: {type(e).__name__}") from None
+
+    def _get(self, path: str, watch: bool = False) -> tuple[bytes, Any]:
+        data: tuple[bytes, Any] = self._op(f"read {path}", self._client.get_async, path,
+                                           self._on_watch if watch else None)
+        return data
+
+    def _get_or_none(self, path: str, watch: bool = False) -> tuple[bytes, Any] | None:
+        """Data and stat, or None if the znode does not exist (a read after its parent was
+        listed may find it gone; the parent's watch reports that)."""
+        try:
+            return self._get(path, watch)
+        except NoNodeError:
+            return None
+
+    def _children(self, path: str, watch: bool = False) -> list[str]:
+        children: list[str] = self._op(f"list {path}", self._client.get_children_async, path,
+                                       self._on_watch if watch else None)
+        return children
+
+    def _commit(self, tx: Any, what: str) -> Exception | None:
+        """Commit a transaction; the error of the operation that failed it, or None."""
+        return _failure(self._op(what, tx.commit_async))
+
+    def _create_if_missing(self, path: str, data: bytes) -> None:
+        with contextlib.suppress(NodeExistsError):
+            self._op(f"create {path}", self._client.create_async, path, data)
+
+    def _unexpected(self, error: Exception, what: str) -> ApiError:
+        log.error("broker %d: ZooKeeper refused to %s: %r", self._broker_id, what, error)
+        return UnknownServerError(f"ZooKeeper refused to {what}: {type(error).__name__}")
+
+    # -- watches, connection state and the events thread -------------------------------------
+
+    def _on_watch(self, event: WatchedEvent) -> None:
+        """kazoo's thread: drop what changed and let the events thread read it again."""
+        if event.type == EventType.NONE or event.path is None:
+            return  # the connection dropped; _on_connection_state handles that
+        key = key_for(event.path)
+        if key is not None:
+            self._cache.invalidate(key)
+            self._events.put(key)
+
+    def _on_connection_state(self, state: str) -> None:
+        """kazoo's thread: only note the change; the events thread acts on it."""
+        log.info("broker %d: ZooKeeper connection %s", self._broker_id, state)
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+            self._events.put(_RECONNECTED)
+            return
+        self._connected.clear()
+        if state == KazooState.LOST:
+            self._events.put(_SESSION_LOST)
+
+    def _handle(self, keys: set[Hashable]) -> None:
+        """The events thread: act on a batch of watch and connection events."""
+        if _SESSION_LOST in keys:
+            self._resign("the ZooKeeper session expired")
+        if _RECONNECTED in keys:
+            self._resync()
+        else:
+            for key in keys - {_SESSION_LOST}:
+                self._reload(key)  # type: ignore[arg-type]
+            if CONTROLLER_KEY in keys:
+                self._check_controller()
+        self._notify()
+
+    def _resync(self) -> None:
+        """After a reconnection: register again if the session (and with it our ephemeral
+        znodes) was lost, stand for controller again, and re-read everything (kazoo drops every
+        watch when the connection drops)."""
+        with self._lock:
+            info = self._registered
+        if info is not None:
+            self._register(info)
+        self._reload_all()
+        self._check_controller()
+
+    def _reload(self, key: CacheKey) -> None:
+        if key == BROKERS_KEY:
+            self.brokers()
+        elif key == TOPICS_KEY:
+            self.topics()
+        elif key == CONTROLLER_KEY:
+            self.controller_id()
+        elif isinstance(key, tuple) and key[1] in self.topics():
+            self.partition_states(key[1])
+
+    def _reload_all(self) -> None:
+        """Read everything again, re-arming every watch. Until each new value is in, readers
+        keep the old one: a broker goes on serving while it resynchronises."""
+        self._cache.refresh(BROKERS_KEY, self._load_brokers)
+        self._cache.refresh(CONTROLLER_KEY, self._load_controller)
+        topics = self._cache.refresh(TOPICS_KEY, self._load_topics)
+        for topic in topics:
+            self._cache.refresh(states_key(topic), functools.partial(self._load_states, topic))
+        # Anything else (a topic deleted while we were away) has lost its watch.
+        self._cache.retain({BROKERS_KEY, CONTROLLER_KEY, TOPICS_KEY,
+                            *(states_key(t) for t in topics)})
+
+    def _changed(self, *keys: CacheKey) -> None:
+        """After our own write: read it back into the cache (so it is served from there even
+        if ZooKeeper goes away now), then tell the listeners."""
+        for key in keys:
+            self._cache.invalidate(key)
+        try:
+            for key in keys:
+                self._reload(key)
+        except RequestTimedOutError as e:  # the write itself succeeded
+            log.warning("broker %d: %s; reading again after reconnecting", self._broker_id, e)
+        self._notify()
+
+    def add_listener(self, listener: MetadataListener) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # boundary: the write it reports has already happened
+                log.exception("broker %d: metadata listener failed", self._broker_id)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        return dict(self._cache.get(BROKERS_KEY, self._load_brokers))
+
+    def _load_brokers(self) -> tuple[dict[int, BrokerInfo], bool]:
+        out = {}
+        for child in self._children(zp.BROKER_IDS, watch=True):
+            if found := self._get_or_none(zp.broker_path(int(child)), watch=True):
+                out[int(child)] = zp.decode_broker(found[0])
+        return out, True
+
+    def controller_id(self) -> int | None:
+        return self._cache.get(CONTROLLER_KEY, self._load_controller)
+
+    def _load_controller(self) -> tuple[int | None, bool]:
+        # exists() leaves a watch whether or not the znode is there.
+        if self._op(f"read {zp.CONTROLLER}", self._client.exists_async, zp.CONTROLLER,
+                    self._on_watch) is None:
+            return None, True
+        found = self._get_or_none(zp.CONTROLLER)  # None: deleted since; the watch fires
+        return (zp.decode_controller(found[0]).broker_id if found else None), True
+
+    def topics(self) -> dict[str, TopicRecord]:
+        return dict(self._cache.get(TOPICS_KEY, self._load_topics))
+
+    def _load_topics(self) -> tuple[dict[str, TopicRecord], bool]:
+        out = {}
+        for name in self._children(zp.TOPICS, watch=True):
+            if found := self._get_or_none(zp.topic_path(name), watch=True):
+                out[name] = zp.decode_topic(found[0])
+        return out, True
+
+    def partition_states(self, topic: str) -> dict[int, PartitionState]:
+        return dict(self._cache.get(states_key(topic), lambda: self._load_states(topic)))
+
+    def _load_states(self, topic: str) -> tuple[dict[int, PartitionState], bool]:
+        try:
+            children = self._children(zp.partitions_path(topic), watch=True)
+        except NoNodeError:
+            return {}, False  # no such topic: nothing to watch, so nothing to cache
+        out = {}
+        for p in map(int, children):
+            if found := self._get_or_none(zp.partition_state_path(topic, p), watch=True):
+                out[p] = zp.decode_partition_state(found[0])
+        return out, True
+
+    # -- broker registration -----------------------------------------------------------------
+
+    def register_broker(self, info: BrokerInfo) -> None:
+        if info.broker_id != self._broker_id:
+            raise ValueError(f"this store belongs to broker {self._broker_id}, "
+                             f"not {info.broker_id}")
+        with self._lock:
+            self._registered = info
+        self._register(info)
+        self._changed(BROKERS_KEY)
+
+    def _register(self, info: BrokerInfo) -> None:
+        """Create our ephemeral znode. One left by an earlier process of this broker id (kill
+        -9, then a restart) disappears when its session expires, so wait for that a while."""
+        path, data = zp.broker_path(info.broker_id), zp.encode_broker(info)
+        deadline = time.monotonic() + 1.5 * self._timeout_s + 1.0
+        while True:
+            try:
+                self._op(f"create {path}", self._client.create_async, path, data,
+                         ephemeral=True)
+                log.info("broker %d: registered at %s", info.broker_id, path)
+                return
+            except NodeExistsError:
+                if self._owned_by_us(path):
+                    self._op(f"update {path}", self._client.set_async, path, data)
+                    return
+            if not self._wait_until_gone(path, deadline):
+                raise ConfigError(f"broker_id {info.broker_id} is already registered in "
+                                  f"ZooKeeper by another live broker ({path})")
+
+    def _owned_by_us(self, path: str) -> bool:
+        found = self._get_or_none(path)
+        return found is not None and found[1].ephemeralOwner == self._client.client_id[0]
+
+    def _wait_until_gone(self, path: str, deadline: float) -> bool:
+        gone = threading.Event()
+        while time.monotonic() < deadline:
+            gone.clear()
+            if self._op(f"read {path}", self._client.exists_async, path,
+                        lambda event: gone.set()) is None:
+                return True
+            gone.wait(max(0.0, deadline - time.monotonic()))
+        return False
+
+    # -- controller election -----------------------------------------------------------------
+
+    def elect_controller(self, on_elected: ElectedCallback,
+                         on_resigned: ResignedCallback | None = None) -> None:
+        with self._lock:
+            self._candidate = (on_elected, on_resigned)
+        self._check_controller()
+
+    def is_controller(self) -> bool:
+        return self._is_controller
+
+    @property
+    def controller_epoch(self) -> int:
+        return self._won_epoch
+
+    def _check_controller(self) -> None:
+        """Resign if ``/controller`` names someone else; stand if it is vacant. The callbacks
+        run under the election lock, so an election is always reported before its end."""
+        elected = False
+        with self._lock:
+            if self._candidate is None:
+                return
+            current = self.controller_id()
+            if self._is_controller and current != self._broker_id:
+                self._resign(f"broker {current} is controller now")
+            if current is None or (current == self._broker_id and not self._is_controller):
+                elected = self._stand(self._candidate[0])
+        if elected:
+            self._changed(CONTROLLER_KEY)
+
+    def _stand(self, on_elected: ElectedCallback) -> bool:
+        epoch = self._try_become_controller()
+        if epoch is None:
+            return False
+        self._is_controller, self._won_epoch = True, epoch
+        log.info("broker %d: elected controller at epoch %d", self._broker_id, epoch)
+        on_elected(epoch)
+        return True
+
+    def _try_become_controller(self) -> int | None:
+        """Create /controller and move /controller_epoch on in one transaction; the new epoch,
+        or None if another broker is controller."""
+        node = zp.encode_controller(zp.ControllerZNode(self._broker_id, int(time.time() * 1000)))
+        for _ in range(MAX_CAS_ATTEMPTS):
+            epoch, version = self._read_controller_epoch()
+            tx = self._client.transaction()
+            tx.create(zp.CONTROLLER, node, ephemeral=True)
+            tx.set_data(zp.CONTROLLER_EPOCH, zp.encode_controller_epoch(epoch + 1),
+                        version=version)
+            error = self._commit(tx, "elect a controller")
+            if error is None:
+                return epoch + 1
+            if isinstance(error, NodeExistsError):
+                # Ours if an earlier attempt's answer was lost; then the epoch is ours too.
+                return epoch if self._owned_by_us(zp.CONTROLLER) else None
+            if not isinstance(error, BadVersionError):
+                raise self._unexpected(error, "elect a controller")
+        raise RequestTimedOutError(f"controller election lost {MAX_CAS_ATTEMPTS} races")
+
+    def _read_controller_epoch(self) -> tuple[int, int]:
+        data, stat = self._get(zp.CONTROLLER_EPOCH)
+        return zp.decode_controller_epoch(data), stat.version
+
+    def _resign(self, reason: str) -> None:
+        with self._lock:
+            if not self._is_controller:
+                return
+            self._is_controller = False
+            log.info("broker %d: no longer controller (epoch %d): %s", self._broker_id,
+                     self._won_epoch, reason)
+            if self._candidate is not None and self._candidate[1] is not None:
+                self._candidate[1]()
+
+    # -- topics and partition states ---------------------------------------------------------
+
+    def create_topic(self, record: TopicRecord, states: dict[int, PartitionState]) -> None:
+        name = record.name
+        tx = self._client.transaction()
+        tx.create(zp.topic_path(name), zp.encode_topic(record))
+        tx.create(zp.partitions_path(name))
+        self._create_partitions(tx, name, record.replicas, states)
+        error = self._commit(tx, f"create topic {name}")
+        if isinstance(error, NodeExistsError):
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if error is not None:
+            raise self._unexpected(error, f"create topic {name}")
+        self._changed(TOPICS_KEY, states_key(name))
+
+    @staticmethod
+    def _create_partitions(tx: Any, topic: str, partitions: Iterable[int],
+                           states: dict[int, PartitionState]) -> None:
+        for p in sorted(partitions):
+            tx.create(zp.partition_path(topic, p))
+            if p in states:
+                tx.create(zp.partition_state_path(topic, p),
+                          zp.encode_partition_state(states[p]))
+
+    def update_topic(self, record: TopicRecord, new_states: dict[int, PartitionState]) -> None:
+        """Replace the topic's record; create the partitions of ``new_states`` that do not
+        exist yet and overwrite the states of those that do (last writer wins, as in the local
+        store)."""
+        name = record.name
+        for _ in range(MAX_CAS_ATTEMPTS):
+            existing = self._existing_partitions(name)
+            tx = self._client.transaction()
+            tx.set_data(zp.topic_path(name), zp.encode_topic(record))
+            self._create_partitions(tx, name, set(new_states) - existing, new_states)
+            for p in set(new_states) & existing:
+                tx.set_data(zp.partition_state_path(name, p),
+                            zp.encode_partition_state(new_states[p]))
+            error = self._commit(tx, f"update topic {name}")
+            if error is None:
+                self._changed(TOPICS_KEY, states_key(name))
+                return
+            if not isinstance(error, NodeExistsError | NoNodeError):
+                raise self._unexpected(error, f"update topic {name}")
+        raise RequestTimedOutError(f"topic {name!r}: update lost {MAX_CAS_ATTEMPTS} races")
+
+    def _existing_partitions(self, topic: str) -> set[int]:
+        try:
+            return {int(p) for p in self._children(zp.partitions_path(topic))}
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+
+    def delete_topic(self, name: str) -> None:
+        """Delete the topic's whole subtree in one transaction (retried if it changed)."""
+        for _ in range(MAX_CAS_ATTEMPTS):
+            paths = self._subtree(zp.topic_path(name))
+            if not paths:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            tx = self._client.transaction()
+            for path in paths:
+                tx.delete(path)
+            error = self._commit(tx, f"delete topic {name}")
+            if error is None:
+                self._changed(TOPICS_KEY, states_key(name))
+                return
+            if not isinstance(error, NotEmptyError | NoNodeError):
+                raise self._unexpected(error, f"delete topic {name}")
+        raise RequestTimedOutError(f"topic {name!r}: delete lost {MAX_CAS_ATTEMPTS} races")
+
+    def _subtree(self, path: str) -> list[str]:
+        """``path`` and everything below it, children before parents; [] if it is missing."""
+        try:
+            children = self._children(path)
+        except NoNodeError:
+            return []
+        out: list[str] = []
+        for child in children:
+            out += self._subtree(f"{path}/{child}")
+        return out + [path]
+
+    def set_partition_state(self, topic: str, partition: int, state: PartitionState,
+                            expected_epoch: int | None = None) -> bool:
+        path = zp.partition_state_path(topic, partition)
+        found = self._get_or_none(path)
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"partition {topic}-{partition} does not exist")
+        current, stat = zp.decode_partition_state(found[0]), found[1]
+        if expected_epoch is not None and current.leader_epoch != expected_epoch:
+            return False
+        epoch, epoch_version = self._read_controller_epoch()
+        if state.controller_epoch != epoch:
+            log.warning("%s-%d: refused a state from controller epoch %d; the epoch is %d",
+                        topic, partition, state.controller_epoch, epoch)
+            return False
+        tx = self._client.transaction()
+        tx.check(zp.CONTROLLER_EPOCH, epoch_version)  # fences a replaced controller
+        tx.set_data(path, zp.encode_partition_state(state), version=stat.version)
+        error = self._commit(tx, f"write the state of {topic}-{partition}")
+        if isinstance(error, BadVersionError | NoNodeError):
+            return False  # a concurrent writer won
+        if error is not None:
+            raise self._unexpected(error, f"write the state of {topic}-{partition}")
+        self._changed(states_key(topic))
+        return True
+
+    # -- producer ids ------------------------------------------------------------------------
+
+    def next_producer_id_block(self, size: int) -> int:
+        if size <= 0:
+            raise ValueError(f"producer id block size must be positive, got {size}")
+        for _ in range(MAX_CAS_ATTEMPTS):
+            start = self._try_claim_block(size)
+            if start is not None:
+                return start
+        raise RequestTimedOutError(f"producer id allocation lost {MAX_CAS_ATTEMPTS} races")
+
+    def _try_claim_block(self, size: int) -> int | None:
+        """One compare-and-set of /latest_producer_id_block; None if another broker won."""
+        path = zp.PRODUCER_ID_BLOCK
+        found = self._get_or_none(path)
+        if found is None:
+            block = zp.ProducerIdBlock(self._broker_id, 0, size - 1)
+            try:
+                self._op(f"create {path}", self._client.create_async, path,
+                         zp.encode_producer_id_block(block))
+                return 0
+            except NodeExistsError:
+                return None
+        start, stat = zp.decode_producer_id_block(found[0]).block_end + 1, found[1]
+        block = zp.ProducerIdBlock(self._broker_id, start, start + size - 1)
+        try:
+            self._op(f"update {path}", self._client.set_async, path,
+                     zp.encode_producer_id_block(block), stat.version)
+        except BadVersionError:
+            return None
+        return start
