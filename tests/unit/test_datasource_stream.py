@@ -1,0 +1,75 @@
+"""The micro-batch read limits of LogStoreStreamReader, without Spark or a broker.
+
+``_limited`` decides each trigger's end offsets from the start offsets, what is available and
+the read limit; these tests drive it with chosen numbers and an explicit clock reading.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+from datasource.options import parse_read_options
+from datasource.schema import source_arrow_schema
+from datasource.source import LogStoreStreamReader
+from logstore.model import TopicPartition
+
+A, B = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def reader(**options: str) -> LogStoreStreamReader:
+    opts = parse_read_options({"bootstrap.servers": "127.0.0.1:1", "subscribe": "t", **options},
+                              streaming=True)
+    return LogStoreStreamReader(opts, from_arrow_schema(source_arrow_schema(None, False)))
+
+
+def test_default_limit_follows_the_options() -> None:
+    """Goal: maxOffsetsPerTrigger becomes ReadMaxRows, minOffsetsPerTrigger alone ReadMinRows,
+    neither ReadAllAvailable. Method: getDefaultReadLimit for each."""
+    assert reader(maxOffsetsPerTrigger="7").getDefaultReadLimit() == ReadMaxRows(7)
+    assert reader(minOffsetsPerTrigger="3").getDefaultReadLimit() == ReadMinRows(3)
+    assert isinstance(reader().getDefaultReadLimit(), ReadAllAvailable)
+
+
+def test_max_rows_is_shared_in_proportion_and_all_available_ignores_it() -> None:
+    """Goal: a ReadMaxRows trigger reads exactly that many records, split by backlog; the
+    engine's ReadAllAvailable (Trigger.Once) reads everything despite the option.
+    Method: 30 + 10 records available, limit 8."""
+    r = reader(maxOffsetsPerTrigger="8")
+    begin, latest = {A: 100, B: 0}, {A: 130, B: 10}
+    end = r._limited(begin, latest, ReadMaxRows(8), now=0.0)
+    assert end == {A: 106, B: 2}
+    assert r._limited(begin, latest, ReadAllAvailable(), now=0.0) == latest
+
+
+def test_min_rows_waits_until_enough_or_the_delay_passes() -> None:
+    """Goal: with minOffsetsPerTrigger, a trigger with fewer records available reads nothing
+    until maxTriggerDelay has passed since the last batch, then reads what there is.
+    Method: 5 records available, minimum 10, delay 1 s; clock readings 0.5 s and 1.5 s."""
+    r = reader(minOffsetsPerTrigger="10", maxTriggerDelay="1s")
+    r._last_batch_at = 0.0
+    begin, latest = {A: 0, B: 0}, {A: 3, B: 2}
+    assert r._limited(begin, latest, ReadMinRows(10), now=0.5) == begin
+    assert r._limited(begin, latest, ReadMinRows(10), now=1.5) == latest
+    assert r._limited(begin, {A: 8, B: 4}, ReadMinRows(10), now=0.5) == {A: 8, B: 4}
+
+
+def test_available_now_caps_at_the_target_and_ignores_the_minimum() -> None:
+    """Goal: after prepareForTriggerAvailableNow, no trigger goes past the offsets recorded
+    then (new partitions included), and a minimum cannot stall the query forever.
+    Method: set the target by hand; cap and limit as latestOffset does."""
+    r = reader(minOffsetsPerTrigger="1000")
+    r._target = {A: 50}
+    assert r._cap(A, 80, 10) == 50
+    assert r._cap(B, 80, 0) == 0  # a partition born after the target: nothing to read
+    assert r._limited({A: 10}, {A: 50}, ReadMinRows(1000), now=0.0) == {A: 50}
+
+
+def test_reader_pickles_without_its_connections() -> None:
+    """Goal: the reader shipped to executors carries no sockets. Method: pickle after the
+    planner property was touched."""
+    import pickle
+
+    r = reader()
+    r._planner = object()  # stands for a live Planner
+    assert pickle.loads(pickle.dumps(r))._planner is None
