@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: venv install demo test lint bench clean
+.PHONY: venv install demo test lint bench bench-spark clean
 
 venv: $(PY)
 
@@ -38,6 +38,10 @@ lint: install
 
 bench: install
 	$(PY) benchmarks/produce_consume.py $(BENCH_ARGS)
+
+# One local[2] Spark session; its Python workers run on the venv's interpreter.
+bench-spark: install
+	PYSPARK_PYTHON="$(abspath $(PY))" $(PY) benchmarks/spark_read.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info
