@@ -1,8 +1,27 @@
-"""Python clients: Producer, Consumer, Admin."""
+"""Python clients: Producer, Consumer, Admin (resolved on first use, so that importing one
+client module does not import the others)."""
 
-from logstore.client.admin import Admin, NewTopic, PartitionDescription, TopicDescription
-from logstore.client.consumer import Consumer
-from logstore.client.producer import Producer
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from logstore.client.admin import Admin, NewTopic, PartitionDescription, TopicDescription
+    from logstore.client.consumer import Consumer
+    from logstore.client.producer import Producer
+
+_EXPORTS = {"Admin": "admin", "NewTopic": "admin", "PartitionDescription": "admin",
+            "TopicDescription": "admin", "Consumer": "consumer", "Producer": "producer"}
 
 __all__ = ["Admin", "Consumer", "NewTopic", "PartitionDescription", "Producer",
            "TopicDescription"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'logstore.client' has no attribute {name!r}")
+    value = getattr(import_module(f"logstore.client.{module}"), name)
+    globals()[name] = value
+    return value
