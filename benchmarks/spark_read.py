@@ -11,6 +11,10 @@ on this interpreter; the executors share the broker's disk, so they read segment
   dictionaries. ``scan_vs_parquet`` = parquet time / logstore time. Beside it, for reading the
   figure: the same query with ``.schema("value binary")`` (Spark does not prune a Python
   source's columns) and over one record per partition (the fixed cost every query pays).
+  A second baseline bounds what any Python DataSource can do here: ``python_source_ceiling_s``
+  is the same query over an in-memory Python source that yields the same number of ready-made
+  10k-row batches of the same schema (no I/O at all); ``ceiling_vs_parquet`` and
+  ``scan_vs_ceiling`` place LogStore between the two.
 - projection: a typed topic of 20 value columns, summed over all 20 (a user schema naming them)
   and over 2 (``.schema("c0 double, c1 double")``); ``projection_speedup`` = all / two.
   ``typed_load_all_s``: all 20 summed over ``load()`` (every column, no user schema).
@@ -204,6 +208,68 @@ def bench_scan(spark: Any, bootstrap: str, topic: str, parquet_dir: Path, runs: 
     results["scan_rows_per_s"] = want[0] / logstore_s
 
 
+def ceiling_source(rows: int, batch_rows: int) -> Any:
+    """A Python DataSource that yields ``rows`` rows as one prebuilt batch, repeated, over
+    PARTITIONS partitions: Spark's cost of taking Arrow batches from Python, with no I/O."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from datasource.schema import source_arrow_schema
+
+    per_partition = rows // PARTITIONS
+
+    class CeilingReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(p) for p in range(PARTITIONS)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            batch = ceiling_batch(partition.value, batch_rows)
+            full, rest = divmod(per_partition, batch_rows)
+            for _ in range(full):
+                yield batch
+            if rest:
+                yield batch.slice(0, rest)
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "logstore_bench_ceiling"
+
+        def schema(self) -> Any:
+            return from_arrow_schema(source_arrow_schema(None, False))
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return CeilingReader()
+
+    return CeilingSource
+
+
+def ceiling_batch(partition: int, rows: int) -> pa.RecordBatch:
+    """One batch in the exact shape format('logstore') yields (built by its own converter)."""
+    from datasource.schema import BatchConverter, source_arrow_schema
+    from logstore.records import DEFAULT_SCHEMA
+
+    rng = np.random.default_rng(SEED + partition)
+    stored = pa.RecordBatch.from_arrays([
+        pa.array([b"key-%d" % i for i in range(rows)]), random_values(rng, rows, VALUE_BYTES),
+        pa.array(np.full(rows, 1_700_000_000_000)).cast(pa.timestamp("ms", tz="UTC")),
+        pa.nulls(rows, DEFAULT_SCHEMA.field("headers").type)], schema=DEFAULT_SCHEMA)
+    converter = BatchConverter(source_arrow_schema(None, False), "scan", partition)
+    return converter.convert(stored, np.arange(rows, dtype=np.int64), False, 0, rows)
+
+
+def bench_ceiling(spark: Any, rows: int, batch_rows: int, parquet_s: float, runs: int,
+                  results: dict[str, float]) -> None:
+    spark.dataSource.register(ceiling_source(rows, batch_rows))
+    ceiling_s, got = timed(lambda: scan(spark.read.format("logstore_bench_ceiling").load()),
+                           runs)
+    if got[0] != rows // PARTITIONS * PARTITIONS:
+        raise RuntimeError(f"ceiling source returned {got[0]} rows")
+    results["python_source_ceiling_s"] = ceiling_s
+    results["ceiling_vs_parquet"] = parquet_s / ceiling_s
+    results["scan_vs_ceiling"] = ceiling_s / results["logstore_scan_s"]
+
+
 def bench_projection(spark: Any, bootstrap: str, topic: str, runs: int,
                      results: dict[str, float]) -> None:
     schema = typed_schema()
@@ -305,11 +371,13 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
                                  NewTopic("typed", PARTITIONS, value_schema=typed_schema())])
         results["produce_rps"] = produce(bootstrap, "scan",
                                          untyped_batches(args.records, args.batch_rows))
-        typed_rows = args.typed_records or max(args.records * 2 // 5, 10_000)
+        typed_rows = args.typed_records or args.records
         produce(bootstrap, "typed", typed_batches(typed_rows, args.batch_rows))
         results["parquet_rows"] = write_parquet(bootstrap, "scan", workdir / "parquet")
         spark = local_session("logstore-bench")
         bench_scan(spark, bootstrap, "scan", workdir / "parquet", args.runs, results)
+        bench_ceiling(spark, args.records, args.batch_rows, results["parquet_scan_s"],
+                      args.runs, results)
         results["load_1m_after_scan"] = os.getloadavg()[0]
         bench_projection(spark, bootstrap, "typed", args.runs, results)
         results["typed_rows"] = typed_rows
@@ -347,7 +415,7 @@ def main() -> int:
     parser.add_argument("--batch-rows", type=int, default=10_000,
                         help="rows per produced batch (each is one stored batch)")
     parser.add_argument("--typed-records", type=int, default=0,
-                        help="rows of the 20-column typed topic (default: 2/5 of --records)")
+                        help="rows of the 20-column typed topic (default: --records)")
     parser.add_argument("--stream-records", type=int, default=25)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true")
