@@ -224,3 +224,13 @@ def test_typed_topic_returns_value_columns_and_projects(spark: Any,
         (spark.read.format("logstore").schema("nope string")
          .option("bootstrap.servers", broker.bootstrap).option("subscribe", name).load()
          .collect())
+
+
+def test_register_helper_keeps_the_format_working(spark: Any, broker: BrokerProcess,
+                                                   topic: str) -> None:
+    """``datasource.register(spark)`` registers the same source explicitly (Spark already found
+    it through the ``pyspark_logstore`` module); reads go on as before."""
+    import datasource
+
+    datasource.register(spark)
+    assert read(spark, broker.bootstrap, subscribe=topic).count() == RECORDS
