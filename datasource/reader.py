@@ -159,6 +159,7 @@ class _Fetcher:
         tp = self.task.tp
         request = {"topic": tp.topic, "max_wait_ms": 0, "max_bytes": self.settings.fetch_max_bytes,
                    "partitions": [{"partition": tp.partition, "offset": position,
+                                   "end_offset": self.task.end,
                                    "max_bytes": self.settings.fetch_max_bytes}]}
         response = self._connection().fetch(request)
         summary = response.partitions.get(tp.partition, {})

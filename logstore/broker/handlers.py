@@ -260,7 +260,8 @@ class RequestHandlers:
             parts.append(FetchPartition(
                 TopicPartition(topic, field(p, "partition", int, "fetch")),
                 field(p, "offset", int, "fetch"),
-                field(p, "max_bytes", int, "fetch", default=max_bytes)))
+                field(p, "max_bytes", int, "fetch", default=max_bytes),
+                field(p, "end_offset", int, "fetch", default=None)))
         try:
             schema = self.topic_schema(topic)
         except UnknownTopicOrPartitionError:

@@ -41,6 +41,7 @@ class FetchPartition:
     tp: TopicPartition
     offset: int
     max_bytes: int
+    end_offset: int | None = None  # a range reader's end: no batch starting at or after it
 
 
 @dataclass
@@ -184,6 +185,8 @@ class ReplicaManager:
             if replica_id >= 0:
                 p.update_follower_fetch(replica_id, req.offset)
             max_offset = log_.log_end_offset if replica_id >= 0 else log_.high_watermark
+            if req.end_offset is not None:
+                max_offset = max(min(max_offset, req.end_offset), req.offset)
             if req.offset == max_offset or budget <= 0:
                 return result
             data = log_.read(req.offset, min(req.max_bytes, max(budget, 1)),

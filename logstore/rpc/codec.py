@@ -10,8 +10,10 @@ The wire protocol (all bodies orjson unless said otherwise):
 |          | "producer_id", "producer_epoch", "base_sequence"}``; the server answers each batch |
 |          | (unless acks=0) with metadata JSON ``{"seq", "partition", "error_code",             |
 |          | "error_message", "base_offset", "log_append_time", "log_start_offset"}``           |
-| DoGet    | fetch: ticket = JSON fetch request; the stream's batches carry BATCH metadata,     |
-|          | then one empty batch carries the SUMMARY (per-partition error, high watermark...)  |
+| DoGet    | fetch: ticket = JSON fetch request (per partition: offset, max_bytes, optional     |
+|          | end_offset: no batch starting at or after it); the stream's batches carry BATCH    |
+|          | metadata, then one empty batch carries the SUMMARY (per-partition error, high      |
+|          | watermark...)                                                                      |
 
 Fetch metadata is binary for speed: ``b"B"`` + int32 partition + the 74-byte batch header
 (records.py) + optional int32 offset deltas; or ``b"S"`` + JSON summary.

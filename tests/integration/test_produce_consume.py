@@ -122,3 +122,29 @@ def test_consumer_seek_positions_and_offset_lookups(broker) -> None:
         assert c.poll(timeout_ms=100) == {}
         c.resume(tp)
         assert c.poll(timeout_ms=5000)[tp][0].value == b"0"
+
+
+def test_fetch_end_offset_stops_before_the_batch_at_it(broker) -> None:
+    """A fetch with ``end_offset`` (what range readers send) returns no batch that starts at or
+    after it, while one without returns everything to the high watermark; the summary's high
+    watermark is the same either way."""
+    from logstore.rpc.client import BrokerConnection
+
+    with Admin(broker.bootstrap) as admin:
+        topic = _topic(admin, 1)
+    with Producer(broker.bootstrap, linger_ms=0) as producer:
+        for i in range(10):
+            producer.send(topic, value=b"%d" % i, partition=0).result(10)  # one batch each
+    conn = BrokerConnection(broker.bootstrap)
+    try:
+        def fetch(**extra: int) -> tuple[list[int], int]:
+            response = conn.fetch({"topic": topic, "max_wait_ms": 0, "partitions": [
+                {"partition": 0, "offset": 2, **extra}]})
+            return ([b.header.base_offset for b in response.batches],
+                    response.partitions[0]["high_watermark"])
+
+        assert fetch() == (list(range(2, 10)), 10)
+        assert fetch(end_offset=5) == ([2, 3, 4], 10)
+        assert fetch(end_offset=2) == ([], 10)
+    finally:
+        conn.close()
