@@ -16,8 +16,9 @@ import heapq
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -135,36 +136,30 @@ class Planner:
     # -- offsets ---------------------------------------------------------------------------
 
     def describe(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionInfo]:
-        """Log start offset, high watermark and file location of each partition, one request
-        per (leader, topic)."""
-        groups: dict[tuple[int, str], list[int]] = defaultdict(list)
-        for tp in tps:
-            groups[(self.metadata.leader(tp), tp.topic)].append(tp.partition)
-        out = {}
-        for (leader, topic), parts in groups.items():
-            conn = self.metadata.broker_connection(leader)
-            entries = conn.action("describe_log_dirs", {"topic": topic, "partitions": parts})
-            raise_first_error(entries["partitions"], f"describing {topic!r} on {conn.address}")
-            for e in entries["partitions"]:
-                tp = TopicPartition(topic, e["partition"])
-                out[tp] = PartitionInfo(tp, conn.address, e["log_start_offset"],
-                                        e["high_watermark"], e.get("path"), e.get("incarnation"))
-        return out
+        """Log start offset, high watermark and file location of each partition."""
+        return {tp: PartitionInfo(tp, address, e["log_start_offset"], e["high_watermark"],
+                                  e.get("path"), e.get("incarnation"))
+                for address, tp, e in self._per_leader("describe_log_dirs",
+                                                       {tp: tp.partition for tp in tps})}
 
     def offsets_for_times(self, times: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """First offset with a timestamp >= the given one, or -1 when there is none."""
-        groups: dict[tuple[int, str], list[dict[str, int]]] = defaultdict(list)
-        for tp, ts in times.items():
-            groups[(self.metadata.leader(tp), tp.topic)].append(
-                {"partition": tp.partition, "timestamp": ts})
-        out = {}
+        return {tp: e["offset"] for _, tp, e in self._per_leader("list_offsets", {
+            tp: {"partition": tp.partition, "timestamp": ts} for tp, ts in times.items()})}
+
+    def _per_leader(self, action: str, entries: dict[TopicPartition, Any]
+                    ) -> Iterator[tuple[str, TopicPartition, dict[str, Any]]]:
+        """(leader address, partition, response entry) for ``action`` sent with the given
+        per-partition entries, one request per (leader, topic); the first error raises."""
+        groups: dict[tuple[int, str], list[Any]] = defaultdict(list)
+        for tp, entry in entries.items():
+            groups[(self.metadata.leader(tp), tp.topic)].append(entry)
         for (leader, topic), parts in groups.items():
             conn = self.metadata.broker_connection(leader)
-            entries = conn.action("list_offsets", {"topic": topic, "partitions": parts})
-            raise_first_error(entries["partitions"], f"list_offsets on {topic!r}")
-            for e in entries["partitions"]:
-                out[TopicPartition(topic, e["partition"])] = e["offset"]
-        return out
+            response = conn.action(action, {"topic": topic, "partitions": parts})
+            raise_first_error(response["partitions"], f"{action} for {topic!r} on {conn.address}")
+            for e in response["partitions"]:
+                yield conn.address, TopicPartition(topic, e["partition"]), e
 
     def resolve(self, spec: OffsetSpec, infos: dict[TopicPartition, PartitionInfo],
                 side: str) -> dict[TopicPartition, int]:
