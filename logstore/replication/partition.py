@@ -144,6 +144,9 @@ class Partition:
         info = self.log.append_as_leader(batch, leader_epoch=epoch, **producer)
         with self._lock:
             self._maybe_advance_high_watermark()
+            followers = bool(self._followers)
+        if followers:  # wake the followers' long-polling fetches: they read up to LEO
+            self._on_high_watermark(self.tp)
         return PendingAppend(self, info, required_acks)
 
     def complete_append(self, info: AppendInfo, required_acks: int, timeout_ms: int) -> None:
