@@ -156,6 +156,7 @@ class BrokerConfig:
     rack: str | None = None
     zk_connect: str | None = None
     zk_session_timeout_ms: int = 18_000
+    replica_lag_time_max_ms: int = 30_000
     log_retention_check_interval_ms: int = 60_000
     log_cleaner_interval_ms: int = 15_000
     topic_defaults: dict[str, Any] = field(default_factory=dict)
@@ -173,10 +174,9 @@ class BrokerConfig:
 
 
 _BROKER_TYPES: dict[str, tuple[type, ...]] = {
-    # Only keys something reads: the replication keys (replica_lag_time_max_ms, ...) arrive
-    # with the code that uses them, so a file naming them today fails loudly.
+    # Only keys something reads, so a file naming a key nothing reads fails loudly.
     "broker_id": (int,), "listener": (str,), "log_dirs": (list, str), "rack": (str,),
-    "zk_connect": (str,), "zk_session_timeout_ms": (int,),
+    "zk_connect": (str,), "zk_session_timeout_ms": (int,), "replica_lag_time_max_ms": (int,),
     "log_retention_check_interval_ms": (int,), "log_cleaner_interval_ms": (int,),
     "topic_defaults": (dict,),
 }
@@ -205,8 +205,9 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
     _check_listener(values.get("listener", DEFAULT_LISTENER), source)
     if "zk_connect" in values and not values["zk_connect"].strip():
         raise ConfigError(f"{source}: zk_connect must name at least one host:port")
-    if values.get("zk_session_timeout_ms", 1) <= 0:
-        raise ConfigError(f"{source}: zk_session_timeout_ms must be positive")
+    for key in ("zk_session_timeout_ms", "replica_lag_time_max_ms"):
+        if values.get(key, 1) <= 0:
+            raise ConfigError(f"{source}: {key} must be positive")
     try:
         validate_topic_config(values.get("topic_defaults", {}))
     except InvalidConfigError as e:

@@ -61,10 +61,12 @@ def build_broker(config: BrokerConfig) -> Broker:
     """The one place that puts a broker together: its metadata store, its services and its
     Arrow Flight server."""
     from logstore.broker.broker import Broker  # the heavy imports happen only when run
+    from logstore.rpc.client import BrokerConnection
     from logstore.rpc.server import FlightBrokerServer
-
+    # Brokers talk to each other (replication, the controller) only in cluster mode.
+    connect = BrokerConnection if config.zk_connect is not None else None
     return Broker(config, serve=lambda listener, handlers: FlightBrokerServer(
-        f"grpc://{listener}", handlers), store=build_metadata_store(config))
+        f"grpc://{listener}", handlers), store=build_metadata_store(config), connect=connect)
 
 
 def build_metadata_store(config: BrokerConfig) -> MetadataStore:

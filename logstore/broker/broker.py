@@ -8,27 +8,35 @@ from __future__ import annotations
 import logging
 import resource
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
 
+from logstore.broker.cluster import ClusterHandlers, ConnectionFactory, Peers
 from logstore.broker.handlers import RequestHandlers
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.clock import Clock, SystemClock
 from logstore.config import BrokerConfig, TopicConfig
+from logstore.controller.cluster_controller import ClusterController
 from logstore.controller.controller import TopicController
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState
+from logstore.errors import ApiError
 from logstore.model import TopicPartition
 from logstore.records import topic_schema
+from logstore.replication.fetcher import FetcherManager
+from logstore.replication.isr import AlterIsrSender, IsrExpirer
 from logstore.segments.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
 STOP_GRACE_S = 3.0
+CONTROLLED_SHUTDOWN_S = 10.0
+CONTROLLED_SHUTDOWN_RETRY_S = 0.2
 
 
 class Server(Protocol):
@@ -66,7 +74,8 @@ class ProducerIdAllocator:
 
 class Broker:
     def __init__(self, config: BrokerConfig, serve: ServerFactory, clock: Clock | None = None,
-                 store: MetadataStore | None = None) -> None:
+                 store: MetadataStore | None = None,
+                 connect: ConnectionFactory | None = None) -> None:
         self.config = config
         self._make_server = serve
         self.clock = clock or SystemClock()
@@ -80,11 +89,31 @@ class Broker:
             log_dirs, self.clock, self._topic_config,
             retention_check_interval_ms=config.log_retention_check_interval_ms,
             cleaner_interval_ms=config.log_cleaner_interval_ms)
-        self.replicas = ReplicaManager(config.broker_id, self.log_manager, self.clock)
+        # Replication runs when the broker can reach its peers (cluster mode).
+        self.peers = Peers(self.store, connect) if connect is not None else None
+        self._isr_sender = AlterIsrSender(config.broker_id, self.peers.to_controller) \
+            if self.peers else None
+        self.replicas = ReplicaManager(config.broker_id, self.log_manager, self.clock,
+                                       self._isr_sender.propose if self._isr_sender else None)
         self.handlers = RequestHandlers(config.broker_id, self.store, self.controller,
                                         self.replicas, ProducerIdAllocator(self.store))
         self.server: Server | None = None
-        self._sync_lock = threading.Lock()
+        self._sync_lock = threading.RLock()
+        self.fetchers: FetcherManager | None = None
+        self.cluster_controller: ClusterController | None = None
+        if self.peers is not None:
+            self._init_cluster(self.peers)
+
+    def _init_cluster(self, peers: Peers) -> None:
+        self.fetchers = FetcherManager(self.config.broker_id, peers.get)
+        self.cluster_controller = ClusterController(self.store, self.config.broker_id,
+                                                    peers.notify)
+        self._isr_expirer = IsrExpirer(self.replicas.leaders,
+                                       self.config.replica_lag_time_max_ms)
+        cluster = ClusterHandlers(self.config.broker_id, self.cluster_controller, self.replicas,
+                                  self._apply_state)
+        for name, fn in cluster.actions.items():
+            self.handlers.register(name, fn)
 
     @property
     def port(self) -> int:
@@ -99,6 +128,12 @@ class Broker:
         self.store.register_broker(BrokerInfo(self.config.broker_id, self.config.host,
                                               self.server.port, self.config.rack))
         self.store.add_listener(self.sync_partitions)
+        if self.cluster_controller is not None:
+            assert self._isr_sender is not None
+            self._isr_sender.start()
+            self._isr_expirer.start()
+            self.cluster_controller.start()
+            self.store.add_listener(self.cluster_controller.on_metadata_change)
         self.store.elect_controller(self._on_elected, self._on_resigned)
         self.sync_partitions()
         log.info("broker %d listening on %s:%d", self.config.broker_id, self.config.host,
@@ -107,9 +142,13 @@ class Broker:
     def _on_elected(self, epoch: int) -> None:
         # New partition states carry the epoch, so a replaced controller's writes are refused.
         self.controller.controller_epoch = epoch
+        if self.cluster_controller is not None:
+            self.cluster_controller.on_elected(epoch)
         log.info("broker %d is the controller (epoch %d)", self.config.broker_id, epoch)
 
     def _on_resigned(self) -> None:
+        if self.cluster_controller is not None:
+            self.cluster_controller.on_resigned()
         log.info("broker %d is no longer the controller", self.config.broker_id)
 
     def serve(self) -> None:
@@ -125,6 +164,8 @@ class Broker:
         shutdown waiting forever, so after the grace period storage is closed regardless (a
         late append then fails with a retriable storage error). True if every request ended."""
         log.info("broker %d stopping", self.config.broker_id)
+        if self.peers is not None and self.server is not None:
+            self._controlled_shutdown()
         finished = True
         if self.server is not None:
             done = threading.Event()
@@ -139,11 +180,41 @@ class Broker:
             if not finished:
                 log.warning("broker %d: requests still open after %.1f s; closing storage",
                             self.config.broker_id, grace_s)
+        self._stop_cluster()
         # The store first: its events thread must not bring partitions online while storage
         # closes.
         self.store.close()
+        if self.peers is not None:
+            self.peers.close()
         self.log_manager.shutdown()
         return finished
+
+    def _controlled_shutdown(self) -> None:
+        """Ask the controller to move leadership away, until it has or the time is up."""
+        deadline = time.monotonic() + CONTROLLED_SHUTDOWN_S
+        assert self.peers is not None
+        while time.monotonic() < deadline:
+            try:
+                resp = self.peers.to_controller("controlled_shutdown",
+                                                {"broker_id": self.config.broker_id})
+                if not resp.get("remaining"):
+                    log.info("broker %d: controlled shutdown done", self.config.broker_id)
+                    return
+                log.info("broker %d: still leads %s", self.config.broker_id, resp["remaining"])
+            except ApiError as e:
+                log.info("broker %d: controlled shutdown: %s", self.config.broker_id, e)
+            time.sleep(CONTROLLED_SHUTDOWN_RETRY_S)
+        log.warning("broker %d: leadership did not move within %.0f s; stopping anyway",
+                    self.config.broker_id, CONTROLLED_SHUTDOWN_S)
+
+    def _stop_cluster(self) -> None:
+        if self.fetchers is not None:
+            self.fetchers.shutdown()
+        if self.cluster_controller is not None:
+            self.cluster_controller.stop(STOP_GRACE_S)
+            self._isr_expirer.stop(STOP_GRACE_S)
+        if self._isr_sender is not None:
+            self._isr_sender.stop(STOP_GRACE_S)
 
     def _topic_config(self, topic: str) -> TopicConfig:
         record = self.store.topics().get(topic)
@@ -171,19 +242,44 @@ class Broker:
                         log.exception("%s: could not be brought online", tp)
             self._drop_unwanted(wanted)
 
+    def _apply_state(self, tp: TopicPartition, st: PartitionState,
+                     replicas: tuple[int, ...]) -> None:
+        """A state the controller sent (leader_and_isr); a topic this broker does not know
+        yet is brought online when its metadata watch fires."""
+        record = self.store.topics().get(tp.topic)
+        if record is None or self.config.broker_id not in replicas:
+            return
+        with self._sync_lock:
+            self._sync_partition(tp, st, replicas, self.default_topic_config.updated(
+                record.config), topic_schema(record.value_schema))
+
     def _sync_partition(self, tp: TopicPartition, st: PartitionState | None,
                         replicas: tuple[int, ...], config: TopicConfig, schema: pa.Schema
                         ) -> None:
+        """Lead or follow as ``st`` says, unless this replica already knows a newer epoch."""
         hosted = self.replicas.hosted().get(tp)
-        if st and st.leader == self.config.broker_id and (
-                hosted is None or hosted.leader_epoch != st.leader_epoch
-                or not hosted.is_leader):
+        if st is None or (hosted is not None and (
+                st.leader_epoch < hosted.leader_epoch or (
+                    st.leader_epoch == hosted.leader_epoch and st.leader == hosted.leader_id))):
+            self.replicas.update_config(tp, config)
+        elif st.leader == self.config.broker_id:
+            if self.fetchers is not None:
+                self.fetchers.remove(tp)
             self.replicas.make_leader(tp, config, schema, st.leader_epoch, replicas, st.isr)
+        elif self.fetchers is not None:
+            p = self.replicas.make_follower(tp, config, schema, st.leader, st.leader_epoch,
+                                            replicas)
+            if st.leader >= 0:
+                self.fetchers.add(p, st.leader)
+            else:
+                self.fetchers.remove(tp)
         else:
             self.replicas.update_config(tp, config)
 
     def _drop_unwanted(self, wanted: set[TopicPartition]) -> None:
         for tp in set(self.replicas.hosted()) - wanted:
+            if self.fetchers is not None:
+                self.fetchers.remove(tp)
             self.replicas.stop_replica(tp, delete=True)
         for tp in set(self.log_manager.all_logs()) - wanted:
             log.warning("deleting stray log %s: its topic is not in the metadata", tp)

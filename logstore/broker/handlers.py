@@ -103,6 +103,10 @@ class RequestHandlers:
         self.actions = {name: _counted(name, fn, self._action_counts)
                         for name, fn in self.actions.items()}
 
+    def register(self, name: str, fn: Any) -> None:
+        """Add an action (the cluster actions come from cluster_handlers.py)."""
+        self.actions[name] = _counted(name, fn, self._action_counts)
+
     # -- control -----------------------------------------------------------------------------
 
     def metadata(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -261,6 +265,7 @@ class RequestHandlers:
                 TopicPartition(topic, field(p, "partition", int, "fetch")),
                 field(p, "offset", int, "fetch"),
                 field(p, "max_bytes", int, "fetch", default=max_bytes),
+                field(p, "current_leader_epoch", int, "fetch", default=-1),
                 field(p, "end_offset", int, "fetch", default=None)))
         try:
             schema = self.topic_schema(topic)

@@ -25,7 +25,7 @@ from logstore.errors import (
 )
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.records import StoredBatch
-from logstore.replication.partition import Partition, PendingAppend
+from logstore.replication.partition import IsrProposer, Partition, PendingAppend
 from logstore.segments.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ class FetchPartition:
     tp: TopicPartition
     offset: int
     max_bytes: int
+    current_leader_epoch: int = -1
     end_offset: int | None = None  # a range reader's end: no batch starting at or after it
 
 
@@ -72,10 +73,12 @@ class FetchStats:
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, log_manager: LogManager, clock: Clock) -> None:
+    def __init__(self, broker_id: int, log_manager: LogManager, clock: Clock,
+                 propose_isr: IsrProposer | None = None) -> None:
         self.broker_id = broker_id
         self._logs = log_manager
         self._clock = clock
+        self._propose_isr = propose_isr
         self._partitions: dict[TopicPartition, Partition] = {}
         self._lock = threading.Lock()
         self._data_arrived = threading.Condition()
@@ -99,13 +102,21 @@ class ReplicaManager:
         p = self._get_or_create(tp, config, schema)
         p.make_leader(leader_epoch, replicas, isr)
 
+    def make_follower(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema,
+                      leader_id: int, leader_epoch: int, replicas: tuple[int, ...]) -> Partition:
+        p = self._get_or_create(tp, config, schema)
+        p.make_follower(leader_id, leader_epoch, replicas)
+        self._notify_data(tp)  # long-polling fetches learn that this broker stopped leading
+        return p
+
     def _get_or_create(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema
                        ) -> Partition:
         with self._lock:
             p = self._partitions.get(tp)
             if p is None:
                 log_ = self._logs.get_or_create_log(tp, config, schema)
-                p = Partition(tp, log_, self.broker_id, self._clock, self._notify_data)
+                p = Partition(tp, log_, self.broker_id, self._clock, self._notify_data,
+                              self._propose_isr)
                 self._partitions[tp] = p
             else:
                 p.log.update_config(config)
@@ -178,6 +189,7 @@ class ReplicaManager:
             p = self.partition(req.tp)
             if not p.is_leader:
                 raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {req.tp}")
+            p.check_leader_epoch(req.current_leader_epoch)
             log_ = p.log
             result.high_watermark = log_.high_watermark
             result.log_start_offset = log_.log_start_offset
@@ -203,6 +215,18 @@ class ReplicaManager:
         with self._data_arrived:
             self._generation += 1
             self._data_arrived.notify_all()
+
+    def offsets_for_leader_epoch(self, tp: TopicPartition, leader_epoch: int,
+                                 current_leader_epoch: int = -1) -> tuple[int, int]:
+        """(epoch, end offset) of ``leader_epoch`` on this leader (see epoch_cache.py)."""
+        p = self.partition(tp)
+        if not p.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
+        p.check_leader_epoch(current_leader_epoch)
+        return p.end_offset_for_epoch(leader_epoch)
+
+    def leaders(self) -> list[Partition]:
+        return [p for p in self.hosted().values() if p.is_leader]
 
     # -- log directories ---------------------------------------------------------------------
 

@@ -1,10 +1,14 @@
 """One partition replica on this broker: its role, leader epoch, ISR and high watermark.
 
 Owns: the leader's view of replication (follower log end offsets, the ISR, advancing the high
-watermark to the smallest log end offset in the ISR) and waiting for acks. Kafka's rules: the
-high watermark never moves back while this broker leads; acks=all needs every ISR member and at
-least ``min_insync_replicas`` of them. Must not: know about the network or ZooKeeper; time comes
-from the injected clock.
+watermark to the smallest log end offset in the ISR), waiting for acks, proposing ISR changes,
+the follower's appends and its truncation by leader epoch, and the leader-epoch cache. Kafka's
+rules: the high watermark never moves back while this broker leads; acks=all needs every ISR
+member and at least ``min_insync_replicas`` of them; the ISR changes only once the controller
+has committed the change (``alter_isr`` proposes, ``apply_isr`` commits), and until then the
+high watermark counts the larger of the two sets (Kafka's "maximal ISR"), so an offset below it
+is on every replica that could become leader. Must not: know about the network or ZooKeeper;
+time comes from the injected clock.
 """
 
 from __future__ import annotations
@@ -18,15 +22,23 @@ import pyarrow as pa
 
 from logstore.clock import Clock
 from logstore.errors import (
+    FencedLeaderEpochError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
+    UnknownLeaderEpochError,
 )
 from logstore.model import TopicPartition
+from logstore.records import StoredBatch
+from logstore.replication.epoch_cache import LeaderEpochCache
 from logstore.segments.log import AppendInfo, Log
 
 log = logging.getLogger(__name__)
+
+# (partition, leader epoch, proposed ISR): hands a proposal to whoever sends it to the
+# controller; the answer comes back through Partition.apply_isr / isr_change_failed.
+IsrProposer = Callable[["Partition", int, frozenset[int]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,26 +60,41 @@ class FollowerState:
     last_caught_up_ms: float = 0.0
 
 
+def _no_proposals(partition: Partition, epoch: int, isr: frozenset[int]) -> None:
+    partition.apply_isr(epoch, isr)  # embedded mode: no controller to ask
+
+
 class Partition:
     """A replica of one partition; a leader tracks its followers, a follower only its log."""
 
     def __init__(self, tp: TopicPartition, log_: Log, broker_id: int, clock: Clock,
-                 on_high_watermark: Callable[[TopicPartition], None]) -> None:
+                 on_high_watermark: Callable[[TopicPartition], None],
+                 propose_isr: IsrProposer | None = None) -> None:
         self.tp = tp
         self.log = log_
         self.broker_id = broker_id
         self._clock = clock
         self._on_high_watermark = on_high_watermark
+        self._propose_isr = propose_isr or _no_proposals
         self._lock = threading.Condition()
         self.leader_id = -1
         self.leader_epoch = -1
         self.replicas: tuple[int, ...] = ()
         self.isr: frozenset[int] = frozenset()
+        self._pending_isr: frozenset[int] | None = None
         self._followers: dict[int, FollowerState] = {}
+        self.epochs = LeaderEpochCache(log_.dir)
+        self.epochs.truncate_from_end(log_.log_end_offset)  # recovery may have cut the tail
 
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        return self.isr | (self._pending_isr or frozenset())
+
+    # -- role changes --------------------------------------------------------------------------
 
     def make_leader(self, leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]
                     ) -> None:
@@ -75,15 +102,31 @@ class Partition:
             now = self._clock.monotonic_ms()
             self.leader_id, self.leader_epoch = self.broker_id, leader_epoch
             self.replicas, self.isr = replicas, frozenset(isr) | {self.broker_id}
+            self._pending_isr = None
             self._followers = {r: FollowerState(0, now) for r in replicas if r != self.broker_id}
+            self.epochs.assign(leader_epoch, self.log.log_end_offset)
             self._maybe_advance_high_watermark()
+            self._lock.notify_all()
         log.info("%s: leader at epoch %d, isr %s", self.tp, leader_epoch, sorted(self.isr))
 
     def make_follower(self, leader_id: int, leader_epoch: int, replicas: tuple[int, ...]) -> None:
         with self._lock:
             self.leader_id, self.leader_epoch, self.replicas = leader_id, leader_epoch, replicas
-            self.isr, self._followers = frozenset(), {}
+            self.isr, self._followers, self._pending_isr = frozenset(), {}, None
             self._lock.notify_all()
+        log.info("%s: follower of %d at epoch %d", self.tp, leader_id, leader_epoch)
+
+    def check_leader_epoch(self, epoch: int) -> None:
+        """For requests that name the leader epoch they expect (-1: any)."""
+        if epoch < 0 or epoch == self.leader_epoch:
+            return
+        if epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(f"{self.tp}: epoch {epoch} is older than this "
+                                         f"broker's {self.leader_epoch}")
+        raise UnknownLeaderEpochError(f"{self.tp}: epoch {epoch} is newer than this broker's "
+                                      f"{self.leader_epoch}")
+
+    # -- the leader's side of produce ----------------------------------------------------------
 
     def append_records_to_leader(self, batch: pa.RecordBatch, required_acks: int,
                                  **producer: int) -> PendingAppend:
@@ -101,6 +144,9 @@ class Partition:
         info = self.log.append_as_leader(batch, leader_epoch=epoch, **producer)
         with self._lock:
             self._maybe_advance_high_watermark()
+            followers = bool(self._followers)
+        if followers:  # wake the followers' long-polling fetches: they read up to LEO
+            self._on_high_watermark(self.tp)
         return PendingAppend(self, info, required_acks)
 
     def complete_append(self, info: AppendInfo, required_acks: int, timeout_ms: int) -> None:
@@ -128,6 +174,8 @@ class Partition:
                     f"{self.tp}: written, but isr {sorted(self.isr)} shrank below "
                     f"min_insync_replicas {self.log.config.min_insync_replicas}")
 
+    # -- the leader's side of replication ------------------------------------------------------
+
     def update_follower_fetch(self, follower_id: int, log_end_offset: int) -> None:
         """A follower fetched from ``log_end_offset``: everything below it is on its disk."""
         with self._lock:
@@ -137,32 +185,65 @@ class Partition:
             state.log_end_offset = log_end_offset
             if log_end_offset >= self.log.log_end_offset:
                 state.last_caught_up_ms = self._clock.monotonic_ms()
-            if follower_id not in self.isr and log_end_offset >= self.log.high_watermark:
-                self.isr = self.isr | {follower_id}
-                log.info("%s: follower %d rejoined isr %s", self.tp, follower_id,
-                         sorted(self.isr))
+            self._maybe_expand_isr(follower_id, log_end_offset)
             self._maybe_advance_high_watermark()
 
+    def _maybe_expand_isr(self, follower_id: int, log_end_offset: int) -> None:
+        # Kafka's rule: caught up to the high watermark, and to the start of this epoch, so a
+        # member of the ISR always holds everything this leader acknowledged.
+        if follower_id in self.isr or self._pending_isr is not None:
+            return
+        epoch_start = self.epochs.entries[-1].start_offset if self.epochs.entries else 0
+        if log_end_offset >= max(self.log.high_watermark, epoch_start):
+            self._propose(self.isr | {follower_id})
+
     def maybe_shrink_isr(self, replica_lag_time_max_ms: int) -> frozenset[int] | None:
-        """Drop followers that have not caught up for the lag time; the new ISR, or None."""
+        """Propose dropping followers that have not caught up for the lag time; the proposed
+        ISR, or None. The ISR itself changes when the controller commits (``apply_isr``)."""
         with self._lock:
-            if not self.is_leader:
+            if not self.is_leader or self._pending_isr is not None:
                 return None
             now = self._clock.monotonic_ms()
-            lagging = {r for r in self.isr - {self.broker_id}
-                       if now - self._followers[r].last_caught_up_ms > replica_lag_time_max_ms}
+            lagging = {r for r in self.isr - {self.broker_id} if r in self._followers
+                       and now - self._followers[r].last_caught_up_ms > replica_lag_time_max_ms}
             if not lagging:
                 return None
-            self.isr = self.isr - lagging
-            log.warning("%s: followers %s left the isr, now %s", self.tp, sorted(lagging),
-                        sorted(self.isr))
+            log.warning("%s: followers %s are out of sync; proposing isr %s", self.tp,
+                        sorted(lagging), sorted(self.isr - lagging))
+            return self._propose(self.isr - lagging)
+
+    def _propose(self, isr: frozenset[int]) -> frozenset[int]:
+        self._pending_isr = isr
+        epoch = self.leader_epoch
+        # Under the lock (a re-entrant one): the proposer only queues the proposal, or in
+        # embedded mode applies it at once.
+        self._propose_isr(self, epoch, isr)
+        return isr
+
+    def apply_isr(self, leader_epoch: int, isr: frozenset[int]) -> None:
+        """The controller committed ``isr`` for ``leader_epoch``."""
+        with self._lock:
+            if not self.is_leader or leader_epoch != self.leader_epoch:
+                return
+            self.isr, self._pending_isr = frozenset(isr) | {self.broker_id}, None
+            now = self._clock.monotonic_ms()
+            for r in self.isr - {self.broker_id}:
+                self._followers[r].last_caught_up_ms = max(
+                    self._followers[r].last_caught_up_ms, now)
+            log.info("%s: isr is now %s (epoch %d)", self.tp, sorted(self.isr), leader_epoch)
             self._maybe_advance_high_watermark()
             self._lock.notify_all()
-            return self.isr
+
+    def isr_change_failed(self, leader_epoch: int) -> None:
+        """The proposal was refused or lost; the next check may propose again."""
+        with self._lock:
+            if leader_epoch == self.leader_epoch:
+                self._pending_isr = None
 
     def _maybe_advance_high_watermark(self) -> None:
         ends = [self.log.log_end_offset]
-        ends += [self._followers[r].log_end_offset for r in self.isr if r in self._followers]
+        ends += [self._followers[r].log_end_offset for r in self.maximal_isr
+                 if r in self._followers]
         new_hw = min(ends)
         if new_hw > self.log.high_watermark:
             self.log.update_high_watermark(new_hw)
@@ -174,3 +255,33 @@ class Partition:
             raise NotLeaderOrFollowerError(
                 f"broker {self.broker_id} is not the leader of {self.tp} "
                 f"(leader {self.leader_id}, epoch {self.leader_epoch})")
+
+    # -- the follower's side -------------------------------------------------------------------
+
+    def append_as_follower(self, batches: list[StoredBatch], leader_high_watermark: int,
+                           leader_epoch: int) -> bool:
+        """Append batches fetched from the leader of ``leader_epoch`` and learn its high
+        watermark; False (nothing done) if this replica no longer follows that leader."""
+        with self._lock:
+            if self.is_leader or leader_epoch != self.leader_epoch:
+                return False
+            for b in batches:
+                if b.header.leader_epoch > self.epochs.latest_epoch:
+                    self.epochs.assign(b.header.leader_epoch, b.header.base_offset)
+            self.log.append_as_follower(batches)
+            self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+        if batches:
+            self._on_high_watermark(self.tp)
+        return True
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetsForLeaderEpoch answers (see epoch_cache.py)."""
+        return self.epochs.end_offset_for(epoch, self.log.log_end_offset)
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.epochs.truncate_from_end(self.log.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self.epochs.clear_and_start_at(-1, offset)

@@ -137,8 +137,12 @@ def test_cluster_config_keys_are_read_and_checked() -> None:
         broker_config_from_dict({"zk_connect": " "})
     with pytest.raises(ConfigError, match="zk_session_timeout_ms"):
         broker_config_from_dict({"zk_session_timeout_ms": 0})
+    assert broker_config_from_dict(
+        {"replica_lag_time_max_ms": 1000}).replica_lag_time_max_ms == 1000
     with pytest.raises(ConfigError, match="replica_lag_time_max_ms"):
-        broker_config_from_dict({"replica_lag_time_max_ms": 1000})
+        broker_config_from_dict({"replica_lag_time_max_ms": 0})
+    with pytest.raises(ConfigError, match="unknown key 'replica_fetch_max_bytes'"):
+        broker_config_from_dict({"replica_fetch_max_bytes": 1000})
 
 
 def test_shipped_cluster_configs_describe_three_distinct_brokers() -> None:

@@ -1,0 +1,119 @@
+"""Replication cost and failover time on three local brokers and a real ZooKeeper.
+
+    .venv/bin/python benchmarks/replication.py [--records N] [--catchup-records N] [--json]
+
+Figures (printed, never asserted: machines are shared):
+- ``rf1_acks1_rps`` and ``rf3_acks_all_rps``: columnar produce (``send_batch``) to one
+  partition, unreplicated with acks=1 against RF=3, min_insync_replicas=2 with acks=all;
+  ``rf3_vs_rf1`` is their ratio (target >= 0.5);
+- ``failover_s``: from kill -9 of the leader to the first acks=all write the new leader
+  acknowledges (target <= ZooKeeper session timeout + 1 s);
+- ``replica_catchup_rps``: records per second a restarted follower copies until it is back
+  in the ISR, after missing ``--catchup-records`` records.
+Brokers and ZooKeeper are the test suite's helpers (tests/brokers.py, tests/zookeeper.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from logstore import Producer  # noqa: E402
+from tests.brokers import BrokerFactory  # noqa: E402
+from tests.faults.cluster import SESSION_TIMEOUT_MS, Cluster, wait_for  # noqa: E402
+from tests.zookeeper import ZooKeeperServer  # noqa: E402
+
+VALUE = b"x" * 100
+ROWS_PER_BATCH = 10_000
+
+
+def make_batch(rows: int) -> pa.RecordBatch:
+    return pa.record_batch({"key": pa.nulls(rows, pa.binary()),
+                            "value": pa.array([VALUE] * rows, pa.binary())})
+
+
+def produce_rps(bootstrap: list[str], topic: str, records: int, acks: object) -> float:
+    batches = [make_batch(ROWS_PER_BATCH)] * max(records // ROWS_PER_BATCH, 1)
+    with Producer(bootstrap, acks=acks) as producer:
+        producer.send_batch(topic, batches[0], partition=0).result(60)  # warm up
+        start = time.perf_counter()
+        futures = [producer.send_batch(topic, b, partition=0) for b in batches]
+        for f in futures:
+            f.result(300)
+        elapsed = time.perf_counter() - start
+    return len(batches) * ROWS_PER_BATCH / elapsed
+
+
+def failover_s(cluster: Cluster, topic: str) -> float:
+    victim = cluster.leader(topic)
+    with Producer(cluster.bootstrap, acks="all", request_timeout_ms=2000) as producer:
+        producer.send(topic, VALUE, partition=0).result(30)
+        victim.kill(signal.SIGKILL)
+        start = time.perf_counter()
+        producer.send(topic, VALUE, partition=0).result(60)
+        elapsed = time.perf_counter() - start
+    victim.start()
+    cluster.wait_for_isr(topic, 0, 3, timeout_s=120)
+    return elapsed
+
+
+def catchup_rps(cluster: Cluster, topic: str, records: int) -> float:
+    leader = cluster.describe(topic).leader
+    follower = next(b for i, b in cluster.brokers.items() if i != leader)
+    assert follower.stop() == 0
+    wait_for(lambda: follower.broker_id not in cluster.describe(topic).isr, "isr shrink")
+    produce_rps(cluster.live_bootstrap(), topic, records, 1)
+    start = time.perf_counter()
+    follower.start()
+    cluster.wait_for_isr(topic, 0, 3, timeout_s=600)
+    return records / (time.perf_counter() - start)
+
+
+def run(records: int, catchup_records: int, root: Path) -> dict[str, float]:
+    zk = ZooKeeperServer(root / "zookeeper").start()
+    (root / "brokers").mkdir()
+    factory = BrokerFactory(root / "brokers")
+    try:
+        cluster = Cluster(factory, f"{zk.connect}/bench")
+        rf1 = cluster.create_topic(rf=1)
+        rf3 = cluster.create_topic(rf=3, min_insync_replicas=2)
+        results = {"rf1_acks1_rps": produce_rps(cluster.bootstrap, rf1, records, 1),
+                   "rf3_acks_all_rps": produce_rps(cluster.bootstrap, rf3, records, "all")}
+        results["rf3_vs_rf1"] = results["rf3_acks_all_rps"] / results["rf1_acks1_rps"]
+        results["failover_s"] = failover_s(cluster, rf3)
+        results["failover_target_s"] = SESSION_TIMEOUT_MS / 1000 + 1
+        results["replica_catchup_rps"] = catchup_rps(cluster, rf3, catchup_records)
+        return results
+    finally:
+        factory.stop_all()
+        zk.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--catchup-records", type=int, default=1_000_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="logstore-repl-bench-") as tmp:
+        results = run(args.records, args.catchup_records, Path(tmp))
+    if args.json:
+        print(json.dumps({k: round(v, 3) for k, v in results.items()}))
+    else:
+        for name, value in results.items():
+            print(f"{name:<22} {value:>14,.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""A three-broker cluster on a real ZooKeeper for the replication fault tests.
+
+``Cluster`` starts brokers 1..3 (real processes, tests/brokers.py) with a short ZooKeeper
+session and lag time, and offers bounded waits on the metadata every broker serves: who leads
+a partition, its ISR. No fixed sleeps: every wait polls a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from logstore import Admin, NewTopic
+from logstore.client.admin import PartitionDescription
+from logstore.errors import ApiError
+from logstore.rpc.client import BrokerConnection
+from tests.brokers import BrokerFactory, BrokerProcess
+
+SESSION_TIMEOUT_MS = 3000
+LAG_TIME_MS = 1500
+POLL_S = 0.05
+WAIT_S = 30.0
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
+    """Poll ``condition`` until it returns something truthy; AssertionError after the time."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+            if value:
+                return value
+        except (ApiError, OSError) as e:  # a broker in the middle of a failover
+            last_error = e
+        time.sleep(POLL_S)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} "
+                         f"(last error: {last_error})")
+
+
+class Cluster:
+    def __init__(self, factory: BrokerFactory, zk_connect: str, size: int = 3,
+                 lag_time_ms: int = LAG_TIME_MS) -> None:
+        self.brokers: dict[int, BrokerProcess] = {}
+        for i in range(1, size + 1):
+            self.brokers[i] = factory(
+                broker_id=i, zk_connect=zk_connect, zk_session_timeout_ms=SESSION_TIMEOUT_MS,
+                replica_lag_time_max_ms=lag_time_ms)
+        self.bootstrap = [b.bootstrap for b in self.brokers.values()]
+        self.frozen: set[int] = set()
+
+    def freeze(self, broker_id: int) -> None:
+        """SIGSTOP a broker; the cluster's own requests avoid it until ``thaw``."""
+        self.frozen.add(broker_id)
+        self.brokers[broker_id].kill(signal.SIGSTOP)
+
+    def thaw(self, broker_id: int) -> None:
+        self.brokers[broker_id].kill(signal.SIGCONT)
+        self.frozen.discard(broker_id)
+
+    def controller_id(self) -> int:
+        """The controller, as a live broker's metadata names it (waits for one)."""
+        def ask() -> int | None:
+            conn = BrokerConnection(self.live_bootstrap()[0], timeout_s=5)
+            try:
+                return conn.action("metadata", {"topics": []}).get("controller_id")
+            finally:
+                conn.close()
+        return int(wait_for(lambda: (c := ask()) is not None and c in self.brokers
+                            and self.brokers[c].running and str(c), "a live controller"))
+
+    def live_bootstrap(self) -> list[str]:
+        return [b.bootstrap for i, b in self.brokers.items()
+                if b.running and i not in self.frozen]
+
+    def admin(self) -> Admin:
+        return Admin(self.live_bootstrap())
+
+    def create_topic(self, partitions: int = 1, rf: int = 3, **config: Any) -> str:
+        name = f"r-{uuid.uuid4().hex[:8]}"
+        with self.admin() as admin:
+            admin.create_topics([NewTopic(name, partitions, rf, config=dict(config))])
+        for p in range(partitions):
+            self.wait_for_isr(name, p, rf)
+        return name
+
+    def describe(self, topic: str, partition: int = 0) -> PartitionDescription:
+        with self.admin() as admin:
+            return admin.describe_topics([topic])[0].partitions[partition]
+
+    def wait_for_isr(self, topic: str, partition: int, size: int,
+                     timeout_s: float = WAIT_S) -> PartitionDescription:
+        return wait_for(lambda: (d := self.describe(topic, partition)).leader >= 0
+                        and len(d.isr) == size and d, f"{topic}-{partition} isr of {size}",
+                        timeout_s)
+
+    def leader(self, topic: str, partition: int = 0) -> BrokerProcess:
+        return self.brokers[self.describe(topic, partition).leader]
+
+    def wait_for_new_leader(self, topic: str, old: int, partition: int = 0,
+                            timeout_s: float = WAIT_S) -> int:
+        return int(wait_for(lambda: (d := self.describe(topic, partition)).leader not in (
+            -1, old) and d.leader, f"a leader other than {old}", timeout_s))
