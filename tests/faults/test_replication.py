@@ -209,7 +209,13 @@ def test_leader_killed_before_replicating_rejoins_with_an_identical_log(
     logs = [_replica_records(b.log_dir, topic) for b in cluster.brokers.values()]
     assert logs[0] == logs[1] == logs[2]
     values = [v for _, _, v in logs[0]]
-    assert values == [b"a%d" % i for i in range(20)] + [b"b%d" % i for i in range(20)]
+    # A follower's fetch already in flight when it was frozen may still have carried some acks=1
+    # records, which then legitimately survive on the new leader; whatever survives is a prefix
+    # of them, between the acks=all records before and after, and the same on every replica.
+    survived = values[20: len(values) - 20]
+    assert survived == [b"lost%d" % i for i in range(len(survived))]
+    assert values[:20] == [b"a%d" % i for i in range(20)]
+    assert values[len(values) - 20:] == [b"b%d" % i for i in range(20)]
 
 
 def test_zookeeper_restart_under_load_loses_no_acknowledged_record(
