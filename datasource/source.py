@@ -380,7 +380,10 @@ def _epoch_ms(value: Any) -> int | None:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.astimezone()  # Spark hands naive datetimes in local time
-        return int(value.astimezone(UTC).timestamp() * 1000) - 1  # round down
+        ms = int(value.astimezone(UTC).timestamp() * 1000) - 1  # round down
+        # list_offsets reads -1 and -2 as latest and earliest and rejects other negative
+        # times, so a bound at or before the epoch narrows nothing.
+        return ms if ms >= 0 else None
     return None
 
 

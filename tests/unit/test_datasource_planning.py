@@ -404,6 +404,17 @@ def test_naive_timestamps_are_read_as_local_time() -> None:
     assert len(lows) == 1
 
 
+def test_timestamp_bounds_at_or_before_the_epoch_narrow_nothing() -> None:
+    """Goal: a lower bound at or before 1970 keeps every record: list_offsets reads -1 as
+    latest (which dropped every row of `timestamp >= '1970-01-01'`) and rejects other negative
+    times (which failed the query). Method: the epoch, 1 ms after it, and 1960."""
+    for at in (EPOCH, datetime(1960, 1, 1, tzinfo=UTC)):
+        for kind in (GreaterThan, GreaterThanOrEqual, EqualTo):
+            assert constraints_from([kind(("timestamp",), at)]).timestamp_min_ms is None
+    after = EPOCH + timedelta(milliseconds=1)
+    assert constraints_from([GreaterThanOrEqual(("timestamp",), after)]).timestamp_min_ms == 0
+
+
 def test_negated_filters_are_ignored() -> None:
     """Goal: Not(...) filters (Spark's form of `<>` and NOT) narrow nothing and do not fail.
     Method: constraints_from over Not filters on partition and offset."""
