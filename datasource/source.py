@@ -379,7 +379,9 @@ def _timestamp_filter(c: Constraints, f: Filter) -> Constraints:
 def _epoch_ms(value: Any) -> int | None:
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.astimezone()  # Spark hands naive datetimes in local time
+            # Spark hands TIMESTAMP_NTZ values over naive, as wall-clock time in UTC (and the
+            # reader's timestamp_ntz column is the UTC wall clock): not this process's local time
+            value = value.replace(tzinfo=UTC)
         ms = int(value.astimezone(UTC).timestamp() * 1000) - 1  # round down
         # list_offsets reads -1 and -2 as latest and earliest and rejects other negative
         # times, so a bound at or before the epoch narrows nothing.

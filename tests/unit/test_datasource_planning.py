@@ -320,7 +320,7 @@ def test_json_offsets_round_trip(offsets: dict[TopicPartition, int]) -> None:
 # -- source.py: filter pushdown ------------------------------------------------------------------
 
 
-LOCAL_TZ, LOCAL = "XST-05:30", timezone(timedelta(hours=5, minutes=30))  # naive = local time
+LOCAL_TZ, LOCAL = "XST-05:30", timezone(timedelta(hours=5, minutes=30))  # naive = UTC, not this
 
 
 @contextlib.contextmanager
@@ -392,15 +392,16 @@ def test_timestamp_filters_give_only_a_lower_bound_rounded_down_to_ms() -> None:
                                                     ).timestamp_min_ms
 
 
-def test_naive_timestamps_are_read_as_local_time() -> None:
-    """Goal: a naive datetime (how PySpark hands TimestampType literals over) means local
-    time, so it bounds like the aware datetime of the same instant. Method: in a +05:30 zone,
-    the same instant naive (local wall time) and aware (UTC and +05:30)."""
+def test_naive_timestamps_are_utc_wall_clock_time() -> None:
+    """Goal: a naive datetime (how PySpark hands TIMESTAMP_NTZ values over; TimestampType ones
+    come aware) is wall-clock time in UTC, as the reader's timestamp_ntz column is, whatever
+    the process's zone: read as local time it bounded 5 h too late west of UTC and dropped
+    matching rows. Method: in a +05:30 zone, the same instant naive (UTC wall time) and aware
+    (UTC and +05:30)."""
     aware = datetime(2024, 5, 1, 12, 0, 0, 250_000, tzinfo=UTC)
     with local_timezone(LOCAL_TZ):
         lows = {constraints_from([GreaterThanOrEqual(("timestamp",), v)]).timestamp_min_ms
-                for v in (aware, aware.astimezone(LOCAL),
-                          aware.astimezone(LOCAL).replace(tzinfo=None))}
+                for v in (aware, aware.astimezone(LOCAL), aware.replace(tzinfo=None))}
     assert len(lows) == 1
 
 
@@ -445,7 +446,7 @@ def records_and_filters(draw: st.DrawFn) -> tuple[list[list[int]], list[Filter]]
             return draw(st.integers(-2, max(map(len, partitions)) + 1))
         at = EPOCH + timedelta(milliseconds=draw(st.sampled_from(stamps)) + draw(NUDGES_MS))
         zone = draw(ZONES)
-        return at.astimezone(LOCAL).replace(tzinfo=None) if zone is None else at.astimezone(zone)
+        return at.replace(tzinfo=None) if zone is None else at.astimezone(zone)
 
     pushed: list[Filter] = []
     for _ in range(draw(st.sampled_from([1, 1, 2, 3]))):
@@ -460,13 +461,13 @@ def records_and_filters(draw: st.DrawFn) -> tuple[list[list[int]], list[Filter]]
 
 
 def matches(f: Filter, partition: int, offset: int, ts_ms: int) -> bool:
-    """Spark's meaning of ``f`` for one record (naive datetimes are local time)."""
+    """Spark's meaning of ``f`` for one record (naive datetimes are UTC wall-clock time)."""
     column = f.attribute[0]
     have: object = {"partition": partition, "offset": offset,
                     "timestamp": EPOCH + timedelta(milliseconds=ts_ms)}[column]
 
     def norm(v: object) -> object:
-        return v.astimezone() if isinstance(v, datetime) and v.tzinfo is None else v
+        return v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v
 
     if isinstance(f, In):
         return any(have == norm(v) for v in f.value)
@@ -483,7 +484,7 @@ def test_pushed_filters_never_exclude_a_matching_record(
     record that satisfies all the filters is still in a range read.
     Method: hypothesis over partitions of records (offset = position, random timestamps in
     no order) and filters of every kind on partition, offset and timestamp (aware datetimes in
-    several zones, naive ones read as local time in a +05:30 zone, sub-ms parts); ranges
+    several zones, naive ones as UTC wall clock in a +05:30 zone, sub-ms parts); ranges
     narrowed as the batch reader does, with the first offset at or after the lowest timestamp
     per partition standing in for the broker's list_offsets."""
     partitions, pushed = case
