@@ -213,9 +213,14 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # An idle stream asks the brokers at most every IDLE_POLL_INTERVAL_S by waiting here:
+        # answering ``start`` unasked would tell Spark there is no new data when there may be
+        # (processAllAvailable then returned before records produced ahead of it were read).
+        if self._idle_since is not None:
+            wait = IDLE_POLL_INTERVAL_S - (time.monotonic() - self._idle_since)
+            if wait > 0:
+                time.sleep(wait)
         now = time.monotonic()
-        if self._idle_since is not None and now - self._idle_since < IDLE_POLL_INTERVAL_S:
-            return start
         infos = self._current()
         begin = self._begin(from_json_offsets(start), infos)
         latest = {tp: self._cap(tp, info.high_watermark, begin[tp]) for tp, info in infos.items()}

@@ -6,12 +6,16 @@ the read limit; these tests drive it with chosen numbers and an explicit clock r
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from datasource.options import parse_read_options
+from datasource.planning import PartitionInfo
 from datasource.schema import source_arrow_schema
-from datasource.source import LogStoreStreamReader
+from datasource.source import IDLE_POLL_INTERVAL_S, LogStoreStreamReader
 from logstore.model import TopicPartition
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -73,3 +77,24 @@ def test_reader_pickles_without_its_connections() -> None:
     r = reader()
     r._planner = object()  # stands for a live Planner
     assert pickle.loads(pickle.dumps(r))._planner is None
+
+
+def test_idle_poll_waits_instead_of_answering_stale_offsets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: right after an idle poll, latestOffset still reports records that arrived since
+    (answering the start offsets unasked made Spark's processAllAvailable return before they
+    were read), and the brokers are still asked at most every IDLE_POLL_INTERVAL_S.
+    Method: a stubbed partition listing; an idle call, then 3 records, then a call at once."""
+    r = reader()
+    high_watermark, polls = [5], []
+
+    def current() -> dict[TopicPartition, PartitionInfo]:
+        polls.append(time.monotonic())
+        return {A: PartitionInfo(A, "127.0.0.1:1", 0, high_watermark[0])}
+
+    monkeypatch.setattr(r, "_current", current)
+    start = {"t": {"0": 5}}
+    assert r.latestOffset(start, ReadAllAvailable()) == start  # idle
+    high_watermark[0] = 8
+    assert r.latestOffset(start, ReadAllAvailable()) == {"t": {"0": 8}}
+    assert len(polls) == 2 and polls[1] - polls[0] >= IDLE_POLL_INTERVAL_S * 0.99
