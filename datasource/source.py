@@ -225,6 +225,10 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         begin = self._begin(from_json_offsets(start), infos)
         latest = {tp: self._cap(tp, info.high_watermark, begin[tp]) for tp, info in infos.items()}
         end = self._limited(begin, latest, limit, now)
+        # A partition whose high watermark went back below the stream's position (topic
+        # recreated, log truncated) ends there, so that partitions() reports the data loss
+        # instead of the stream waiting, unasked, until the log grows past its old position.
+        end = {**end, **{tp: n for tp, n in latest.items() if n < begin[tp]}}
         self._idle_since = now if end == begin else None
         if end != begin:
             self._last_batch_at = now
@@ -240,6 +244,12 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
                 self._data_loss(f"{tp}: offsets went back from {s} to {e} (the topic was "
                                 "recreated or the log truncated); records may have been missed")
                 continue
+            hw = infos[tp].high_watermark
+            if e > hw:  # e.g. a batch planned before a restart, replayed from the checkpoint
+                self._data_loss(f"{tp}: offsets [{max(s, hw)}, {e}) of this micro-batch are no "
+                                f"longer in the log (its high watermark went back to {hw}: the "
+                                "topic was recreated or the log truncated)")
+                e = max(s, hw)
             r = check_range(tp, s, e, infos[tp], self.options.fail_on_data_loss)
             if r is not None:
                 ranges.append(r)

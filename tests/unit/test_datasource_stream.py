@@ -6,14 +6,16 @@ the read limit; these tests drive it with chosen numbers and an explicit clock r
 
 from __future__ import annotations
 
+import logging
 import time
+from types import SimpleNamespace
 
 import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from datasource.options import parse_read_options
-from datasource.planning import PartitionInfo
+from datasource.planning import DataLossError, PartitionInfo
 from datasource.schema import source_arrow_schema
 from datasource.source import IDLE_POLL_INTERVAL_S, LogStoreStreamReader
 from logstore.model import TopicPartition
@@ -98,3 +100,32 @@ def test_idle_poll_waits_instead_of_answering_stale_offsets(
     high_watermark[0] = 8
     assert r.latestOffset(start, ReadAllAvailable()) == {"t": {"0": 8}}
     assert len(polls) == 2 and polls[1] - polls[0] >= IDLE_POLL_INTERVAL_S * 0.99
+
+
+def test_offsets_that_went_back_are_data_loss(monkeypatch: pytest.MonkeyPatch,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """Goal: when a partition's high watermark is below the stream's position (the topic was
+    recreated or the log truncated), the stream reports data loss (an error, or with
+    failOnDataLoss=false a warning and reading on from the new end) instead of waiting
+    silently until the log grows past the old position and then skipping what came before;
+    and a batch replayed from the checkpoint past the high watermark is data loss too, not
+    an option error. Method: stubbed partition listings with the high watermark at 20."""
+    info = {A: PartitionInfo(A, "127.0.0.1:1", 0, 20)}
+    for fail in (True, False):
+        r = reader(failOnDataLoss=str(fail).lower())
+        monkeypatch.setattr(r, "_current", lambda: dict(info))
+        r._planner = SimpleNamespace(describe=lambda tps: dict(info), close=lambda: None)
+        at_50, at_0 = {"t": {"0": 50}}, {"t": {"0": 0}}
+        end = r.latestOffset(at_50, ReadAllAvailable())
+        assert end == {"t": {"0": 20}}
+        if fail:
+            with pytest.raises(DataLossError, match="t-0: offsets went back from 50 to 20"):
+                r.partitions(at_50, end)
+            with pytest.raises(DataLossError, match=r"t-0: offsets \[20, 50\)"):
+                r.partitions(at_0, at_50)
+        else:
+            with caplog.at_level(logging.WARNING, logger="datasource.source"):
+                assert r.partitions(at_50, end) == []
+                tasks = r.partitions(at_0, at_50)
+            assert [(t.task.start, t.task.end) for t in tasks] == [(0, 20)]
+            assert "went back to 20" in caplog.text
