@@ -185,7 +185,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         self._target: dict[TopicPartition, int] | None = None
         self._last_batch_at = time.monotonic()
         self._idle_since: float | None = None
-        self._schema_checked = False
+        self._checked_topics: frozenset[str] = frozenset()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -267,9 +267,10 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
 
     def _current(self) -> dict[TopicPartition, PartitionInfo]:
         tps = self.planner.partitions()
-        if not self._schema_checked:
-            self._check_schema(self.planner, sorted({tp.topic for tp in tps}))
-            self._schema_checked = True
+        topics = frozenset(tp.topic for tp in tps)
+        if not topics <= self._checked_topics:  # first call, or subscribePattern found more
+            self._check_schema(self.planner, sorted(topics))
+            self._checked_topics = topics
         return self.planner.describe(tps)
 
     def _begin(self, start: dict[TopicPartition, int], infos: dict[TopicPartition, PartitionInfo]

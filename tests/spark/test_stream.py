@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
+from datasource.options import OptionError
+from datasource.source import LogStoreDataSource
 from logstore import Admin, NewTopic
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerProcess, bounded_producer, new_topic
@@ -189,3 +192,30 @@ def test_process_all_available_reads_records_produced_just_before(
             assert spark.sql(f"SELECT count(*) AS n FROM {name}").collect()[0].n == 5 * round_
     finally:
         query.stop()
+
+
+def test_pattern_topic_with_another_value_schema_fails_naming_the_topics(
+        broker: BrokerProcess) -> None:
+    """A topic that starts matching subscribePattern while the stream runs is checked against
+    the stream's schema, on the driver: a typed topic joining an untyped stream is an error
+    naming the topics, not a KeyError('value') in a Spark task. (Driven without a Spark job:
+    the stream reader's own calls, as the engine makes them.)"""
+    prefix = f"patschema{time.monotonic_ns() % 10**9}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(f"{prefix}-a", 1)])
+    options = {"bootstrap.servers": broker.bootstrap, "subscribePattern": f"{prefix}-.*",
+               "startingOffsets": "earliest"}
+    source = LogStoreDataSource(options)
+    reader = source.streamReader(source.schema())
+    try:
+        start = reader.initialOffset()
+        reader.latestOffset(start, reader.getDefaultReadLimit())
+        with Admin(broker.bootstrap) as admin:
+            admin.create_topics([NewTopic(f"{prefix}-b", 1,
+                                          value_schema=pa.schema([("n", pa.int64())]))])
+        with pytest.raises(OptionError, match=f"{prefix}-b"):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # the pattern sees the topic at a later poll
+                reader.latestOffset(start, reader.getDefaultReadLimit())
+    finally:
+        reader.stop()
