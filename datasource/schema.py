@@ -66,8 +66,23 @@ def check_requested(requested: pa.Schema, available: pa.Schema, topics: list[str
 
 
 def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
-    """Widening the timestamp unit and similar lossless casts Arrow does for us."""
-    return pa.types.is_timestamp(src) and pa.types.is_timestamp(dst)
+    """Widening the timestamp unit, nested fields made nullable (a DDL schema's
+    ``struct<x: int>`` for a non-null ``x``) and similar lossless casts Arrow does for us."""
+    return (pa.types.is_timestamp(src) and pa.types.is_timestamp(dst)) or \
+        dst.equals(_nullable_inside(src))
+
+
+def _nullable_inside(t: pa.DataType) -> pa.DataType:
+    """``t`` with every nested field (struct fields, list items, map values) nullable."""
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _nullable_inside(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(_nullable_inside(t.value_type))
+    if pa.types.is_large_list(t):
+        return pa.large_list(_nullable_inside(t.value_type))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, _nullable_inside(t.item_type))
+    return t
 
 
 @dataclass(frozen=True)

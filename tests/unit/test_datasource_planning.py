@@ -557,6 +557,35 @@ def test_check_requested_accepts_subsets_and_names_bad_columns() -> None:
                         source_arrow_schema(TYPED, False), ["t"])
 
 
+def test_user_schema_may_make_nested_fields_nullable() -> None:
+    """Goal: a user schema written as DDL (every nested field nullable) reads a typed topic
+    whose struct fields, list items or map values are non-null: Spark takes nullable columns
+    for non-null data, and the converter casts. It was a SchemaError ("read it as
+    struct<x: int32 not null> and cast in Spark"), which DDL cannot say for list items.
+    Method: check_requested, then convert a stored batch to the requested schema."""
+    strict = pa.schema([
+        ("s", pa.struct([pa.field("x", pa.int32(), nullable=False), ("y", pa.string())])),
+        ("l", pa.list_(pa.field("item", pa.int64(), nullable=False))),
+        ("m", pa.map_(pa.string(), pa.field("value", pa.int64(), nullable=False)))])
+    available = to_arrow_schema(from_arrow_schema(source_arrow_schema(strict, False)),
+                                timezone="UTC")
+    requested = to_arrow_schema(from_arrow_schema(pa.schema([
+        ("m", pa.map_(pa.string(), pa.int64())), ("offset", pa.int64()),
+        ("s", pa.struct([("x", pa.int32()), ("y", pa.string())])),
+        ("l", pa.list_(pa.int64()))])), timezone="UTC")
+    check_requested(requested, available, ["t"])
+    with pytest.raises(SchemaError, match="'s'"):
+        check_requested(pa.schema([("s", pa.struct([("x", pa.int64())]))]), available, ["t"])
+    values = pa.record_batch([
+        pa.array([{"x": 1, "y": "a"}], strict.field("s").type),
+        pa.array([[1, 2]], strict.field("l").type),
+        pa.array([[("k", 3)]], strict.field("m").type)], schema=strict)
+    out = BatchConverter(requested, "t", 0).convert(values, np.array([7]), False, 0, 10)
+    assert out is not None and out.schema.equals(requested)
+    assert out.to_pylist() == [{"m": [("k", 3)], "offset": 7, "s": {"x": 1, "y": "a"},
+                                "l": [1, 2]}]
+
+
 def stored_batch(keys: list[bytes], offsets: list[int], timestamps_ms: list[int]
                  ) -> tuple[pa.RecordBatch, np.ndarray]:
     batch = make_batch(keys, timestamps=timestamps_ms)
