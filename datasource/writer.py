@@ -114,6 +114,13 @@ def check_columns(schema: pa.Schema, topic: str | None, value_schema: Any) -> No
     missing = [n for n in expected_values if n not in names]
     if missing and value_schema is not False:
         raise OptionError(f"missing column(s) {missing} for topic {topic!r}")
+    if typed:  # here: a cast parsing values (string to int) would fail in some tasks only,
+        # after the others wrote their records
+        for f in value_schema:
+            have = schema.field(f.name).type
+            if not _same_kind(have, f.type):
+                raise OptionError(f"column {f.name!r} is {have}, but topic {topic!r} stores "
+                                  f"{f.type}; cast it first")
     for name, accepted in (("key", "binary or string"), ("value", "binary or string")):
         if name in names and not _binary_like(schema.field(name).type):
             raise OptionError(f"column {name!r} is {schema.field(name).type}; the logstore sink "
@@ -127,6 +134,30 @@ def _check_type(schema: pa.Schema, name: str, ok: Any, wanted: str) -> None:
     if name in schema.names and not ok(schema.field(name).type):
         raise OptionError(f"column {name!r} is {schema.field(name).type}; the logstore sink "
                           f"takes {wanted}")
+
+
+_KINDS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_timestamp,
+          pa.types.is_date, pa.types.is_boolean,
+          lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t),
+          lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
+
+
+def _same_kind(have: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a DataFrame column of type ``have`` can go to a stored column of type ``want``
+    by a cast within one kind of value (int to int64, timestamp units, decimal precision),
+    never by parsing or reinterpreting values (string to int)."""
+    if have.equals(want):
+        return True
+    if pa.types.is_struct(have) and pa.types.is_struct(want):
+        return [f.name for f in have] == [f.name for f in want] and all(
+            _same_kind(a.type, b.type) for a, b in zip(have, want, strict=True))
+    if (pa.types.is_list(have) or pa.types.is_large_list(have)) and \
+            (pa.types.is_list(want) or pa.types.is_large_list(want)):
+        return _same_kind(have.value_type, want.value_type)
+    if pa.types.is_map(have) and pa.types.is_map(want):
+        return _same_kind(have.key_type, want.key_type) and \
+            _same_kind(have.item_type, want.item_type)
+    return any(kind(have) and kind(want) for kind in _KINDS)
 
 
 def _headers_like(t: pa.DataType) -> bool:

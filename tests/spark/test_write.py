@@ -89,6 +89,22 @@ def test_bad_writes_are_refused_before_any_record(spark: Any, broker: BrokerProc
     assert consumer_rows(broker.bootstrap, topic) == []
 
 
+def test_typed_column_of_another_kind_is_refused_before_any_record(
+        spark: Any, broker: BrokerProcess) -> None:
+    """A typed topic's column given as another kind of value (string for int64) is refused on
+    the driver, naming the column, the topic and both types. It used to go to the tasks,
+    where Arrow parsed the strings: tasks holding '1' and '2' wrote them and the one holding
+    'x' failed, so the failed job left records behind. Casts within a kind (Spark's int to
+    int64, in test_typed_topic_write_reads_back_typed) stay accepted."""
+    name = f"wkind{id(spark) % 100000}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(name, 1, value_schema=pa.schema([("n", pa.int64())]))])
+    df = spark.createDataFrame([("1",), ("2",), ("x",)], "n string").repartition(3)
+    with pytest.raises(Exception, match=f"column 'n' is string, but topic '{name}' stores int64"):
+        _write(df, broker.bootstrap, topic=name)
+    assert consumer_rows(broker.bootstrap, name) == []
+
+
 def test_write_to_unknown_topic_names_it(spark: Any, broker: BrokerProcess) -> None:
     """A topic option naming no topic fails with the topic's name."""
     with pytest.raises(Exception, match="no-such-topic"):
