@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -60,6 +60,10 @@ from logstore.model import TopicPartition
 log = logging.getLogger(__name__)
 
 IDLE_POLL_INTERVAL_S = 0.1  # an idle stream asks the brokers for new data at most this often
+# As Spark's Kafka source: a high watermark below offsets the stream already has is asked for
+# again (a new leader's may lag the old one's for a moment) before it counts as data loss.
+WENT_BACK_ATTEMPTS = 3
+WENT_BACK_RETRY_S = 1.0
 
 
 class LogStoreDataSource(DataSource):
@@ -220,8 +224,8 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
             wait = IDLE_POLL_INTERVAL_S - (time.monotonic() - self._idle_since)
             if wait > 0:
                 time.sleep(wait)
+        infos = self._settled(self._current, from_json_offsets(start))
         now = time.monotonic()
-        infos = self._current()
         begin = self._begin(from_json_offsets(start), infos)
         latest = {tp: self._cap(tp, info.high_watermark, begin[tp]) for tp, info in infos.items()}
         end = self._limited(begin, latest, limit, now)
@@ -236,7 +240,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = from_json_offsets(start), from_json_offsets(end)
-        infos = self.planner.describe(stop)
+        infos = self._settled(lambda: self.planner.describe(stop), stop)
         ranges = []
         for tp, e in sorted(stop.items()):
             s = begin.get(tp, infos[tp].log_start_offset)  # a new partition: from its start
@@ -272,6 +276,22 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
             self._check_schema(self.planner, sorted(topics))
             self._checked_topics = topics
         return self.planner.describe(tps)
+
+    def _settled(self, describe: Callable[[], dict[TopicPartition, PartitionInfo]],
+                 known: dict[TopicPartition, int]) -> dict[TopicPartition, PartitionInfo]:
+        """``describe()``, asked again (up to WENT_BACK_ATTEMPTS times in all) while a
+        partition's high watermark is below the offset ``known`` for it."""
+        infos = describe()
+        for _ in range(WENT_BACK_ATTEMPTS - 1):
+            back = sorted(str(tp) for tp, offset in known.items()
+                          if tp in infos and infos[tp].high_watermark < offset)
+            if not back:
+                break
+            log.warning("%s: high watermark below the stream's offsets; asking again in %.1f s",
+                        back, WENT_BACK_RETRY_S)
+            time.sleep(WENT_BACK_RETRY_S)
+            infos = describe()
+        return infos
 
     def _begin(self, start: dict[TopicPartition, int], infos: dict[TopicPartition, PartitionInfo]
                ) -> dict[TopicPartition, int]:

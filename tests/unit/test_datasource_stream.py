@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
+from datasource import source
 from datasource.options import parse_read_options
 from datasource.planning import DataLossError, PartitionInfo
 from datasource.schema import source_arrow_schema
@@ -110,6 +111,7 @@ def test_offsets_that_went_back_are_data_loss(monkeypatch: pytest.MonkeyPatch,
     silently until the log grows past the old position and then skipping what came before;
     and a batch replayed from the checkpoint past the high watermark is data loss too, not
     an option error. Method: stubbed partition listings with the high watermark at 20."""
+    monkeypatch.setattr(source, "WENT_BACK_RETRY_S", 0.0)
     info = {A: PartitionInfo(A, "127.0.0.1:1", 0, 20)}
     for fail in (True, False):
         r = reader(failOnDataLoss=str(fail).lower())
@@ -129,3 +131,23 @@ def test_offsets_that_went_back_are_data_loss(monkeypatch: pytest.MonkeyPatch,
                 tasks = r.partitions(at_0, at_50)
             assert [(t.task.start, t.task.end) for t in tasks] == [(0, 20)]
             assert "went back to 20" in caplog.text
+
+
+def test_a_high_watermark_that_lags_for_a_moment_is_asked_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: a high watermark below the stream's offsets is asked for again before it counts
+    as data loss, as Spark's Kafka source does (a newly elected leader's may lag the old
+    one's until its followers fetch): no error when it comes back. Method: a stubbed listing
+    that answers 20 once, then 60."""
+    monkeypatch.setattr(source, "WENT_BACK_RETRY_S", 0.0)
+    answers = iter([20, 60])
+    r = reader()
+    r._planner = SimpleNamespace(
+        describe=lambda tps: {A: PartitionInfo(A, "127.0.0.1:1", 0, next(answers))},
+        close=lambda: None)
+    at_50 = {"t": {"0": 50}}
+    assert [(t.task.start, t.task.end) for t in r.partitions({"t": {"0": 0}}, at_50)] == \
+        [(0, 50)]
+    answers = iter([20, 60])
+    monkeypatch.setattr(r, "_current", lambda: r.planner.describe([A]))
+    assert r.latestOffset(at_50, ReadAllAvailable()) == {"t": {"0": 60}}
