@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import logging
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -89,27 +90,25 @@ class Planner:
 
     # -- partitions and schema -----------------------------------------------------------------
 
-    def partitions(self) -> list[TopicPartition]:
-        """The partitions the subscription names now (sorted)."""
+    def partitions(self, missing_ok: bool = False) -> list[TopicPartition]:
+        """The partitions the subscription names now (sorted). A named topic or partition that
+        does not exist is an error, or left out when ``missing_ok`` (a running stream, whose
+        reader then reports the partitions it lost)."""
         sub = self.options.subscription
         if sub.assigned:
-            for tp in sub.assigned:
-                self._check_partition(tp)
-            return sorted(sub.assigned)
+            return sorted(tp for tp in sub.assigned if self._exists(tp, missing_ok))
         out = []
-        for topic in self.topics(sub):
+        for topic in self.topics(sub, missing_ok):
             info = self.metadata.topic(topic)
             out.extend(TopicPartition(topic, p) for p in sorted(info.partitions))
         return out
 
-    def topics(self, sub: Subscription | None = None) -> list[str]:
+    def topics(self, sub: Subscription | None = None, missing_ok: bool = False) -> list[str]:
         sub = sub or self.options.subscription
         if sub.assigned:
             return sorted({tp.topic for tp in sub.assigned})
         if sub.pattern is None:
-            for t in sub.topics:
-                self.metadata.topic(t, refresh=True)
-            return list(sub.topics)
+            return [t for t in sub.topics if self._topic_exists(t, missing_ok)]
         self.metadata.refresh(None)
         regex = re.compile(sub.pattern)
         names = self.metadata.topic_names(include_internal=False)
@@ -126,12 +125,25 @@ class Planner:
                               f"({differ[0]!r} differs from {topics[0]!r}); read them apart")
         return first
 
-    def _check_partition(self, tp: TopicPartition) -> None:
-        info = self.metadata.topic(tp.topic, refresh=True)
-        if tp.partition not in info.partitions:
-            raise UnknownTopicOrPartitionError(
-                f"topic {tp.topic!r} has no partition {tp.partition} "
-                f"(it has {info.num_partitions})")
+    def _topic_exists(self, topic: str, missing_ok: bool) -> bool:
+        try:
+            self.metadata.topic(topic, refresh=True)
+        except UnknownTopicOrPartitionError:
+            if not missing_ok:
+                raise
+            return False
+        return True
+
+    def _exists(self, tp: TopicPartition, missing_ok: bool) -> bool:
+        if not self._topic_exists(tp.topic, missing_ok):
+            return False
+        info = self.metadata.topic(tp.topic)
+        if tp.partition in info.partitions:
+            return True
+        if missing_ok:
+            return False
+        raise UnknownTopicOrPartitionError(
+            f"topic {tp.topic!r} has no partition {tp.partition} (it has {info.num_partitions})")
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -146,6 +158,31 @@ class Planner:
         """First offset with a timestamp >= the given one, or -1 when there is none."""
         return {tp: e["offset"] for _, tp, e in self._per_leader("list_offsets", {
             tp: {"partition": tp.partition, "timestamp": ts} for tp, ts in times.items()})}
+
+    def await_data(self, positions: dict[TopicPartition, int], max_wait_ms: int) -> None:
+        """Return once some partition has records at or past its position, or after about
+        ``max_wait_ms`` (long polls on the leaders, one (leader, topic) after another within
+        the one deadline). Errors end the wait early: the caller asks again anyway."""
+        if not positions:  # nothing to long-poll on (a pattern that matches no topic yet)
+            time.sleep(max_wait_ms / 1000.0)
+            return
+        groups: dict[tuple[int, str], list[dict[str, int]]] = defaultdict(list)
+        try:
+            for tp, offset in positions.items():
+                groups[(self.metadata.leader(tp), tp.topic)].append(
+                    {"partition": tp.partition, "offset": offset})
+            deadline = time.monotonic() + max_wait_ms / 1000.0
+            for (leader, topic), parts in groups.items():
+                wait_ms = int((deadline - time.monotonic()) * 1000) // max(len(groups), 1)
+                response = self.metadata.broker_connection(leader).action(
+                    "await_high_watermarks",
+                    {"topic": topic, "partitions": parts, "max_wait_ms": max(wait_ms, 0)})
+                offsets = {p["partition"]: p["offset"] for p in parts}
+                if any(e["high_watermark"] > offsets[e["partition"]]
+                       for e in response["partitions"]):
+                    return
+        except ApiError as e:
+            log.info("waiting for new data failed (%s); polling instead", e)
 
     def _per_leader(self, action: str, entries: dict[TopicPartition, Any]
                     ) -> Iterator[tuple[str, TopicPartition, dict[str, Any]]]:

@@ -23,7 +23,12 @@ import pyarrow as pa
 from datasource.planning import DataLossError
 from datasource.schema import BatchConverter
 from logstore.client.metadata import ClusterMetadata
-from logstore.errors import ApiError, NetworkError, OffsetOutOfRangeError
+from logstore.errors import (
+    ApiError,
+    NetworkError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+)
 from logstore.model import TopicPartition
 from logstore.records import FLAG_LOG_APPEND_TIME
 from logstore.rpc.client import BrokerConnection
@@ -127,6 +132,15 @@ def _fetched(task: ReadTask, settings: ReadSettings, converter: BatchConverter,
         fetcher.close()
 
 
+class _HighWatermarkBehind(Exception):
+    """The leader's high watermark is below the range's end: a new leader may not have caught
+    up with the high watermark yet (asked again), or the log was truncated (data loss)."""
+
+    def __init__(self, high_watermark: int) -> None:
+        super().__init__(high_watermark)
+        self.high_watermark = high_watermark
+
+
 class _Fetcher:
     """Fetches of one partition from its leader, following leader moves and retrying network
     errors a bounded number of times."""
@@ -145,12 +159,17 @@ class _Fetcher:
                 return self._fetch_once(position)
             except OffsetOutOfRangeError:
                 return [], self._lost(position)
+            except _HighWatermarkBehind as e:
+                last = e
+                self._reconnect(NotLeaderOrFollowerError("high watermark behind the range"))
             except ApiError as e:
                 if not (e.retriable or isinstance(e, NetworkError)):
                     raise
                 last = e
                 self._reconnect(e)
-                time.sleep(BACKOFF_S * (attempt + 1))  # back off before the next attempt
+            time.sleep(BACKOFF_S * (attempt + 1))  # back off before the next attempt
+        if isinstance(last, _HighWatermarkBehind):
+            return [], self._truncated(position, last.high_watermark)
         raise BrokerUnavailableError(
             f"{self.task.tp}: could not read offsets [{position}, {self.task.end}) from the "
             f"leader after {MAX_ATTEMPTS} attempts (last: {last})")
@@ -170,9 +189,7 @@ class _Fetcher:
         if not batches:
             hw = summary.get("high_watermark", -1)
             if hw < self.task.end:
-                raise DataLossError(f"{tp}: the high watermark went back to {hw} while reading "
-                                    f"[{self.task.start}, {self.task.end}) (the log was "
-                                    "truncated by a leader change); run the query again")
+                raise _HighWatermarkBehind(hw)
             return [], self.task.end  # no record lives in [position, end): a compaction gap
         return batches, max(position, batches[-1].header.next_offset)
 
@@ -180,13 +197,26 @@ class _Fetcher:
         """Where to go on after OFFSET_OUT_OF_RANGE at ``position`` (or raise)."""
         tp = self.task.tp
         start = _log_start_offset(self._connection(), tp)
+        if start <= position:  # not below the log start: the log now ends before position
+            return self._truncated(position, start)
         lost = f"{tp}: offsets [{position}, {min(start, self.task.end)}) of the range " \
                f"[{self.task.start}, {self.task.end}) are no longer in the log " \
                f"(log start offset {start})"
-        if self.settings.fail_on_data_loss or start <= position:
+        if self.settings.fail_on_data_loss:
             raise DataLossError(f"{lost}; set failOnDataLoss=false to skip them")
         log.warning("%s; skipping them (failOnDataLoss=false)", lost)
         return min(start, self.task.end)
+
+    def _truncated(self, position: int, high_watermark: int) -> int:
+        """The log ends before the range does (truncated by an unclean leader change, or the
+        topic recreated): data loss, or with failOnDataLoss=false the rest is skipped."""
+        lost = f"{self.task.tp}: offsets [{max(position, high_watermark)}, {self.task.end}) " \
+               f"of the range [{self.task.start}, {self.task.end}) are gone: the log now ends " \
+               f"at {high_watermark} (truncated by a leader change, or the topic recreated)"
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(f"{lost}; set failOnDataLoss=false to skip them")
+        log.warning("%s; skipping them (failOnDataLoss=false)", lost)
+        return self.task.end
 
     def _connection(self) -> BrokerConnection:
         if self._conn is None:

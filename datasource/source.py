@@ -159,7 +159,7 @@ class LogStoreBatchReader(_ScanBase, DataSourceReader):
     def _plan(self, planner: Planner) -> list[RangePartition]:
         tps = planner.partitions()
         self._check_schema(planner, sorted({tp.topic for tp in tps}))
-        if self.constraints.empty or not tps:
+        if not tps:
             return []
         # Offsets are resolved (and checked) for every partition the options name, and only
         # then narrowed by the filters, so filters never change what counts as an error.
@@ -168,6 +168,8 @@ class LogStoreBatchReader(_ScanBase, DataSourceReader):
         ends = planner.resolve(self.options.ending, infos, "ending")
         ranges = [r for tp in tps if (r := check_range(
             tp, starts[tp], ends[tp], infos[tp], self.options.fail_on_data_loss)) is not None]
+        if self.constraints.empty:
+            return []
         ranges = narrow(ranges, self.constraints)
         ranges = narrow(ranges, self.constraints, self._timestamp_starts(planner, ranges))
         return self._tasks(ranges, infos)
@@ -186,6 +188,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         super().__init__(options, schema)
         self._planner: Planner | None = None
+        self._looked_up = False
         self._target: dict[TopicPartition, int] | None = None
         self._last_batch_at = time.monotonic()
         self._idle_since: float | None = None
@@ -217,13 +220,13 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        # An idle stream asks the brokers at most every IDLE_POLL_INTERVAL_S by waiting here:
-        # answering ``start`` unasked would tell Spark there is no new data when there may be
-        # (processAllAvailable then returned before records produced ahead of it were read).
-        if self._idle_since is not None:
-            wait = IDLE_POLL_INTERVAL_S - (time.monotonic() - self._idle_since)
-            if wait > 0:
-                time.sleep(wait)
+        # An idle stream long-polls the leaders for up to IDLE_POLL_INTERVAL_S before asking
+        # for offsets again: no tight loop while idle, no delay when a record arrives, and
+        # never ``start`` answered unasked (Spark would take it as "no new data", and
+        # processAllAvailable would return before records produced ahead of it were read).
+        if self._idle_since is not None and self._target is None:
+            self.planner.await_data(from_json_offsets(start),
+                                    int(IDLE_POLL_INTERVAL_S * 1000))
         infos = self._settled(self._current, from_json_offsets(start))
         now = time.monotonic()
         begin = self._begin(from_json_offsets(start), infos)
@@ -270,7 +273,10 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
     # -- helpers -------------------------------------------------------------------------------
 
     def _current(self) -> dict[TopicPartition, PartitionInfo]:
-        tps = self.planner.partitions()
+        # Unknown topics fail the query's first look-up; later, a topic deleted under the
+        # query is left out here, and _begin reports its partitions as lost.
+        tps = self.planner.partitions(missing_ok=self._looked_up)
+        self._looked_up = True
         topics = frozenset(tp.topic for tp in tps)
         if not topics <= self._checked_topics:  # first call, or subscribePattern found more
             self._check_schema(self.planner, sorted(topics))

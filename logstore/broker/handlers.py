@@ -98,6 +98,7 @@ class RequestHandlers:
             "list_offsets": self.list_offsets,
             "init_producer_id": self.init_producer_id,
             "describe_log_dirs": self.describe_log_dirs,
+            "await_high_watermarks": self.await_high_watermarks,
             "broker_stats": self.broker_stats,
         }
         self.actions = {name: _counted(name, fn, self._action_counts)
@@ -213,6 +214,22 @@ class RequestHandlers:
                 entry.update(error_fields(e))
             out.append(entry)
         return {"topic": topic, "partitions": out}
+
+    def await_high_watermarks(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A long poll: answers once a partition's high watermark passes the given offset, or
+        after ``max_wait_ms``, with the high watermarks of the partitions this broker leads."""
+        topic = field(req, "topic", str, "await_high_watermarks")
+        positions = {}
+        for p in field(req, "partitions", list, "await_high_watermarks"):
+            if not isinstance(p, dict):
+                raise InvalidRequestError("await_high_watermarks: partitions must be objects")
+            positions[TopicPartition(topic, field(p, "partition", int, "await_high_watermarks"))] \
+                = field(p, "offset", int, "await_high_watermarks")
+        wait_ms = min(max(field(req, "max_wait_ms", int, "await_high_watermarks", default=0), 0),
+                      MAX_WAIT_LIMIT_MS)
+        hws = self._replicas.await_high_watermarks(positions, wait_ms)
+        return {"topic": topic, "partitions": [
+            {"partition": tp.partition, "high_watermark": hw} for tp, hw in sorted(hws.items())]}
 
     def broker_stats(self, req: dict[str, Any]) -> dict[str, Any]:
         """Counters of this broker's fetches since it started."""

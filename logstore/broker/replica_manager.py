@@ -171,6 +171,26 @@ class ReplicaManager:
                 if self._generation == generation:
                     self._data_arrived.wait(remaining / 1000.0)
 
+    def await_high_watermarks(self, positions: dict[TopicPartition, int], max_wait_ms: int
+                              ) -> dict[TopicPartition, int]:
+        """Each led partition's high watermark, once one of them is above its position in
+        ``positions`` or after ``max_wait_ms`` (a long poll for readers that only need to know
+        whether there is more, such as an idle Spark stream). Partitions this broker does not
+        lead are left out."""
+        deadline = self._clock.monotonic_ms() + max_wait_ms
+        while True:
+            with self._data_arrived:
+                generation = self._generation
+            hws = {tp: p.log.high_watermark for tp in positions
+                   if (p := self._partitions.get(tp)) is not None and p.is_leader}
+            remaining = deadline - self._clock.monotonic_ms()
+            if remaining <= 0 or len(hws) < len(positions) or any(
+                    hw > positions[tp] for tp, hw in hws.items()):
+                return hws
+            with self._data_arrived:
+                if self._generation == generation:
+                    self._data_arrived.wait(remaining / 1000.0)
+
     def _read_once(self, requests: list[FetchPartition], max_bytes: int, isolation_level: int,
                    replica_id: int) -> list[PartitionFetchResult]:
         results = []

@@ -219,3 +219,29 @@ def test_pattern_topic_with_another_value_schema_fails_naming_the_topics(
                 reader.latestOffset(start, reader.getDefaultReadLimit())
     finally:
         reader.stop()
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_topic_deleted_under_a_running_stream(spark: Any, broker: BrokerProcess, tmp_path: Path,
+                                              fail_on_data_loss: bool) -> None:
+    """A subscribed topic deleted while the query runs is data loss: the query fails naming
+    the partitions (failOnDataLoss=true) or goes on without them (false)."""
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, 1, prefix="gone")
+    _produce(broker.bootstrap, topic, 0, 10)
+    query = _start(_stream(spark, broker.bootstrap, subscribe=topic, startingOffsets="earliest",
+                           failOnDataLoss=str(fail_on_data_loss).lower()),
+                   tmp_path / "out", tmp_path / "ckpt", processingTime="100 milliseconds")
+    try:
+        query.processAllAvailable()
+        with Admin(broker.bootstrap) as admin:
+            admin.delete_topics([topic])
+        if fail_on_data_loss:
+            with pytest.raises(Exception, match=rf"\['{topic}-0'\] are gone"):
+                query.awaitTermination(QUERY_TIMEOUT_S)
+        else:
+            query.processAllAvailable()
+            assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+    assert _values(_written(spark, tmp_path / "out")) == _expected(10)

@@ -82,25 +82,32 @@ def test_reader_pickles_without_its_connections() -> None:
     assert pickle.loads(pickle.dumps(r))._planner is None
 
 
-def test_idle_poll_waits_instead_of_answering_stale_offsets(
+def test_idle_poll_long_polls_instead_of_answering_stale_offsets(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Goal: right after an idle poll, latestOffset still reports records that arrived since
+    """Goal: right after an idle poll, latestOffset long-polls the leaders (bounded by
+    IDLE_POLL_INTERVAL_S) and then asks for offsets, so it reports records that arrived since
     (answering the start offsets unasked made Spark's processAllAvailable return before they
-    were read), and the brokers are still asked at most every IDLE_POLL_INTERVAL_S.
-    Method: a stubbed partition listing; an idle call, then 3 records, then a call at once."""
+    were read) without a tight loop while idle. Method: a stubbed partition listing and a
+    stubbed long poll; an idle call, then 3 records, then a call at once."""
     r = reader()
-    high_watermark, polls = [5], []
+    high_watermark, polls, waits = [5], [], []
 
     def current() -> dict[TopicPartition, PartitionInfo]:
         polls.append(time.monotonic())
         return {A: PartitionInfo(A, "127.0.0.1:1", 0, high_watermark[0])}
 
+    class LongPoll:
+        def await_data(self, positions: dict[TopicPartition, int], max_wait_ms: int) -> None:
+            waits.append((positions, max_wait_ms))
+
     monkeypatch.setattr(r, "_current", current)
+    r._planner = LongPoll()  # type: ignore[assignment]
     start = {"t": {"0": 5}}
-    assert r.latestOffset(start, ReadAllAvailable()) == start  # idle
+    assert r.latestOffset(start, ReadAllAvailable()) == start  # idle: no long poll yet
+    assert waits == []
     high_watermark[0] = 8
     assert r.latestOffset(start, ReadAllAvailable()) == {"t": {"0": 8}}
-    assert len(polls) == 2 and polls[1] - polls[0] >= IDLE_POLL_INTERVAL_S * 0.99
+    assert waits == [({A: 5}, int(IDLE_POLL_INTERVAL_S * 1000))] and len(polls) == 2
 
 
 def test_offsets_that_went_back_are_data_loss(monkeypatch: pytest.MonkeyPatch,
