@@ -14,6 +14,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from logstore.broker.group_handlers import GroupHandlers, ReplicaOffsetsLog
 from logstore.broker.handlers import RequestHandlers
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.clock import Clock, SystemClock
@@ -21,6 +22,7 @@ from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.controller import TopicController
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState
+from logstore.groups.coordinator import GroupConfig, GroupCoordinator
 from logstore.model import TopicPartition
 from logstore.records import topic_schema
 from logstore.segments.log_manager import LogManager
@@ -28,6 +30,7 @@ from logstore.segments.log_manager import LogManager
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
+GROUP_TICK_MS = 100  # session expiry and delayed joins are checked this often
 STOP_GRACE_S = 3.0
 
 
@@ -83,8 +86,31 @@ class Broker:
         self.replicas = ReplicaManager(config.broker_id, self.log_manager, self.clock)
         self.handlers = RequestHandlers(config.broker_id, self.store, self.controller,
                                         self.replicas, ProducerIdAllocator(self.store))
+        self.groups = self._group_handlers(config)
+        self.handlers.add_actions(self.groups.actions())
         self.server: Server | None = None
         self._sync_lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    def _group_handlers(self, config: BrokerConfig) -> GroupHandlers:
+        coordinator = GroupCoordinator(
+            ReplicaOffsetsLog(self.replicas, self.store),
+            GroupConfig(group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                        group_min_session_timeout_ms=config.group_min_session_timeout_ms,
+                        group_max_session_timeout_ms=config.group_max_session_timeout_ms,
+                        offsets_retention_minutes=config.offsets_retention_minutes),
+            self.clock)
+        return GroupHandlers(coordinator, self.store, self.controller, config.offsets_partitions,
+                             config.offsets_topic_replication_factor,
+                             config.offsets_topic_segment_bytes)
+
+    def _tick_groups(self) -> None:
+        """Background loop: session expiry, delayed joins and offset expiry."""
+        while not self._stopping.wait(GROUP_TICK_MS / 1000.0):
+            try:
+                self.groups.coordinator.tick()
+            except Exception:  # boundary: a background loop logs and goes on
+                log.exception("broker %d: group coordinator tick failed", self.config.broker_id)
 
     @property
     def port(self) -> int:
@@ -101,6 +127,8 @@ class Broker:
         self.store.add_listener(self.sync_partitions)
         self.store.elect_controller(self._on_elected, self._on_resigned)
         self.sync_partitions()
+        threading.Thread(target=self._tick_groups, name="group-coordinator-tick",
+                         daemon=True).start()
         log.info("broker %d listening on %s:%d", self.config.broker_id, self.config.host,
                  self.server.port)
 
@@ -125,6 +153,7 @@ class Broker:
         shutdown waiting forever, so after the grace period storage is closed regardless (a
         late append then fails with a retriable storage error). True if every request ended."""
         log.info("broker %d stopping", self.config.broker_id)
+        self._stopping.set()
         finished = True
         if self.server is not None:
             done = threading.Event()

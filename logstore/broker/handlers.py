@@ -103,6 +103,11 @@ class RequestHandlers:
         self.actions = {name: _counted(name, fn, self._action_counts)
                         for name, fn in self.actions.items()}
 
+    def add_actions(self, actions: dict[str, Any]) -> None:
+        """Serve more DoActions (the group coordinator's), counted like the built-in ones."""
+        self.actions.update({name: _counted(name, fn, self._action_counts)
+                             for name, fn in actions.items()})
+
     # -- control -----------------------------------------------------------------------------
 
     def metadata(self, req: dict[str, Any]) -> dict[str, Any]:
