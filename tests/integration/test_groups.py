@@ -320,3 +320,40 @@ def test_offsets_compaction_keeps_the_latest_per_key(tmp_path_factory: pytest.Te
                 group).items()} == {0: 399, 1: 1399}
     finally:
         factory.stop_all()
+
+
+def test_static_member_restart_keeps_assignment_without_rebalance(gbroker: BrokerProcess,
+                                                                  admin: Admin) -> None:
+    topic, group = new_topic(admin, 4), group_name()
+
+    def static(instance: str) -> Polling:
+        c = Consumer(gbroker.bootstrap, group_id=group, group_instance_id=instance, **FAST)
+        c.subscribe([topic])
+        return Polling(c)
+
+    a, b = static("i-a"), static("i-b")
+    try:
+        wait_for(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, "2 each")
+        before = admin.describe_groups([group])[0]
+        owned_a = a.assignment()
+        a.stop()  # a static member does not leave on close
+        a = static("i-a")
+        wait_for(lambda: a.assignment() == owned_a, "the same partitions back")
+        after = admin.describe_groups([group])[0]
+        assert after.generation_id == before.generation_id
+        assert b.assignment() == set().union(*(m.assignment for m in before.members)) - owned_a
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_member_that_stops_polling_leaves_and_rejoins(gbroker: BrokerProcess,
+                                                      admin: Admin) -> None:
+    topic, group = new_topic(admin, 2), group_name()
+    with Consumer(gbroker.bootstrap, group_id=group, max_poll_interval_ms=500, **FAST) as c:
+        c.subscribe([topic])
+        wait_for(lambda: c.poll(50) is not None and len(c.assignment()) == 2, "assignment")
+        wait_for(lambda: admin.describe_groups([group])[0].state == "Empty",
+                 "the idle member to leave")
+        wait_for(lambda: c.poll(50) is not None and
+                 admin.describe_groups([group])[0].state == "Stable", "a rejoin")
