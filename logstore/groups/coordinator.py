@@ -108,12 +108,37 @@ class GroupCoordinator:
     def _now(self) -> int:
         return self._clock.time_ms()
 
-    def _shard_of(self, group_id: str) -> tuple[int, _Shard]:
-        """The loaded shard of ``group_id`` (loading it first if this broker just became its
-        leader). Call with the lock held."""
+    def _partition(self, group_id: str) -> int:
         if not isinstance(group_id, str) or not group_id:
             raise InvalidGroupIdError(f"group id must be a non-empty string, got {group_id!r}")
-        partition = partition_for(group_id, self._log.num_partitions())
+        return partition_for(group_id, self._log.num_partitions())
+
+    def _ensure_loaded(self, group_id: str) -> None:
+        """Replay the group's offsets partition if this broker leads it at an epoch not yet
+        loaded. The replay runs without the lock: other groups go on meanwhile, and requests
+        for this partition get COORDINATOR_LOAD_IN_PROGRESS."""
+        partition = self._partition(group_id)
+        with self._lock:
+            epoch = self._log.leader_epoch(partition)
+            shard = self._shards.get(partition)
+            if epoch is None or (shard is not None and shard.leader_epoch == epoch):
+                return
+            if partition in self._loading:
+                raise CoordinatorLoadInProgressError(
+                    f"loading groups of __consumer_offsets-{partition}")
+            self._loading.add(partition)
+        try:
+            shard = self._replay(partition, epoch)
+        finally:
+            with self._lock:
+                self._loading.discard(partition)
+        with self._lock:
+            self._shards[partition] = shard
+
+    def _shard_of(self, group_id: str) -> tuple[int, _Shard]:
+        """The loaded shard of ``group_id``. Call with the lock held, after
+        ``_ensure_loaded``."""
+        partition = self._partition(group_id)
         epoch = self._log.leader_epoch(partition)
         if epoch is None:
             self._shards.pop(partition, None)
@@ -121,20 +146,14 @@ class GroupCoordinator:
                                       f"{partition}, the partition of group {group_id!r}")
         shard = self._shards.get(partition)
         if shard is None or shard.leader_epoch != epoch:
-            shard = self._load(partition, epoch)
+            raise CoordinatorLoadInProgressError(  # leadership moved since _ensure_loaded
+                f"loading groups of __consumer_offsets-{partition}")
         return partition, shard
 
-    def _load(self, partition: int, epoch: int) -> _Shard:
-        if partition in self._loading:
-            raise CoordinatorLoadInProgressError(
-                f"loading groups of __consumer_offsets-{partition}")
-        self._loading.add(partition)
-        try:
-            loaded = LoadedGroups()
-            for batch in self._log.read(partition):
-                loaded.apply_batch(batch)
-        finally:
-            self._loading.discard(partition)
+    def _replay(self, partition: int, epoch: int) -> _Shard:
+        loaded = LoadedGroups()
+        for batch in self._log.read(partition):
+            loaded.apply_batch(batch)
         shard = _Shard(epoch, offsets=loaded.offsets)
         for group_id in set(loaded.offsets) | set(loaded.groups):
             record = loaded.groups.get(group_id)
@@ -144,7 +163,6 @@ class GroupCoordinator:
                           record.protocol_type if record else None)
             shard.groups[group_id] = group
             shard.persisted[group_id] = group.generation_id
-        self._shards[partition] = shard
         log.info("__consumer_offsets-%d: loaded %d group(s) at leader epoch %d", partition,
                  len(shard.groups), epoch)
         return shard
@@ -169,6 +187,7 @@ class GroupCoordinator:
             raise InvalidSessionTimeoutError(
                 f"group {group_id!r}: session_timeout_ms {session_timeout_ms} is outside "
                 f"[{cfg.group_min_session_timeout_ms}, {cfg.group_max_session_timeout_ms}]")
+        self._ensure_loaded(group_id)
         with self._lock:
             partition, shard, group = self._group(group_id, create=True)
             future = group.join(member_id, group_instance_id, client_id, session_timeout_ms,
@@ -179,17 +198,20 @@ class GroupCoordinator:
 
     def sync_group(self, group_id: str, member_id: str, generation_id: int,
                    assignments: dict[str, dict[str, Any]] | None) -> Future[dict[str, Any]]:
+        self._ensure_loaded(group_id)
         with self._lock:
             _, _, group = self._group(group_id)
             return group.sync(member_id, generation_id, assignments)
 
     def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> None:
+        self._ensure_loaded(group_id)
         with self._lock:
             _, _, group = self._group(group_id)
             group.heartbeat(member_id, generation_id, self._now())
 
     def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None
                     ) -> None:
+        self._ensure_loaded(group_id)
         with self._lock:
             partition, shard, group = self._group(group_id)
             group.leave(member_id, group_instance_id, self._now())
@@ -210,6 +232,7 @@ class GroupCoordinator:
                       entries: list[CommitEntry]) -> dict[TopicPartition, ApiError | None]:
         """Commit what is valid; one error per partition (the whole request fails only when
         the member or generation is wrong)."""
+        self._ensure_loaded(group_id)
         with self._lock:
             partition, shard, group = self._group(group_id, create=True)
             now = self._now()
@@ -245,6 +268,7 @@ class GroupCoordinator:
 
     def offset_fetch(self, group_id: str, tps: list[TopicPartition] | None
                      ) -> dict[TopicPartition, OffsetAndMetadata]:
+        self._ensure_loaded(group_id)
         with self._lock:
             _, shard = self._shard_of(group_id)
             committed = shard.offsets.get(group_id, {})
@@ -266,10 +290,12 @@ class GroupCoordinator:
             return out
 
     def describe_group(self, group_id: str) -> dict[str, Any]:
+        self._ensure_loaded(group_id)
         with self._lock:
             return self._group(group_id)[2].describe()
 
     def delete_group(self, group_id: str) -> None:
+        self._ensure_loaded(group_id)
         with self._lock:
             partition, shard, group = self._group(group_id)
             if group.members:

@@ -10,6 +10,7 @@ exercised by the integration tests), and time moves only when a test advances th
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from logstore.clock import FakeClock
 from logstore.errors import (
+    CoordinatorLoadInProgressError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
     IllegalGenerationError,
@@ -207,3 +209,32 @@ def test_leave_of_the_last_member_empties_the_group(coord: GroupCoordinator) -> 
     coord.delete_group("g")
     with pytest.raises(GroupIdNotFoundError):
         coord.describe_group("g")
+
+
+class BlockingOffsetsLog(MemoryOffsetsLog):
+    """Reads wait for ``release``: a replay that takes as long as the test wants."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = threading.Event()
+        self.release = threading.Event()
+
+    def read(self, partition: int) -> Iterator[pa.RecordBatch]:
+        self.reading.set()
+        assert self.release.wait(10)
+        return super().read(partition)
+
+
+def test_requests_during_a_replay_get_load_in_progress(clock: FakeClock) -> None:
+    offsets_log = BlockingOffsetsLog()
+    coord = GroupCoordinator(offsets_log, GroupConfig(), clock)
+    results: list[object] = []
+    loader = threading.Thread(target=lambda: results.append(coord.offset_fetch("g", None)))
+    loader.start()
+    assert offsets_log.reading.wait(10)
+    with pytest.raises(CoordinatorLoadInProgressError):
+        coord.offset_fetch("g", None)
+    assert coord.list_groups() == []  # other work goes on meanwhile
+    offsets_log.release.set()
+    loader.join(10)
+    assert results == [{}]
