@@ -141,7 +141,7 @@ class GroupCoordinator:
         partition = self._partition(group_id)
         epoch = self._log.leader_epoch(partition)
         if epoch is None:
-            self._shards.pop(partition, None)
+            self._unload(partition)
             raise NotCoordinatorError(f"this broker does not lead __consumer_offsets-"
                                       f"{partition}, the partition of group {group_id!r}")
         shard = self._shards.get(partition)
@@ -149,6 +149,17 @@ class GroupCoordinator:
             raise CoordinatorLoadInProgressError(  # leadership moved since _ensure_loaded
                 f"loading groups of __consumer_offsets-{partition}")
         return partition, shard
+
+    def _unload(self, partition: int) -> None:
+        """Forget a partition this broker no longer leads; members waiting in a join or sync
+        learn at once that they must find the new coordinator."""
+        shard = self._shards.pop(partition, None)
+        if shard is None:
+            return
+        moved = NotCoordinatorError(f"__consumer_offsets-{partition} moved to another leader")
+        for group in shard.groups.values():
+            group.fail_pending(moved)
+        log.info("__consumer_offsets-%d: unloaded %d group(s)", partition, len(shard.groups))
 
     def _replay(self, partition: int, epoch: int) -> _Shard:
         loaded = LoadedGroups()
@@ -328,7 +339,7 @@ class GroupCoordinator:
             now = self._now()
             for partition, shard in list(self._shards.items()):
                 if self._log.leader_epoch(partition) != shard.leader_epoch:
-                    del self._shards[partition]
+                    self._unload(partition)
                     continue
                 for group in list(shard.groups.values()):
                     try:

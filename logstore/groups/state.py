@@ -288,6 +288,14 @@ class Group:
             if f is not None and not f.done():
                 f.set_exception(error)
 
+    def fail_pending(self, error: Exception) -> None:
+        """Fail every waiting join and sync (the coordinator is giving the group up)."""
+        for m in self.members.values():
+            for f in (m.join_future, m.sync_future):
+                if f is not None and not f.done():
+                    f.set_exception(error)
+            m.join_future = m.sync_future = None
+
     # -- lookups -----------------------------------------------------------------------------
 
     def member(self, member_id: str, generation_id: int) -> Member:

@@ -238,3 +238,13 @@ def test_requests_during_a_replay_get_load_in_progress(clock: FakeClock) -> None
     offsets_log.release.set()
     loader.join(10)
     assert results == [{}]
+
+
+def test_losing_leadership_fails_waiting_joins_with_not_coordinator(
+        coord: GroupCoordinator, offsets_log: MemoryOffsetsLog) -> None:
+    form_group(coord, 1)
+    waiting = join(coord)  # a second member: its join waits for the first to rejoin
+    assert not waiting.done()
+    offsets_log.epochs[partition_for("g", offsets_log.num_partitions())] = None
+    coord.tick()
+    assert isinstance(waiting.exception(0), NotCoordinatorError)
