@@ -357,3 +357,23 @@ def test_member_that_stops_polling_leaves_and_rejoins(gbroker: BrokerProcess,
                  "the idle member to leave")
         wait_for(lambda: c.poll(50) is not None and
                  admin.describe_groups([group])[0].state == "Stable", "a rejoin")
+
+
+def test_more_partitions_trigger_a_rebalance_and_commit_async_calls_back(
+        gbroker: BrokerProcess, admin: Admin) -> None:
+    topic = new_topic(admin, 1)
+    produce(gbroker.bootstrap, topic, 1, 10)
+    with Consumer(gbroker.bootstrap, group_id=group_name(), metadata_max_age_ms=200,
+                  enable_auto_commit=False, **FAST) as c:
+        c.subscribe([topic])
+        consume(c, 10)
+        admin.create_partitions({topic: 3})
+        wait_for(lambda: c.poll(50) is not None and len(c.assignment()) == 3,
+                 "the new partitions")
+        calls: list = []
+        c.commit_async({TopicPartition(topic, 0): 10},
+                       callback=lambda offsets, error: calls.append((offsets, error))
+                       ).result(WAIT_S)
+        ((offsets, error),) = calls
+        assert error is None and offsets[TopicPartition(topic, 0)].offset == 10
+        assert c.committed(TopicPartition(topic, 0)).offset == 10
