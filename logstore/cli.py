@@ -23,6 +23,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from logstore.cli_groups import add_group_commands
 from logstore.errors import LogstoreError
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_topic_commands(commands)
     _add_produce_command(commands)
     _add_consume_command(commands)
+    add_group_commands(commands, _add_bootstrap)
     demo = commands.add_parser("demo", help="run the embedded end-to-end demo")
     demo.add_argument("--records", type=_non_negative, default=1_000_000,
                       help="records produced columnar, in 10k-row batches (default 1000000)")

@@ -24,6 +24,8 @@ CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
 COMPRESSION_TYPES = ("none", "lz4", "zstd")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 DEFAULT_LISTENER = "127.0.0.1:9092"
+EMBEDDED_OFFSETS_PARTITIONS = 8
+CLUSTER_OFFSETS_PARTITIONS = 50
 
 
 def _positive(v: Any) -> bool:
@@ -160,6 +162,23 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = 60_000
     log_cleaner_interval_ms: int = 15_000
     topic_defaults: dict[str, Any] = field(default_factory=dict)
+    # Consumer groups (Kafka's names). offsets_topic_num_partitions None means Kafka's 50 in a
+    # cluster and 8 for an embedded broker, where 50 partitions (each with open segment and
+    # index files) would cost more than one process's groups need.
+    offsets_topic_num_partitions: int | None = None
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 100 * MiB
+    offsets_retention_minutes: int = 7 * 24 * 60
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+
+    @property
+    def offsets_partitions(self) -> int:
+        if self.offsets_topic_num_partitions is not None:
+            return self.offsets_topic_num_partitions
+        return EMBEDDED_OFFSETS_PARTITIONS if self.zk_connect is None else \
+            CLUSTER_OFFSETS_PARTITIONS
 
     @property
     def host(self) -> str:
@@ -179,7 +198,14 @@ _BROKER_TYPES: dict[str, tuple[type, ...]] = {
     "zk_connect": (str,), "zk_session_timeout_ms": (int,), "replica_lag_time_max_ms": (int,),
     "log_retention_check_interval_ms": (int,), "log_cleaner_interval_ms": (int,),
     "topic_defaults": (dict,),
+    "offsets_topic_num_partitions": (int,), "offsets_topic_replication_factor": (int,),
+    "offsets_topic_segment_bytes": (int,), "offsets_retention_minutes": (int,),
+    "group_initial_rebalance_delay_ms": (int,), "group_min_session_timeout_ms": (int,),
+    "group_max_session_timeout_ms": (int,),
 }
+_POSITIVE_BROKER_KEYS = ("offsets_topic_num_partitions", "offsets_topic_replication_factor",
+                         "offsets_topic_segment_bytes", "offsets_retention_minutes",
+                         "group_min_session_timeout_ms", "group_max_session_timeout_ms")
 
 
 def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> BrokerConfig:
@@ -205,9 +231,11 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
     _check_listener(values.get("listener", DEFAULT_LISTENER), source)
     if "zk_connect" in values and not values["zk_connect"].strip():
         raise ConfigError(f"{source}: zk_connect must name at least one host:port")
-    for key in ("zk_session_timeout_ms", "replica_lag_time_max_ms"):
+    for key in ("zk_session_timeout_ms", "replica_lag_time_max_ms", *_POSITIVE_BROKER_KEYS):
         if values.get(key, 1) <= 0:
             raise ConfigError(f"{source}: {key} must be positive")
+    if values.get("group_initial_rebalance_delay_ms", 0) < 0:
+        raise ConfigError(f"{source}: group_initial_rebalance_delay_ms must be >= 0")
     try:
         validate_topic_config(values.get("topic_defaults", {}))
     except InvalidConfigError as e:

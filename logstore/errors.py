@@ -169,6 +169,9 @@ InvalidSessionTimeoutError = _api_error("InvalidSessionTimeoutError",
                                         "The session timeout is out of the allowed range.")
 RebalanceInProgressError = _api_error("RebalanceInProgressError", ErrorCode.REBALANCE_IN_PROGRESS,
                                       "The group is rebalancing; rejoin.")
+InvalidCommitOffsetSizeError = _api_error(
+    "InvalidCommitOffsetSizeError", ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    "The offset commit's metadata is larger than offset_metadata_max_bytes.")
 InvalidTimestampError = _api_error("InvalidTimestampError", ErrorCode.INVALID_TIMESTAMP,
                                    "A record timestamp is not acceptable.")
 UnsupportedVersionError = _api_error("UnsupportedVersionError", ErrorCode.UNSUPPORTED_VERSION,

@@ -73,3 +73,11 @@ def validate_partition_count(topic: str, count: object) -> int:
     if count > 100_000:
         raise InvalidPartitionsError(f"topic {topic!r}: {count} partitions is over 100000")
     return count
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset: the next offset to consume, the committer's note, and when."""
+
+    offset: int
+    metadata: str = ""
+    commit_timestamp: int = -1

@@ -16,6 +16,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from logstore.broker.cluster import ClusterHandlers, ConnectionFactory, Peers
+from logstore.broker.group_handlers import GroupHandlers, ReplicaOffsetsLog
 from logstore.broker.handlers import RequestHandlers
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.clock import Clock, SystemClock
@@ -25,6 +26,7 @@ from logstore.controller.controller import TopicController
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState
 from logstore.errors import ApiError
+from logstore.groups.coordinator import GroupConfig, GroupCoordinator
 from logstore.model import TopicPartition
 from logstore.records import topic_schema
 from logstore.replication.fetcher import FetcherManager
@@ -34,6 +36,7 @@ from logstore.segments.log_manager import LogManager
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
+GROUP_TICK_MS = 100  # session expiry and delayed joins are checked this often
 STOP_GRACE_S = 3.0
 CONTROLLED_SHUTDOWN_S = 10.0
 CONTROLLED_SHUTDOWN_RETRY_S = 0.2
@@ -97,8 +100,11 @@ class Broker:
                                        self._isr_sender.propose if self._isr_sender else None)
         self.handlers = RequestHandlers(config.broker_id, self.store, self.controller,
                                         self.replicas, ProducerIdAllocator(self.store))
+        self.groups = self._group_handlers(config)
+        self.handlers.add_actions(self.groups.actions())
         self.server: Server | None = None
         self._sync_lock = threading.RLock()
+        self._stopping = threading.Event()
         self.fetchers: FetcherManager | None = None
         self.cluster_controller: ClusterController | None = None
         if self.peers is not None:
@@ -114,6 +120,26 @@ class Broker:
                                   self._apply_state)
         for name, fn in cluster.actions.items():
             self.handlers.register(name, fn)
+
+    def _group_handlers(self, config: BrokerConfig) -> GroupHandlers:
+        coordinator = GroupCoordinator(
+            ReplicaOffsetsLog(self.replicas, self.store),
+            GroupConfig(group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                        group_min_session_timeout_ms=config.group_min_session_timeout_ms,
+                        group_max_session_timeout_ms=config.group_max_session_timeout_ms,
+                        offsets_retention_minutes=config.offsets_retention_minutes),
+            self.clock)
+        return GroupHandlers(coordinator, self.store, self.controller, config.offsets_partitions,
+                             config.offsets_topic_replication_factor,
+                             config.offsets_topic_segment_bytes)
+
+    def _tick_groups(self) -> None:
+        """Background loop: session expiry, delayed joins and offset expiry."""
+        while not self._stopping.wait(GROUP_TICK_MS / 1000.0):
+            try:
+                self.groups.coordinator.tick()
+            except Exception:  # boundary: a background loop logs and goes on
+                log.exception("broker %d: group coordinator tick failed", self.config.broker_id)
 
     @property
     def port(self) -> int:
@@ -136,6 +162,8 @@ class Broker:
             self.store.add_listener(self.cluster_controller.on_metadata_change)
         self.store.elect_controller(self._on_elected, self._on_resigned)
         self.sync_partitions()
+        threading.Thread(target=self._tick_groups, name="group-coordinator-tick",
+                         daemon=True).start()
         log.info("broker %d listening on %s:%d", self.config.broker_id, self.config.host,
                  self.server.port)
 
@@ -164,6 +192,7 @@ class Broker:
         shutdown waiting forever, so after the grace period storage is closed regardless (a
         late append then fails with a retriable storage error). True if every request ended."""
         log.info("broker %d stopping", self.config.broker_id)
+        self._stopping.set()
         if self.peers is not None and self.server is not None:
             self._controlled_shutdown()
         finished = True

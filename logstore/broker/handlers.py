@@ -105,8 +105,14 @@ class RequestHandlers:
                         for name, fn in self.actions.items()}
 
     def register(self, name: str, fn: Any) -> None:
-        """Add an action (the cluster actions come from cluster_handlers.py)."""
-        self.actions[name] = _counted(name, fn, self._action_counts)
+        """Add an action (the cluster actions come from cluster.py)."""
+        self.add_actions({name: fn})
+
+    def add_actions(self, actions: dict[str, Any]) -> None:
+        """Serve more DoActions (the cluster's, the group coordinator's), counted like the
+        built-in ones."""
+        self.actions.update({name: _counted(name, fn, self._action_counts)
+                             for name, fn in actions.items()})
 
     # -- control -----------------------------------------------------------------------------
 

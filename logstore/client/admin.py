@@ -1,4 +1,4 @@
-"""The admin client: topics, partitions and topic configs.
+"""The admin client: topics, partitions, topic configs and consumer groups.
 
 Each call raises the ApiError of the first entity that failed, with a message naming it, after
 the request has been applied to every entity it could be applied to (as Kafka's admin does
@@ -12,8 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from logstore.client.group import GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
-from logstore.model import TopicPartition
+from logstore.errors import GroupIdNotFoundError, NonEmptyGroupError
+from logstore.model import OffsetAndMetadata, TopicPartition
 from logstore.records import decode_schema, encode_schema
 from logstore.rpc.codec import error_from_fields
 
@@ -41,6 +43,31 @@ class TopicDescription:
     partitions: list[PartitionDescription]
     internal: bool = False
     value_schema: pa.Schema | None = None
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    group_id: str
+    state: str
+    protocol_type: str
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    assignment: list[TopicPartition]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation_id: int
+    members: list[MemberDescription]
 
 
 class Admin:
@@ -99,6 +126,64 @@ class Admin:
             self._check([entry])
             out[tp] = entry["offset"]
         return out
+
+    # -- consumer groups ---------------------------------------------------------------------
+
+    def list_groups(self) -> list[GroupListing]:
+        """Every group of every broker's coordinator (brokers that fail to answer are left
+        out, as Kafka's admin does only after retries)."""
+        self._metadata.refresh([])
+        found: dict[str, GroupListing] = {}
+        for broker_id in sorted(self._metadata.brokers()):
+            response = self._metadata.broker_connection(broker_id).action("list_groups", {})
+            for g in response.get("groups", []):
+                found[g["group_id"]] = GroupListing(g["group_id"], g["state"],
+                                                    g["protocol_type"])
+        return sorted(found.values(), key=lambda g: g.group_id)
+
+    def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
+        out = []
+        for group_id in group_ids:
+            (g,) = self._group(group_id).call("describe_groups",
+                                              {"group_ids": [group_id]})["groups"]
+            self._check([g])
+            out.append(GroupDescription(
+                g["group_id"], g["state"], g["protocol_type"], g["protocol"],
+                g["generation_id"], [MemberDescription(
+                    m["member_id"], m["group_instance_id"], m["client_id"],
+                    [TopicPartition(t, p) for t, p in m["assignment"].get("partitions", [])])
+                    for m in g["members"]]))
+        return out
+
+    def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self._group(group_id).committed(None)
+
+    def alter_group_offsets(self, group_id: str,
+                            offsets: dict[TopicPartition, int | OffsetAndMetadata]) -> None:
+        """Set committed offsets; only while the group has no members (NON_EMPTY_GROUP)."""
+        group = self._group(group_id)
+        try:
+            (desc,) = self.describe_groups([group_id])
+            if desc.members:
+                raise NonEmptyGroupError(
+                    f"group {group_id!r} has {len(desc.members)} active member(s); stop its "
+                    "consumers before changing its offsets")
+        except GroupIdNotFoundError:
+            pass  # no such group yet: committing creates it
+        group.commit({TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
+                      else OffsetAndMetadata(om) for tp, om in offsets.items()},
+                     as_member=False)
+
+    def delete_groups(self, group_ids: list[str]) -> None:
+        """Delete empty groups and their offsets (tombstones in __consumer_offsets)."""
+        entries = []
+        for group_id in group_ids:
+            entries += self._group(group_id).call("delete_groups",
+                                                  {"group_ids": [group_id]})["groups"]
+        self._check(entries)
+
+    def _group(self, group_id: str) -> GroupMember:
+        return GroupMember(self._metadata, GroupSettings(group_id))
 
     def close(self) -> None:
         self._metadata.close()

@@ -3,17 +3,21 @@
 Fetches go to each partition's leader, one request per (broker, topic), and the next fetch for
 the same partitions is sent as soon as one returns, so decoding overlaps the network. ``poll``
 returns ConsumerRecords; ``poll_arrow`` returns one pyarrow Table per partition with ``offset``
-and ``partition`` columns appended, without touching records one at a time. Consumer groups
-(``subscribe``) arrive with the group coordinator. Must not: reach into broker internals.
+and ``partition`` columns appended, without touching records one at a time. With ``group_id``
+and ``subscribe``, the partitions come from the group (``client/group.py``): rebalances run
+inside ``poll()`` (eager strategies revoke everything first; cooperative-sticky revokes only what
+moves and rejoins), with the listener's callbacks and auto-commit on this thread, and committed
+offsets start newly assigned partitions. Must not: reach into broker internals.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import repeat
 from typing import Any
@@ -21,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from logstore.client.group import REJOIN_CODES, GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
@@ -28,7 +33,14 @@ from logstore.errors import (
     NetworkError,
     OffsetOutOfRangeError,
 )
-from logstore.model import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from logstore.model import (
+    EARLIEST,
+    LATEST,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from logstore.rpc.client import FetchResponse
 from logstore.rpc.codec import error_from_fields
 
@@ -38,6 +50,18 @@ MiB = 1024 * 1024
 _RESET = {"earliest": EARLIEST, "latest": LATEST, "none": None}
 
 _Group = tuple[int, str]  # (leader broker id, topic)
+REBALANCE_ATTEMPTS = 10
+CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], Exception | None], None]
+
+
+class ConsumerRebalanceListener:
+    """Override either callback; both run on the thread that calls ``poll()``."""
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Before the partitions go (commit here when auto-commit is off)."""
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        """After new partitions arrive, before their records are fetched."""
 
 
 class Consumer:
@@ -45,14 +69,32 @@ class Consumer:
                  group_id: str | None = None, auto_offset_reset: str = "latest",
                  fetch_max_bytes: int = 50 * MiB, max_partition_fetch_bytes: int = 8 * MiB,
                  fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 500,
-                 max_poll_records: int = 500, request_timeout_ms: int = 30_000) -> None:
+                 max_poll_records: int = 500, request_timeout_ms: int = 30_000,
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
+                 session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 3000,
+                 max_poll_interval_ms: int = 300_000,
+                 partition_assignment_strategy: Iterable[str] = ("range",),
+                 group_instance_id: str | None = None, client_id: str = "logstore-consumer",
+                 metadata_max_age_ms: int = 300_000) -> None:
         if auto_offset_reset not in _RESET:
             raise ValueError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', "
                              f"got {auto_offset_reset!r}")
-        if group_id is not None:
-            raise NotImplementedError("consumer groups (group_id, subscribe) are not built yet; "
-                                      "use assign()")
-        self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms)
+        if heartbeat_interval_ms >= session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms,
+                                         metadata_max_age_ms=metadata_max_age_ms)
+        self._group: GroupMember | None = None if group_id is None else GroupMember(
+            self._metadata, GroupSettings(
+                group_id, session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
+                tuple(partition_assignment_strategy), group_instance_id, client_id))
+        self._auto_commit_s = auto_commit_interval_ms / 1000.0 if enable_auto_commit else None
+        self._next_auto_commit = time.monotonic() + (self._auto_commit_s or 0)
+        self._metadata_check_s = metadata_max_age_ms / 1000.0
+        self._next_metadata_check = 0.0
+        self._subscription: list[str] | re.Pattern[str] | None = None
+        self._subscribed_counts: dict[str, int] = {}
+        self._listener: Any = None
+        self._commit_pool: ThreadPoolExecutor | None = None
         self._reset = _RESET[auto_offset_reset]
         self._fetch_max_bytes = fetch_max_bytes
         self._partition_max_bytes = max_partition_fetch_bytes
@@ -84,9 +126,26 @@ class Consumer:
         self._paused &= keep
         self._inflight.clear()
 
-    def subscribe(self, topics: Any = None, pattern: str | None = None, listener: Any = None
-                  ) -> None:
-        raise NotImplementedError("consumer groups (subscribe) are not built yet; use assign()")
+    def subscribe(self, topics: Iterable[str] | str | None = None, pattern: str | None = None,
+                  listener: Any = None) -> None:
+        """Join the group for ``topics`` (a list) or ``pattern`` (a regular expression
+        matched against whole topic names); partitions arrive from ``poll()``."""
+        if self._group is None:
+            raise ValueError("subscribe() needs a group_id; use assign() without one")
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe() takes either topics or pattern")
+        self._subscription = re.compile(pattern) if pattern is not None else (
+            [topics] if isinstance(topics, str) else sorted(set(topics or [])))
+        self._listener = listener
+        self._next_metadata_check = 0.0
+        self._group.need_rejoin.set()
+
+    def unsubscribe(self) -> None:
+        if self._group is not None and self._subscription is not None:
+            self._revoke(set(self._assignment))
+            self._group.leave()
+        self._subscription = None
+        self.assign([])
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
@@ -194,6 +253,8 @@ class Consumer:
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
         fetched = False
         while True:
+            self._maybe_rebalance()
+            self._maybe_auto_commit()
             out = self._drain_buffer(limit)
             if out:
                 return out
@@ -340,6 +401,128 @@ class Consumer:
         for group in [g for g, (pos, _) in self._inflight.items() if tp in pos]:
             del self._inflight[group]
 
+    # -- groups ------------------------------------------------------------------------------
+
+    def _maybe_rebalance(self) -> None:
+        group = self._group
+        if group is None or self._subscription is None:
+            return
+        group.last_poll = time.monotonic()
+        group.start_heartbeats()
+        if time.monotonic() >= self._next_metadata_check:
+            self._next_metadata_check = time.monotonic() + self._metadata_check_s
+            if self._partition_counts(self._subscribed_topics()) != self._subscribed_counts:
+                group.need_rejoin.set()  # a new matching topic or more partitions
+        for _ in range(REBALANCE_ATTEMPTS):
+            if not group.need_rejoin.is_set():
+                return
+            try:
+                self._rebalance(group)
+            except REJOIN_CODES as e:
+                log.info("group %s: rejoining (%s)", group.settings.group_id, e)
+
+    def _subscribed_topics(self) -> list[str]:
+        if isinstance(self._subscription, re.Pattern):
+            self._metadata.refresh()
+            return [t for t in self._metadata.topic_names()
+                    if self._subscription.fullmatch(t)]
+        return list(self._subscription or [])
+
+    def _partition_counts(self, topics: list[str]) -> dict[str, int]:
+        counts = {}
+        for topic in topics:
+            try:
+                counts[topic] = self._metadata.topic(topic, refresh=True).num_partitions
+            except ApiError as e:
+                log.info("subscribed topic %s: %s", topic, e)
+        return counts
+
+    def _rebalance(self, group: GroupMember) -> None:
+        owned = set(self._assignment)
+        if not group.cooperative and owned:
+            self._revoke(owned)
+        topics = self._subscribed_topics()
+        self._subscribed_counts = self._partition_counts(topics)
+        outcome = group.join(topics, sorted(self._assignment), self._partition_counts)
+        new = set(outcome.assignment)
+        revoked = set(self._assignment) - new
+        if revoked:
+            self._revoke(revoked)
+            group.need_rejoin.set()  # cooperative: the revoked partitions go out next round
+        added = new - set(self._assignment)
+        self.assign(sorted(new))
+        committed = group.committed(sorted(added)) if added else {}
+        for tp, om in committed.items():
+            self._positions[tp] = om.offset
+        log.info("group %s generation %d: assigned %s", group.settings.group_id,
+                 outcome.generation_id, sorted(map(str, new)))
+        if self._listener is not None:
+            self._listener.on_partitions_assigned(added)
+
+    def _revoke(self, revoked: set[TopicPartition]) -> None:
+        if self._auto_commit_s is not None:
+            self._commit_quietly({tp: tp_pos for tp, tp_pos in self._positions.items()
+                                  if tp in revoked})
+        if self._listener is not None:
+            self._listener.on_partitions_revoked(revoked)
+        self.assign([tp for tp in self._assignment if tp not in revoked])
+
+    def _maybe_auto_commit(self) -> None:
+        if self._group is None or self._auto_commit_s is None or not self._assignment:
+            return
+        if time.monotonic() >= self._next_auto_commit:
+            self._next_auto_commit = time.monotonic() + self._auto_commit_s
+            self._commit_quietly(dict(self._positions))
+
+    def _commit_quietly(self, positions: dict[TopicPartition, int]) -> None:
+        try:
+            self.commit({tp: OffsetAndMetadata(o) for tp, o in positions.items()})
+        except ApiError as e:
+            log.warning("auto-commit failed: %s", e)
+
+    def commit(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None
+               ) -> None:
+        """Commit ``offsets`` (each the next offset to read, optionally with metadata), or
+        the current positions of all assigned partitions; raises the coordinator's error."""
+        group = self._require_group()
+        if offsets is None:
+            offsets = dict(self._positions)
+        if not offsets:
+            return
+        group.commit({TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
+                      else OffsetAndMetadata(om) for tp, om in offsets.items()},
+                     as_member=self._subscription is not None and group.generation_id >= 0)
+
+    def commit_async(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None,
+                     callback: CommitCallback | None = None) -> Future:
+        """Commit in the background; ``callback(offsets, exception_or_None)`` when done."""
+        self._require_group()
+        chosen = dict(self._positions) if offsets is None else dict(offsets)
+        if self._commit_pool is None:
+            self._commit_pool = ThreadPoolExecutor(1, thread_name_prefix="logstore-commit")
+
+        def run() -> None:
+            error: Exception | None = None
+            try:
+                self.commit(chosen)
+            except ApiError as e:
+                error = e
+            if callback is not None:
+                callback({TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata)
+                          else OffsetAndMetadata(o) for tp, o in chosen.items()}, error)
+            if error is not None:
+                raise error
+        return self._commit_pool.submit(run)
+
+    def committed(self, tp: TopicPartition) -> OffsetAndMetadata | None:
+        """The group's committed offset of ``tp`` (None when there is none)."""
+        return self._require_group().committed([TopicPartition(*tp)]).get(TopicPartition(*tp))
+
+    def _require_group(self) -> GroupMember:
+        if self._group is None:
+            raise ValueError("committing offsets needs a group_id")
+        return self._group
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _assigned(self, tp: TopicPartition) -> TopicPartition:
@@ -356,6 +539,12 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        if self._group is not None:
+            if self._subscription is not None and self._assignment:
+                self._revoke(set(self._assignment))
+            self._group.close(leave=self._subscription is not None)
+        if self._commit_pool is not None:
+            self._commit_pool.shutdown(wait=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._metadata.close()
 
@@ -395,4 +584,4 @@ def _to_records(tp: TopicPartition, table: pa.Table) -> list[ConsumerRecord]:
         repeat(tp.topic, n), repeat(tp.partition, n), offsets, stamps, keys, values, headers,
         strict=False)))
 
-__all__ = ["Consumer", "NetworkError"]
+__all__ = ["Consumer", "ConsumerRebalanceListener", "NetworkError"]

@@ -47,7 +47,14 @@ def test_error_codes_are_pinned() -> None:
               "INVALID_TOPIC_EXCEPTION": 17, "NOT_ENOUGH_REPLICAS": 19,
               "TOPIC_ALREADY_EXISTS": 36, "INVALID_PARTITIONS": 37, "INVALID_CONFIG": 40,
               "INVALID_REQUEST": 42, "OUT_OF_ORDER_SEQUENCE_NUMBER": 45,
-              "INVALID_PRODUCER_EPOCH": 47, "INVALID_RECORD": 87}
+              "INVALID_PRODUCER_EPOCH": 47, "INVALID_RECORD": 87,
+              # the group coordinator's codes
+              "COORDINATOR_LOAD_IN_PROGRESS": 14, "COORDINATOR_NOT_AVAILABLE": 15,
+              "NOT_COORDINATOR": 16, "ILLEGAL_GENERATION": 22,
+              "INCONSISTENT_GROUP_PROTOCOL": 23, "INVALID_GROUP_ID": 24, "UNKNOWN_MEMBER_ID": 25,
+              "INVALID_SESSION_TIMEOUT": 26, "REBALANCE_IN_PROGRESS": 27,
+              "INVALID_COMMIT_OFFSET_SIZE": 28, "NON_EMPTY_GROUP": 68, "GROUP_ID_NOT_FOUND": 69,
+              "MEMBER_ID_REQUIRED": 79, "FENCED_INSTANCE_ID": 82}
     for name, code in pinned.items():
         assert ErrorCode[name] == code
     assert error_class(6).retriable and error_class(6).refresh_metadata

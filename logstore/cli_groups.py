@@ -1,0 +1,120 @@
+"""The ``logstore groups`` commands: list, describe, reset-offsets, delete.
+
+Owns: parsing these commands' arguments and printing their results (describe shows state,
+members, and per partition the committed offset, log end offset, lag and owner, then the total
+lag). Offsets are reset only while the group is empty (the admin client and the coordinator
+both refuse otherwise with NON_EMPTY_GROUP). Must not: talk to brokers except through
+``Admin``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from contextlib import closing
+from datetime import UTC, datetime
+from typing import Any
+
+from logstore.model import EARLIEST, LATEST, TopicPartition
+
+
+def add_group_commands(commands: Any, add_bootstrap: Callable[[Any], None]) -> None:
+    groups = commands.add_parser("groups", help="list, describe, reset offsets of, delete "
+                                                "consumer groups")
+    actions = groups.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="every group with its state")
+    listing.set_defaults(run=_cmd_list)
+    describe = actions.add_parser("describe", help="state, members, offsets and lag")
+    describe.add_argument("group")
+    describe.set_defaults(run=_cmd_describe)
+    reset = actions.add_parser("reset-offsets", help="set a group's committed offsets for a "
+                                                     "topic (only while the group is empty)")
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True)
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true")
+    target.add_argument("--to-latest", action="store_true")
+    target.add_argument("--to-datetime", metavar="ISO-8601",
+                        help="the first offset at or after this time (naive times are UTC)")
+    target.add_argument("--to-offset", type=int, metavar="OFFSET")
+    reset.set_defaults(run=_cmd_reset)
+    delete = actions.add_parser("delete", help="delete an empty group and its offsets")
+    delete.add_argument("group")
+    delete.set_defaults(run=_cmd_delete)
+    for parser in (listing, describe, reset, delete):
+        add_bootstrap(parser)
+
+
+def _admin(args: argparse.Namespace) -> Any:
+    from logstore import Admin
+
+    return Admin(bootstrap_servers=args.bootstrap_server)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    with closing(_admin(args)) as admin:
+        for g in admin.list_groups():
+            print(f"{g.group_id}\t{g.state}\t{g.protocol_type}")
+    return 0
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    with closing(_admin(args)) as admin:
+        (desc,) = admin.describe_groups([args.group])
+        committed = admin.list_group_offsets(args.group)
+        owners = {tp: m for m in desc.members for tp in m.assignment}
+        tps = sorted(set(committed) | set(owners))
+        ends = admin.list_offsets(dict.fromkeys(tps, LATEST)) if tps else {}
+    print(f"group {desc.group_id}: state {desc.state}, generation {desc.generation_id}, "
+          f"protocol {desc.protocol or '-'}, {len(desc.members)} member(s)")
+    for m in desc.members:
+        print(f"  member {m.member_id} (client {m.client_id}"
+              f"{', instance ' + m.group_instance_id if m.group_instance_id else ''}): "
+              f"{', '.join(map(str, m.assignment)) or '-'}")
+    print("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tMEMBER")
+    total = 0
+    for tp in tps:
+        current = committed[tp].offset if tp in committed else None
+        lag = ends[tp] - current if current is not None else None
+        total += lag or 0
+        owner = owners[tp].member_id if tp in owners else "-"
+        print(f"{tp.topic}\t{tp.partition}\t{_dash(current)}\t{ends[tp]}\t{_dash(lag)}\t"
+              f"{owner}")
+    print(f"total lag {total}")
+    return 0
+
+
+def _dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _cmd_reset(args: argparse.Namespace) -> int:
+    with closing(_admin(args)) as admin:
+        (topic,) = admin.describe_topics([args.topic])
+        tps = [TopicPartition(args.topic, p.partition) for p in topic.partitions]
+        targets = _targets(admin, args, tps)
+        admin.alter_group_offsets(args.group, targets)
+    for tp, offset in sorted(targets.items()):
+        print(f"{tp.topic}\t{tp.partition}\t{offset}")
+    return 0
+
+
+def _targets(admin: Any, args: argparse.Namespace, tps: list[TopicPartition]
+             ) -> dict[TopicPartition, int]:
+    if args.to_offset is not None:
+        return dict.fromkeys(tps, args.to_offset)
+    if args.to_earliest or args.to_latest:
+        return admin.list_offsets(dict.fromkeys(tps, EARLIEST if args.to_earliest else LATEST))
+    when = datetime.fromisoformat(args.to_datetime)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    found = admin.list_offsets(dict.fromkeys(tps, int(when.timestamp() * 1000)))
+    latest = admin.list_offsets(dict.fromkeys(tps, LATEST))
+    return {tp: found[tp] if found[tp] >= 0 else latest[tp] for tp in tps}
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    with closing(_admin(args)) as admin:
+        admin.delete_groups([args.group])
+    print(f"deleted group {args.group}")
+    return 0

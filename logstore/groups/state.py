@@ -1,0 +1,338 @@
+"""One consumer group's membership state machine (Kafka's classic group protocol).
+
+Owns: members, generations, the leader, the chosen protocol and the states Empty ->
+PreparingRebalance -> CompletingRebalance -> Stable (and back), with the join and sync
+"long polls" as futures that complete when the rebalance reaches them; session expiry and
+``group_initial_rebalance_delay_ms`` run from ``tick(now_ms)``, so tests move time with a
+FakeClock. Static members (``group_instance_id``) that rejoin while the group is stable keep
+their assignment without a rebalance. Must not: do I/O, read clocks or persist anything (the
+coordinator does); errors are ApiErrors with Kafka's codes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from logstore.errors import (
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    NonEmptyGroupError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from logstore.model import TopicPartition
+
+EMPTY_ASSIGNMENT: dict[str, Any] = {"partitions": []}
+
+
+class GroupState(StrEnum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    generation_id: int
+    protocol: str | None
+    leader: str
+    member_id: str
+    members: list[dict[str, Any]]  # the leader's view only: id, instance id, metadata
+
+    def to_json(self) -> dict[str, Any]:
+        return {"generation_id": self.generation_id, "protocol": self.protocol,
+                "leader": self.leader, "member_id": self.member_id, "members": self.members}
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, Any]]
+    last_heartbeat_ms: int
+    join_future: Future[JoinResult] | None = None
+    sync_future: Future[dict[str, Any]] | None = None
+    assignment: dict[str, Any] = field(default_factory=lambda: dict(EMPTY_ASSIGNMENT))
+
+    def owned(self) -> set[TopicPartition]:
+        return {TopicPartition(t, p) for t, p in self.assignment.get("partitions", [])}
+
+    def describe(self) -> dict[str, Any]:
+        return {"member_id": self.member_id, "group_instance_id": self.group_instance_id,
+                "client_id": self.client_id, "assignment": self.assignment}
+
+
+class Group:
+    def __init__(self, group_id: str, now_ms: int, generation_id: int = 0,
+                 protocol_type: str | None = None) -> None:
+        self.group_id = group_id
+        self.state = GroupState.EMPTY
+        self.generation_id = generation_id
+        self.protocol_type = protocol_type
+        self.protocol: str | None = None
+        self.leader_id: str | None = None
+        self.members: dict[str, Member] = {}
+        self.static_members: dict[str, str] = {}  # group_instance_id -> member_id
+        self.empty_since_ms = now_ms
+        self._delay_until_ms = 0
+        self._join_deadline_ms = 0
+
+    # -- join --------------------------------------------------------------------------------
+
+    def join(self, member_id: str, group_instance_id: str | None, client_id: str,
+             session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+             protocols: list[tuple[str, Any]], now_ms: int, initial_delay_ms: int
+             ) -> Future[JoinResult]:
+        self._check_protocols(protocol_type, protocols)
+        if not member_id and group_instance_id in self.static_members:
+            return self._static_rejoin(group_instance_id, protocols, now_ms)
+        if member_id and member_id not in self.members:
+            self._unknown(member_id, group_instance_id)
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            self.members[member_id] = Member(member_id, group_instance_id, client_id,
+                                             session_timeout_ms, rebalance_timeout_ms,
+                                             protocols, now_ms)
+            if group_instance_id is not None:
+                self.static_members[group_instance_id] = member_id
+        member = self.members[member_id]
+        member.protocols, member.last_heartbeat_ms = protocols, now_ms
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        self.protocol_type = protocol_type
+        future: Future[JoinResult] = Future()
+        if member.join_future is not None:
+            member.join_future.set_exception(UnknownMemberIdError(
+                f"group {self.group_id}: member {member_id} joined again"))
+        member.join_future = future
+        if self.state != GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(now_ms, initial_delay_ms if self.state == GroupState.EMPTY
+                                    else 0)
+        elif now_ms < self._delay_until_ms:  # a newcomer during the initial delay extends it
+            self._delay_until_ms = min(now_ms + initial_delay_ms, self._join_deadline_ms)
+        self.maybe_complete_join(now_ms)
+        return future
+
+    def _check_protocols(self, protocol_type: str, protocols: list[tuple[str, Any]]) -> None:
+        if not protocols or not protocol_type:
+            raise InconsistentGroupProtocolError(
+                f"group {self.group_id}: a join needs a protocol type and protocols")
+        if self.members and protocol_type != self.protocol_type:
+            raise InconsistentGroupProtocolError(
+                f"group {self.group_id}: protocol type {protocol_type!r} does not match the "
+                f"group's {self.protocol_type!r}")
+        names = {name for name, _ in protocols}
+        for m in self.members.values():
+            names &= {name for name, _ in m.protocols}
+        if self.members and not names:
+            raise InconsistentGroupProtocolError(
+                f"group {self.group_id}: no assignor in {[n for n, _ in protocols]} is "
+                "supported by every member")
+
+    def _static_rejoin(self, instance_id: str, protocols: list[tuple[str, Any]], now_ms: int
+                       ) -> Future[JoinResult]:
+        """A known group_instance_id with no member id: the new member replaces the old one;
+        in a stable group with unchanged protocols it keeps the assignment, no rebalance."""
+        old = self.members.pop(self.static_members[instance_id])
+        fenced = FencedInstanceIdError(
+            f"group {self.group_id}: instance {instance_id} rejoined as another member")
+        for f in (old.join_future, old.sync_future):
+            if f is not None and not f.done():
+                f.set_exception(fenced)
+        new_id = f"{old.client_id or 'member'}-{uuid.uuid4()}"
+        member = Member(new_id, instance_id, old.client_id, old.session_timeout_ms,
+                        old.rebalance_timeout_ms, protocols, now_ms, assignment=old.assignment)
+        self.members[new_id] = member
+        self.static_members[instance_id] = new_id
+        if self.leader_id == old.member_id:
+            self.leader_id = new_id
+        future: Future[JoinResult] = Future()
+        if self.state == GroupState.STABLE and protocols == old.protocols:
+            future.set_result(JoinResult(self.generation_id, self.protocol,
+                                         self.leader_id or new_id, new_id, []))
+            return future
+        member.join_future = future
+        if self.state != GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(now_ms, 0)
+        self.maybe_complete_join(now_ms)
+        return future
+
+    def _prepare_rebalance(self, now_ms: int, delay_ms: int) -> None:
+        self.state = GroupState.PREPARING_REBALANCE
+        timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        self._join_deadline_ms = now_ms + timeout
+        self._delay_until_ms = now_ms + min(delay_ms, timeout)
+        rebalancing = RebalanceInProgressError(f"group {self.group_id} is rebalancing")
+        for m in self.members.values():
+            if m.sync_future is not None:
+                m.sync_future.set_exception(rebalancing)
+                m.sync_future = None
+
+    def maybe_complete_join(self, now_ms: int) -> None:
+        if self.state != GroupState.PREPARING_REBALANCE:
+            return
+        all_joined = all(m.join_future is not None for m in self.members.values())
+        if not ((all_joined and now_ms >= self._delay_until_ms)
+                or now_ms >= self._join_deadline_ms):
+            return
+        for m in [m for m in self.members.values() if m.join_future is None]:
+            self._remove(m, UnknownMemberIdError(
+                f"group {self.group_id}: member {m.member_id} did not rejoin in time"))
+        self.generation_id += 1
+        if not self.members:
+            self._become_empty(now_ms)
+            return
+        self.protocol = self._select_protocol()
+        if self.leader_id not in self.members:
+            self.leader_id = next(iter(self.members))
+        self.state = GroupState.COMPLETING_REBALANCE
+        for m in self.members.values():
+            assert m.join_future is not None
+            m.join_future.set_result(self._join_result(m))
+            m.join_future, m.last_heartbeat_ms = None, now_ms
+
+    def _join_result(self, member: Member) -> JoinResult:
+        members = [] if member.member_id != self.leader_id else [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+             "metadata": dict(m.protocols)[self.protocol]} for m in self.members.values()]
+        assert self.leader_id is not None
+        return JoinResult(self.generation_id, self.protocol, self.leader_id, member.member_id,
+                          members)
+
+    def _select_protocol(self) -> str:
+        """The first assignor of the leader's (or any member's) preference list that every
+        member supports."""
+        common = set.intersection(*({n for n, _ in m.protocols} for m in self.members.values()))
+        first = self.members.get(self.leader_id or "") or next(iter(self.members.values()))
+        return next(n for n, _ in first.protocols if n in common)
+
+    def _become_empty(self, now_ms: int) -> None:
+        self.state = GroupState.EMPTY
+        self.protocol = self.leader_id = None
+        self.empty_since_ms = now_ms
+
+    # -- sync, heartbeat, leave --------------------------------------------------------------
+
+    def sync(self, member_id: str, generation_id: int,
+             assignments: dict[str, dict[str, Any]] | None) -> Future[dict[str, Any]]:
+        member = self.member(member_id, generation_id)
+        if self.state == GroupState.PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
+        future: Future[dict[str, Any]] = Future()
+        if self.state == GroupState.STABLE:
+            future.set_result(member.assignment)
+            return future
+        member.sync_future = future
+        if member_id == self.leader_id and assignments is not None:
+            for m in self.members.values():
+                m.assignment = assignments.get(m.member_id, dict(EMPTY_ASSIGNMENT))
+            self.state = GroupState.STABLE
+            for m in self.members.values():
+                if m.sync_future is not None:
+                    m.sync_future.set_result(m.assignment)
+                    m.sync_future = None
+        return future
+
+    def heartbeat(self, member_id: str, generation_id: int, now_ms: int) -> None:
+        member = self.member(member_id, generation_id)
+        member.last_heartbeat_ms = now_ms
+        if self.state == GroupState.PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
+
+    def leave(self, member_id: str, group_instance_id: str | None, now_ms: int) -> None:
+        if not member_id and group_instance_id in self.static_members:
+            member_id = self.static_members[group_instance_id]
+        if member_id not in self.members:
+            self._unknown(member_id, group_instance_id)
+        self._remove(self.members[member_id], UnknownMemberIdError(
+            f"group {self.group_id}: member {member_id} left"))
+        self._rebalance_after_removal(now_ms)
+
+    def tick(self, now_ms: int) -> list[str]:
+        """Expire members whose session ran out, complete a due join; the expired ids."""
+        expired = [m for m in self.members.values()
+                   if m.join_future is None and m.sync_future is None
+                   and now_ms - m.last_heartbeat_ms > m.session_timeout_ms]
+        for m in expired:
+            self._remove(m, UnknownMemberIdError(
+                f"group {self.group_id}: member {m.member_id} session expired"))
+        if expired:
+            self._rebalance_after_removal(now_ms)
+        self.maybe_complete_join(now_ms)
+        return [m.member_id for m in expired]
+
+    def _rebalance_after_removal(self, now_ms: int) -> None:
+        if self.state == GroupState.PREPARING_REBALANCE:
+            self.maybe_complete_join(now_ms)
+        elif not self.members:
+            self.generation_id += 1
+            self._become_empty(now_ms)
+        else:
+            self._prepare_rebalance(now_ms, 0)
+
+    def _remove(self, member: Member, error: Exception) -> None:
+        del self.members[member.member_id]
+        if member.group_instance_id is not None:
+            self.static_members.pop(member.group_instance_id, None)
+        for f in (member.join_future, member.sync_future):
+            if f is not None and not f.done():
+                f.set_exception(error)
+
+    def fail_pending(self, error: Exception) -> None:
+        """Fail every waiting join and sync (the coordinator is giving the group up)."""
+        for m in self.members.values():
+            for f in (m.join_future, m.sync_future):
+                if f is not None and not f.done():
+                    f.set_exception(error)
+            m.join_future = m.sync_future = None
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def member(self, member_id: str, generation_id: int) -> Member:
+        """The member, checked against the generation (Kafka's codes otherwise)."""
+        member = self.members.get(member_id)
+        if member is None:
+            self._unknown(member_id, None)
+        assert member is not None
+        if generation_id != self.generation_id:
+            raise IllegalGenerationError(
+                f"group {self.group_id}: generation {generation_id} is stale (the group is at "
+                f"{self.generation_id}); rejoin")
+        return member
+
+    def check_commit(self, member_id: str, generation_id: int, now_ms: int) -> Member | None:
+        """The committing member (None for an admin commit outside the protocol)."""
+        if generation_id < 0 and not member_id:
+            if self.members:
+                raise NonEmptyGroupError(
+                    f"group {self.group_id} has {len(self.members)} active member(s); "
+                    "offsets can only be changed from outside while it is empty")
+            return None
+        member = self.member(member_id, generation_id)
+        if self.state == GroupState.COMPLETING_REBALANCE:
+            raise RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
+        member.last_heartbeat_ms = now_ms
+        return member
+
+    def _unknown(self, member_id: str, group_instance_id: str | None) -> None:
+        if group_instance_id is not None and group_instance_id in self.static_members:
+            raise FencedInstanceIdError(
+                f"group {self.group_id}: instance {group_instance_id} is now member "
+                f"{self.static_members[group_instance_id]}, not {member_id}")
+        raise UnknownMemberIdError(f"group {self.group_id}: unknown member id {member_id!r}")
+
+    def describe(self) -> dict[str, Any]:
+        return {"group_id": self.group_id, "state": self.state.value,
+                "protocol_type": self.protocol_type or "", "protocol": self.protocol or "",
+                "generation_id": self.generation_id, "leader": self.leader_id or "",
+                "members": [m.describe() for m in self.members.values()]}

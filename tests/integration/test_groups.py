@@ -1,0 +1,379 @@
+"""Consumer groups against a real broker process.
+
+Goal: members of one group split the partitions and together consume every record, with no
+partition owned by two members in one generation; committed offsets (with metadata) start the
+next member; two groups are independent; cooperative-sticky revokes only what moves; a pattern
+subscription picks up a new topic; the admin calls and ``logstore groups`` commands work; bad
+input gets Kafka's codes and loses nothing committed; compaction of ``__consumer_offsets``
+keeps the latest offset per key, and a restarted broker replays it. Method: one broker with
+short group timings (no initial rebalance delay, 100 ms minimum session) shared by the module;
+consumers run on threads and every wait is a bounded poll for a condition.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from logstore import Admin, Consumer, TopicPartition
+from logstore.client.consumer import ConsumerRebalanceListener
+from logstore.errors import ErrorCode, NonEmptyGroupError
+from logstore.model import OFFSETS_TOPIC, OffsetAndMetadata
+from logstore.rpc.client import BrokerConnection
+from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer, new_topic
+
+GROUP_SETTINGS = {"group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 100,
+                  "offsets_topic_segment_bytes": 32 * 1024, "log_cleaner_interval_ms": 300}
+FAST = {"session_timeout_ms": 1500, "heartbeat_interval_ms": 100,
+        "auto_offset_reset": "earliest", "fetch_max_wait_ms": 100}
+WAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    factory = BrokerFactory(tmp_path_factory.mktemp("groups"))
+    yield factory(**GROUP_SETTINGS)
+    factory.stop_all()
+
+
+@pytest.fixture(scope="module")
+def admin(gbroker: BrokerProcess) -> Iterator[Admin]:
+    with Admin(gbroker.bootstrap) as a:
+        yield a
+
+
+def group_name() -> str:
+    return f"g-{uuid.uuid4().hex[:8]}"
+
+
+def produce(bootstrap: str, topic: str, partitions: int, n: int) -> None:
+    with bounded_producer(bootstrap) as producer:
+        for i in range(n):
+            producer.send(topic, value=b"%d" % i, partition=i % partitions)
+        producer.flush()
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)  # a condition on another process's state: nothing to wait on
+
+
+def consume(consumer: Consumer, n: int) -> list:
+    """Poll until ``n`` records arrived (bounded by WAIT_S)."""
+    got: list = []
+    wait_for(lambda: got.extend(r for rs in consumer.poll(100).values() for r in rs) or
+             len(got) >= n, f"{n} records")
+    return got
+
+
+def test_members_split_partitions_and_consume_every_record(gbroker: BrokerProcess,
+                                                           admin: Admin) -> None:
+    topic = new_topic(admin, 6)
+    produce(gbroker.bootstrap, topic, 6, 600)
+    group, seen, snapshots = group_name(), set(), []
+    lock, done = threading.Lock(), threading.Event()
+
+    def member() -> None:
+        with Consumer(gbroker.bootstrap, group_id=group, auto_commit_interval_ms=200,
+                      **FAST) as c:
+            c.subscribe([topic])
+            deadline = time.monotonic() + WAIT_S
+            while not done.is_set() and time.monotonic() < deadline:
+                records = c.poll(100)
+                with lock:
+                    snapshots.append((c._group.generation_id, c._group.member_id,
+                                      frozenset(c.assignment())))
+                    seen.update((tp.partition, r.offset) for tp, rs in records.items()
+                                for r in rs)
+                    if len(seen) == 600:
+                        done.set()
+
+    threads = [threading.Thread(target=member) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S + 10)
+    assert len(seen) == 600
+    owners: dict[tuple[int, TopicPartition], str] = {}
+    for generation, member_id, assignment in snapshots:
+        for tp in assignment:
+            assert owners.setdefault((generation, tp), member_id) == member_id, \
+                f"{tp} owned by two members in generation {generation}"
+
+
+def test_committed_offsets_with_metadata_start_the_next_member(gbroker: BrokerProcess,
+                                                               admin: Admin) -> None:
+    topic, group = new_topic(admin, 1), group_name()
+    tp = TopicPartition(topic, 0)
+    produce(gbroker.bootstrap, topic, 1, 100)
+    with Consumer(gbroker.bootstrap, group_id=group, enable_auto_commit=False, **FAST) as c:
+        c.subscribe([topic])
+        got: list = []
+        wait_for(lambda: got.extend(c.poll(100, max_records=40).get(tp, [])) or got, "records")
+        c.commit({tp: OffsetAndMetadata(got[-1].offset + 1, "stopped here")})
+        assert c.committed(tp) == OffsetAndMetadata(got[-1].offset + 1, "stopped here",
+                                                    c.committed(tp).commit_timestamp)
+    stopped = got[-1].offset + 1
+    with Consumer(gbroker.bootstrap, group_id=group, enable_auto_commit=False, **FAST) as c:
+        c.subscribe([topic])
+        first: list = []
+        wait_for(lambda: first.extend(c.poll(100).get(tp, [])) or first, "records")
+        assert first[0].offset == stopped
+
+
+def test_two_groups_consume_independently(gbroker: BrokerProcess, admin: Admin) -> None:
+    topic = new_topic(admin, 2)
+    produce(gbroker.bootstrap, topic, 2, 100)
+    groups = [group_name(), group_name()]
+    for group in groups:
+        with Consumer(gbroker.bootstrap, group_id=group, **FAST) as c:
+            c.subscribe([topic])
+            consume(c, 100)
+            c.commit()
+    ends = {TopicPartition(topic, p): 50 for p in range(2)}
+    for group in groups:
+        assert {tp: om.offset for tp, om in admin.list_group_offsets(group).items()} == ends
+    admin.alter_group_offsets(groups[0], {TopicPartition(topic, 0): 0})
+    assert admin.list_group_offsets(groups[0])[TopicPartition(topic, 0)].offset == 0
+    assert admin.list_group_offsets(groups[1])[TopicPartition(topic, 0)].offset == 50
+
+
+class Recorder(ConsumerRebalanceListener):
+    def __init__(self) -> None:
+        self.revoked: list[set[TopicPartition]] = []
+        self.assigned: list[set[TopicPartition]] = []
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.revoked.append(set(revoked))
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.assigned.append(set(assigned))
+
+
+class Polling:
+    """A consumer polling on its own thread (a join blocks until every member rejoins, so
+    members of one group cannot share a thread)."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 2 * WAIT_S
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            self.consumer.poll(50)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.consumer._assignment)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(WAIT_S)
+        self.consumer.close()
+
+
+def test_cooperative_sticky_revokes_only_moved_partitions(gbroker: BrokerProcess,
+                                                          admin: Admin) -> None:
+    topic, group = new_topic(admin, 4), group_name()
+    settings = {**FAST, "group_id": group,
+                "partition_assignment_strategy": ["cooperative-sticky"]}
+    rec_a = Recorder()
+    a_consumer = Consumer(gbroker.bootstrap, **settings)
+    a_consumer.subscribe([topic], listener=rec_a)
+    a = Polling(a_consumer)
+    try:
+        wait_for(lambda: len(a.assignment()) == 4, "a owns all")
+        b_consumer = Consumer(gbroker.bootstrap, **settings)
+        b_consumer.subscribe([topic])
+        b = Polling(b_consumer)
+        try:
+            wait_for(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2,
+                     "two partitions each")
+            assert rec_a.revoked == [b.assignment()]  # only what moved, once
+            assert not a.assignment() & b.assignment()
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+
+
+def test_pattern_subscription_picks_up_new_topics(gbroker: BrokerProcess, admin: Admin) -> None:
+    prefix = f"pat{uuid.uuid4().hex[:6]}"
+    first = new_topic(admin, 1, prefix=prefix)
+    with Consumer(gbroker.bootstrap, group_id=group_name(), metadata_max_age_ms=200,
+                  **FAST) as c:
+        c.subscribe(pattern=f"{prefix}-.*")
+        wait_for(lambda: c.poll(50) is not None and c.assignment() == {
+            TopicPartition(first, 0)}, "the first topic")
+        second = new_topic(admin, 2, prefix=prefix)
+        wait_for(lambda: c.poll(50) is not None and len(c.assignment()) == 3,
+                 f"{second}'s partitions")
+
+
+def test_bad_input_gets_kafka_codes(gbroker: BrokerProcess, admin: Admin) -> None:
+    topic, group = new_topic(admin, 2), group_name()
+    conn = BrokerConnection(gbroker.bootstrap)
+    body = {"group_id": group, "session_timeout_ms": 5000,
+            "protocols": [{"name": "range", "metadata": {"topics": [topic]}}]}
+    assert conn.action("describe_groups", {"group_ids": [group]})["groups"][0][
+        "error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
+    assert conn.action("join_group", {**body, "session_timeout_ms": 1})[
+        "error_code"] == ErrorCode.INVALID_SESSION_TIMEOUT
+    joined = conn.action("join_group", body)
+    member, generation = joined["member_id"], joined["generation_id"]
+    conn.action("sync_group", {"group_id": group, "member_id": member,
+                               "generation_id": generation,
+                               "assignments": {member: {"partitions": [[topic, 0]]}}})
+    assert conn.action("heartbeat", {"group_id": group, "member_id": member,
+                                     "generation_id": generation - 1})[
+        "error_code"] == ErrorCode.ILLEGAL_GENERATION
+    assert conn.action("heartbeat", {"group_id": group, "member_id": "nobody",
+                                     "generation_id": generation})[
+        "error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+    commit = conn.action("offset_commit", {
+        "group_id": group, "member_id": member, "generation_id": generation,
+        "offsets": [{"topic": topic, "partition": 0, "offset": 7},
+                    {"topic": topic, "partition": 1, "offset": 3},
+                    {"topic": topic, "partition": 0, "offset": -5}]})
+    codes = [e["error_code"] for e in commit["offsets"]]
+    assert codes == [ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.ILLEGAL_GENERATION] or \
+        codes == [ErrorCode.ILLEGAL_GENERATION, ErrorCode.OFFSET_OUT_OF_RANGE], codes
+    with pytest.raises(NonEmptyGroupError):
+        admin.alter_group_offsets(group, {TopicPartition(topic, 0): 0})
+    assert conn.action("delete_groups", {"group_ids": [group]})["groups"][0][
+        "error_code"] == ErrorCode.NON_EMPTY_GROUP
+    cli = subprocess.run([sys.executable, "-m", "logstore", "groups", "reset-offsets", group,
+                          "--topic", topic, "--to-earliest", "--bootstrap-server",
+                          gbroker.bootstrap], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 1 and "NON_EMPTY_GROUP" in cli.stderr
+    conn.action("offset_commit", {"group_id": group, "member_id": member,
+                                  "generation_id": generation,
+                                  "offsets": [{"topic": topic, "partition": 0, "offset": 7}]})
+    assert conn.action("leave_group", {"group_id": group, "member_id": member})[
+        "error_code"] == 0
+    assert admin.list_group_offsets(group)[TopicPartition(topic, 0)].offset == 7  # kept
+    conn.close()
+
+
+def run_cli(bootstrap: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "logstore", "groups", *args,
+                           "--bootstrap-server", bootstrap], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_cli_lists_describes_resets_and_deletes(gbroker: BrokerProcess, admin: Admin) -> None:
+    topic, group = new_topic(admin, 2), group_name()
+    produce(gbroker.bootstrap, topic, 2, 20)
+    admin.alter_group_offsets(group, {TopicPartition(topic, 0): 4, TopicPartition(topic, 1): 6})
+    assert group in run_cli(gbroker.bootstrap, "list")
+    described = run_cli(gbroker.bootstrap, "describe", group)
+    assert "state Empty" in described and "total lag 10" in described
+    run_cli(gbroker.bootstrap, "reset-offsets", group, "--topic", topic, "--to-latest")
+    assert {om.offset for om in admin.list_group_offsets(group).values()} == {10}
+    run_cli(gbroker.bootstrap, "reset-offsets", group, "--topic", topic, "--to-datetime",
+            "2000-01-01T00:00:00")
+    assert {om.offset for om in admin.list_group_offsets(group).values()} == {0}
+    run_cli(gbroker.bootstrap, "delete", group)
+    assert group not in [g.group_id for g in admin.list_groups()]
+
+
+def test_offsets_compaction_keeps_the_latest_per_key(tmp_path_factory: pytest.TempPathFactory
+                                                     ) -> None:
+    factory = BrokerFactory(tmp_path_factory.mktemp("compaction"))
+    broker = factory(offsets_topic_num_partitions=1, **GROUP_SETTINGS)
+    try:
+        with Admin(broker.bootstrap) as admin:
+            topic, group = new_topic(admin, 2), group_name()
+            for i in range(400):
+                admin.alter_group_offsets(group, {TopicPartition(topic, 0): i,
+                                                  TopicPartition(topic, 1): 1000 + i})
+            offsets_tp = TopicPartition(OFFSETS_TOPIC, 0)
+            with Consumer(broker.bootstrap, auto_offset_reset="earliest") as reader:
+                reader.assign([offsets_tp])
+
+                def records() -> int:
+                    reader.seek_to_beginning()
+                    total = 0
+                    for _ in range(1000):  # bounded: the partition is finite
+                        got = reader.poll(200).get(offsets_tp, [])
+                        if not got:
+                            return total
+                        total += len(got)
+                    return total
+
+                wait_for(lambda: records() < 200, "compaction of __consumer_offsets")
+        broker.restart()  # the new coordinator replays the compacted partition
+        with Admin(broker.bootstrap) as admin:
+            assert {tp.partition: om.offset for tp, om in admin.list_group_offsets(
+                group).items()} == {0: 399, 1: 1399}
+    finally:
+        factory.stop_all()
+
+
+def test_static_member_restart_keeps_assignment_without_rebalance(gbroker: BrokerProcess,
+                                                                  admin: Admin) -> None:
+    topic, group = new_topic(admin, 4), group_name()
+
+    def static(instance: str) -> Polling:
+        c = Consumer(gbroker.bootstrap, group_id=group, group_instance_id=instance, **FAST)
+        c.subscribe([topic])
+        return Polling(c)
+
+    a, b = static("i-a"), static("i-b")
+    try:
+        wait_for(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, "2 each")
+        before = admin.describe_groups([group])[0]
+        owned_a = a.assignment()
+        a.stop()  # a static member does not leave on close
+        a = static("i-a")
+        wait_for(lambda: a.assignment() == owned_a, "the same partitions back")
+        after = admin.describe_groups([group])[0]
+        assert after.generation_id == before.generation_id
+        assert b.assignment() == set().union(*(m.assignment for m in before.members)) - owned_a
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_member_that_stops_polling_leaves_and_rejoins(gbroker: BrokerProcess,
+                                                      admin: Admin) -> None:
+    topic, group = new_topic(admin, 2), group_name()
+    with Consumer(gbroker.bootstrap, group_id=group, max_poll_interval_ms=500, **FAST) as c:
+        c.subscribe([topic])
+        wait_for(lambda: c.poll(50) is not None and len(c.assignment()) == 2, "assignment")
+        wait_for(lambda: admin.describe_groups([group])[0].state == "Empty",
+                 "the idle member to leave")
+        wait_for(lambda: c.poll(50) is not None and
+                 admin.describe_groups([group])[0].state == "Stable", "a rejoin")
+
+
+def test_more_partitions_trigger_a_rebalance_and_commit_async_calls_back(
+        gbroker: BrokerProcess, admin: Admin) -> None:
+    topic = new_topic(admin, 1)
+    produce(gbroker.bootstrap, topic, 1, 10)
+    with Consumer(gbroker.bootstrap, group_id=group_name(), metadata_max_age_ms=200,
+                  enable_auto_commit=False, **FAST) as c:
+        c.subscribe([topic])
+        consume(c, 10)
+        admin.create_partitions({topic: 3})
+        wait_for(lambda: c.poll(50) is not None and len(c.assignment()) == 3,
+                 "the new partitions")
+        calls: list = []
+        c.commit_async({TopicPartition(topic, 0): 10},
+                       callback=lambda offsets, error: calls.append((offsets, error))
+                       ).result(WAIT_S)
+        ((offsets, error),) = calls
+        assert error is None and offsets[TopicPartition(topic, 0)].offset == 10
+        assert c.committed(TopicPartition(topic, 0)).offset == 10

@@ -1,0 +1,117 @@
+"""Property test of the group state machine (logstore/groups/state.py).
+
+Goal: whatever members do (join, rejoin, sync, heartbeat, leave, go silent) and however time
+moves, the group stays coherent: the generation never goes back; a group is Empty exactly when
+it has no members; outside Empty the leader is a member; every join that completes reports the
+generation the group is in at that moment; and no two members' assignments in one generation
+overlap. Method: a hypothesis rule-based state machine drives a ``Group`` with an integer clock
+and checks the invariants after every step; hypothesis prints the failing steps (and its seed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from concurrent.futures import Future
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from logstore.errors import ApiError
+from logstore.groups.state import Group, GroupState, JoinResult
+
+PROTOCOLS: list[tuple[str, Any]] = [("range", {})]
+PARTITIONS = [["t", p] for p in range(6)]
+
+
+class GroupMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0
+        self.group = Group("g", self.now)
+        self.joins: list[tuple[str, Future[JoinResult]]] = []
+        self.last_generation = 0
+        self.owners: dict[tuple[int, str], str] = {}
+
+    @rule()
+    def new_member_joins(self) -> None:
+        self._join("")
+
+    @precondition(lambda self: bool(self.group.members))
+    @rule(data=st.data())
+    def member_rejoins(self, data: st.DataObject) -> None:
+        self._join(self._pick(data))
+
+    def _pick(self, data: st.DataObject) -> str:
+        """A member by join order (member ids are random uuids; their order is not)."""
+        members = list(self.group.members)
+        return members[data.draw(st.integers(0, len(members) - 1))]
+
+    def _join(self, member_id: str) -> None:
+        try:
+            future = self.group.join(member_id, None, "c", 1000, 3000, "consumer", PROTOCOLS,
+                                     self.now, 0)
+        except ApiError:
+            return
+        self.joins.append((member_id, future))
+
+    @precondition(lambda self: bool(self.group.members))
+    @rule(data=st.data())
+    def member_syncs(self, data: st.DataObject) -> None:
+        member = self._pick(data)
+        members = list(self.group.members)
+        plan = {m: {"partitions": PARTITIONS[i::len(members)]} for i, m in enumerate(members)}
+        try:
+            future = self.group.sync(member, self.group.generation_id, plan)
+        except ApiError:
+            return
+        if future.done() and future.exception() is None:
+            self._own(member, future.result())
+
+    @precondition(lambda self: bool(self.group.members))
+    @rule(data=st.data())
+    def member_heartbeats(self, data: st.DataObject) -> None:
+        member = self._pick(data)
+        with contextlib.suppress(ApiError):
+            self.group.heartbeat(member, self.group.generation_id, self.now)
+
+    @precondition(lambda self: bool(self.group.members))
+    @rule(data=st.data())
+    def member_leaves(self, data: st.DataObject) -> None:
+        self.group.leave(self._pick(data), None,
+                         self.now)
+
+    @rule(ms=st.integers(0, 2500))
+    def time_passes(self, ms: int) -> None:
+        self.now += ms
+        self.group.tick(self.now)
+
+    def _own(self, member: str, assignment: dict[str, Any]) -> None:
+        for t, p in assignment["partitions"]:
+            owner = self.owners.setdefault((self.group.generation_id, f"{t}-{p}"), member)
+            assert owner == member, f"{t}-{p} owned twice in one generation"
+
+    @invariant()
+    def coherent(self) -> None:
+        g = self.group
+        assert g.generation_id >= self.last_generation
+        self.last_generation = g.generation_id
+        assert (g.state == GroupState.EMPTY) == (not g.members)
+        if g.state != GroupState.EMPTY:
+            assert g.state == GroupState.PREPARING_REBALANCE or g.leader_id in g.members
+        if g.state == GroupState.STABLE:
+            flat = [tuple(p) for m in g.members.values() for p in m.assignment["partitions"]]
+            assert len(flat) == len(set(flat)), "overlapping assignments in a stable group"
+        for member_id, future in [(m, f) for m, f in self.joins if f.done()]:
+            self.joins.remove((member_id, future))
+            if future.exception() is None:
+                result = future.result()
+                assert result.generation_id == g.generation_id or g.state in (
+                    GroupState.PREPARING_REBALANCE, GroupState.EMPTY) or \
+                    result.member_id not in g.members
+
+
+GroupMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40,
+                                          deadline=None)
+TestGroupStateMachine = GroupMachine.TestCase
