@@ -43,12 +43,13 @@ def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S)
 
 class Cluster:
     def __init__(self, factory: BrokerFactory, zk_connect: str, size: int = 3,
-                 lag_time_ms: int = LAG_TIME_MS) -> None:
+                 lag_time_ms: int = LAG_TIME_MS, racks: dict[int, str] | None = None) -> None:
         self.brokers: dict[int, BrokerProcess] = {}
         for i in range(1, size + 1):
+            rack = {"rack": racks[i]} if racks and i in racks else {}
             self.brokers[i] = factory(
                 broker_id=i, zk_connect=zk_connect, zk_session_timeout_ms=SESSION_TIMEOUT_MS,
-                replica_lag_time_max_ms=lag_time_ms)
+                replica_lag_time_max_ms=lag_time_ms, **rack)
         self.bootstrap = [b.bootstrap for b in self.brokers.values()]
         self.frozen: set[int] = set()
 
