@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
-from tests.brokers import BrokerFactory, subprocess_env
+from logstore import Consumer, TopicPartition
+from tests.brokers import BrokerFactory, bounded_producer, subprocess_env
 from tests.faults.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 
 CLI_TIMEOUT_S = 60
+CONSUME_TIMEOUT_S = 30.0
 RACKS = {1: "r1", 2: "r2", 3: "r2"}
 
 
@@ -80,3 +83,39 @@ def test_topics_describe_shows_leader_replicas_and_isr_of_a_replicated_topic(
         assert sorted(int(r) for r in f["Isr"].split(",")) == [1, 2, 3]
         assert int(f["Leader"]) == p.leader and p.leader in replicas
     assert len({f["Leader"] for f in lines}) == 3, out
+
+
+def consume_partition(cluster: Cluster, tp: TopicPartition, expected: int) -> list[bytes]:
+    """The values of one partition from offset 0, until ``expected`` arrived (bounded)."""
+    values: list[bytes] = []
+    with Consumer(cluster.live_bootstrap(), auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        deadline = time.monotonic() + CONSUME_TIMEOUT_S
+        while len(values) < expected and time.monotonic() < deadline:
+            for table in consumer.poll_arrow(timeout_ms=300).values():
+                values += table.column("value").to_pylist()
+    return values
+
+
+def test_partitions_added_to_a_replicated_topic_are_replicated_and_take_acks_all(
+        cluster: Cluster) -> None:
+    """Goal: create_partitions on an RF=3 topic gives the new partitions three replicas on
+    distinct brokers, a leader and a full ISR, and they take acks=all writes that are then
+    readable. Method: grow a one-partition RF=3, min_insync_replicas=2 topic to four
+    partitions; wait for each new partition's ISR of three; produce with acks=all to each new
+    partition and consume each back in full."""
+    topic = cluster.create_topic(partitions=1, rf=3, min_insync_replicas=2)
+    with cluster.admin() as admin:
+        admin.create_partitions({topic: 4})
+    described = [cluster.wait_for_isr(topic, p, 3) for p in (1, 2, 3)]
+    for d in described:
+        assert sorted(d.replicas) == [1, 2, 3] and d.leader in d.replicas, d
+    assert len({d.leader for d in described}) == 3, described
+    with bounded_producer(cluster.bootstrap, acks="all") as producer:
+        futures = {p: [producer.send(topic, value=b"%d-%d" % (p, i), partition=p)
+                       for i in range(100)] for p in (1, 2, 3)}
+        producer.flush(30)
+    for p, fs in futures.items():
+        assert [f.result(0).offset for f in fs] == list(range(100))
+        expected = [b"%d-%d" % (p, i) for i in range(100)]
+        assert consume_partition(cluster, TopicPartition(topic, p), 100) == expected
