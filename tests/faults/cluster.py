@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from logstore import Admin, NewTopic
+from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.client.admin import PartitionDescription
 from logstore.errors import ApiError
 from logstore.rpc.client import BrokerConnection
@@ -39,6 +39,21 @@ def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S)
         time.sleep(POLL_S)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} "
                          f"(last error: {last_error})")
+
+
+def consume_partitions(cluster: Cluster, topic: str, expected: dict[int, int],
+                       timeout_s: float = WAIT_S) -> dict[int, list[bytes]]:
+    """The values of each partition from offset 0, until each holds its ``expected`` count
+    (bounded by ``timeout_s``)."""
+    values: dict[int, list[bytes]] = {p: [] for p in expected}
+    with Consumer(cluster.live_bootstrap(), auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in expected])
+        deadline = time.monotonic() + timeout_s
+        while any(len(values[p]) < n for p, n in expected.items()) and \
+                time.monotonic() < deadline:
+            for tp, table in consumer.poll_arrow(timeout_ms=300).items():
+                values[tp.partition] += table.column("value").to_pylist()
+    return values
 
 
 class Cluster:
