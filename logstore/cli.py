@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_broker_commands(commands)
     _add_topic_commands(commands)
+    cluster = commands.add_parser("cluster", help="brokers (id, listener, rack) and the controller")
+    _add_bootstrap(cluster)
+    cluster.set_defaults(run=_cmd_cluster)
     _add_produce_command(commands)
     _add_consume_command(commands)
     add_group_commands(commands, _add_bootstrap)
@@ -461,6 +464,21 @@ def _cmd_broker_start(args: argparse.Namespace) -> int:
     config = load_broker_config(args.config, overrides)
     configure_logging(args.log_level.upper())
     return run_broker(config)
+
+
+# -- cluster ---------------------------------------------------------------------------------
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    with closing(_admin(args)) as admin:
+        cluster = admin.describe_cluster()
+    controller = "-" if cluster.controller_id is None else cluster.controller_id
+    print(f"Brokers: {len(cluster.brokers)}\tController: {controller}")
+    for b in cluster.brokers:
+        mark = "\t(controller)" if b.broker_id == cluster.controller_id else ""
+        print(f"\tBroker: {b.broker_id}\tListener: {b.host}:{b.port}\t"
+              f"Rack: {b.rack or '-'}{mark}")
+    return 0
 
 
 # -- topics ----------------------------------------------------------------------------------

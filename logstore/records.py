@@ -194,6 +194,24 @@ class StoredBatch:
         return np.arange(base, base + self.header.record_count, dtype=np.int64)
 
 
+# A replica fetch ships each stored message as one row of this schema: the exact bytes in the
+# leader's log, appended by the follower without being decoded and encoded again.
+STORED_MESSAGE_SCHEMA = pa.schema([pa.field("message", pa.binary(), nullable=False)])
+
+
+def stored_message_batch(stored: StoredBatch) -> pa.RecordBatch:
+    """One row holding ``stored``'s IPC message bytes (the column wraps them, no copy)."""
+    data = stored.message.serialize()
+    offsets = pa.py_buffer(np.array([0, data.size], dtype="<i4").tobytes())
+    column = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data])
+    return pa.RecordBatch.from_arrays([column], schema=STORED_MESSAGE_SCHEMA)
+
+
+def stored_message_bytes(batch: pa.RecordBatch) -> pa.Buffer:
+    """The IPC message bytes a ``stored_message_batch`` carries (zero-copy)."""
+    return batch.column(0)[0].as_buffer()
+
+
 @lru_cache(maxsize=256)
 def _schema_message_size(schema: pa.Schema) -> int:
     return schema.serialize().size

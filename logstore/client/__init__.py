@@ -7,15 +7,23 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from logstore.client.admin import Admin, NewTopic, PartitionDescription, TopicDescription
+    from logstore.client.admin import (
+        Admin,
+        BrokerDescription,
+        ClusterDescription,
+        NewTopic,
+        PartitionDescription,
+        TopicDescription,
+    )
     from logstore.client.consumer import Consumer
     from logstore.client.producer import Producer
 
-_EXPORTS = {"Admin": "admin", "NewTopic": "admin", "PartitionDescription": "admin",
-            "TopicDescription": "admin", "Consumer": "consumer", "Producer": "producer"}
+_EXPORTS = {"Admin": "admin", "BrokerDescription": "admin", "ClusterDescription": "admin",
+            "NewTopic": "admin", "PartitionDescription": "admin", "TopicDescription": "admin",
+            "Consumer": "consumer", "Producer": "producer"}
 
-__all__ = ["Admin", "Consumer", "NewTopic", "PartitionDescription", "Producer",
-           "TopicDescription"]
+__all__ = ["Admin", "BrokerDescription", "ClusterDescription", "Consumer", "NewTopic",
+           "PartitionDescription", "Producer", "TopicDescription"]
 
 
 def __getattr__(name: str) -> Any:

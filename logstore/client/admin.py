@@ -1,4 +1,5 @@
-"""The admin client: topics, partitions, topic configs and consumer groups.
+"""The admin client: the cluster's brokers and controller, topics, partitions, topic configs
+and consumer groups.
 
 Each call raises the ApiError of the first entity that failed, with a message naming it, after
 the request has been applied to every entity it could be applied to (as Kafka's admin does
@@ -70,10 +71,33 @@ class GroupDescription:
     members: list[MemberDescription]
 
 
+@dataclass(frozen=True)
+class BrokerDescription:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """The live brokers (by id) and the controller's id (None while no broker is controller)."""
+
+    brokers: list[BrokerDescription]
+    controller_id: int | None
+
+
 class Admin:
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
                  request_timeout_ms: int = 30_000) -> None:
         self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms)
+
+    def describe_cluster(self) -> ClusterDescription:
+        """The registered brokers, sorted by id, and the controller, as one broker sees them."""
+        response = self._metadata.request("metadata", {"topics": []})
+        brokers = sorted((BrokerDescription(b["broker_id"], b["host"], b["port"], b.get("rack"))
+                          for b in response["brokers"]), key=lambda b: b.broker_id)
+        return ClusterDescription(brokers, response.get("controller_id"))
 
     def create_topics(self, topics: list[NewTopic]) -> None:
         body = {"topics": [{"name": t.name, "num_partitions": t.num_partitions,

@@ -17,12 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from logstore.errors import ApiError, ErrorCode, OffsetOutOfRangeError
 from logstore.model import TopicPartition
-from logstore.records import StoredBatch, decode_message, encode_batch
+from logstore.records import StoredBatch, decode_message, stored_message_bytes
 from logstore.replication.epoch_cache import UNDEFINED_EPOCH
 from logstore.replication.partition import Partition
 from logstore.wire import error_from_fields
@@ -57,12 +56,11 @@ class _Fetching:
     truncated: bool = False
 
 
-def to_stored(fetched: Any, options: ipc.IpcWriteOptions | None = None) -> StoredBatch:
-    """A fetched batch (header, offset deltas, Arrow batch) as the log stores it: encoded once
-    more with the leader's header, so offsets, epochs and producer fields are the leader's."""
-    data = encode_batch(fetched.batch, fetched.header, fetched.offset_deltas, options)
-    # The CRC just written is checked again by the log's append_as_follower.
-    return decode_message(ipc.read_message(pa.py_buffer(data)), verify=False)
+def to_stored(fetched: Any) -> StoredBatch:
+    """A fetched batch as the log stores it: the leader's stored IPC message, byte for byte (a
+    replica fetch ships the message bytes, see ``records.stored_message_batch``), so nothing
+    is decoded or encoded again. The CRC is checked once, by the log's append_as_follower."""
+    return decode_message(ipc.read_message(stored_message_bytes(fetched.batch)), verify=False)
 
 
 class ReplicaFetcher:

@@ -16,7 +16,10 @@ The wire protocol (all bodies orjson unless said otherwise):
 |          | watermark...)                                                                      |
 
 Fetch metadata is binary for speed: ``b"B"`` + int32 partition + the 74-byte batch header
-(records.py) + optional int32 offset deltas; or ``b"S"`` + JSON summary.
+(records.py) + optional int32 offset deltas; or ``b"S"`` + JSON summary. A replica's fetch
+(``replica_id`` >= 0) streams ``records.STORED_MESSAGE_SCHEMA`` instead of the topic's: each
+batch is one row holding a stored IPC message's exact bytes, so the follower appends what the
+leader stored without decoding and encoding it again.
 
 Request-level errors travel as a FlightServerError whose ``extra_info`` is JSON
 ``{"error_code", "error_message"}``. Must not: contain business logic.

@@ -18,6 +18,7 @@ import pyarrow.flight as flight
 
 from logstore.broker.handlers import PendingProduce, RequestHandlers
 from logstore.errors import ApiError, CorruptRecordError, InvalidRequestError, UnknownServerError
+from logstore.records import STORED_MESSAGE_SCHEMA, StoredBatch, stored_message_batch
 from logstore.rpc.codec import (
     dumps,
     encode_batch_metadata,
@@ -109,12 +110,19 @@ class FlightBrokerServer(flight.FlightServerBase):
             schema, results = self._handlers.fetch(req)
         except Exception as e:
             raise self._flight_error(e, "fetch") from None
-        return flight.GeneratorStream(schema, self._fetch_stream(schema, results))
+        if isinstance(req.get("replica_id"), int) and req["replica_id"] >= 0:
+            batches = _stored_messages(results)
+            schema = STORED_MESSAGE_SCHEMA
+        else:
+            batches = self._handlers.iter_fetch_batches(schema, results)
+        return flight.GeneratorStream(schema, self._fetch_stream(schema, results, batches))
 
-    def _fetch_stream(self, schema: pa.Schema, results: list) -> Iterator[Any]:
+    def _fetch_stream(self, schema: pa.Schema, results: list,
+                      batches: Iterator[tuple[int, StoredBatch, pa.RecordBatch]]
+                      ) -> Iterator[Any]:
         summary = self._handlers.fetch_summary(results)
         try:
-            for partition, stored, batch in self._handlers.iter_fetch_batches(schema, results):
+            for partition, stored, batch in batches:
                 yield batch, pa.py_buffer(encode_batch_metadata(partition, stored))
         except Exception as e:  # the client is told, so a partial stream never looks whole
             log.exception("fetch stream failed")
@@ -134,6 +142,13 @@ class FlightBrokerServer(flight.FlightServerBase):
             return to_flight_error(e)
         log.exception("%s failed", where)
         return to_flight_error(UnknownServerError(f"{where}: {type(e).__name__}: {e}"))
+
+
+def _stored_messages(results: list) -> Iterator[tuple[int, StoredBatch, pa.RecordBatch]]:
+    """A replica fetch's batches: each stored message's bytes as they are in the log."""
+    for r in results:
+        for stored in r.batches:
+            yield r.tp.partition, stored, stored_message_batch(stored)
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:

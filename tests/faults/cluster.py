@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from logstore import Admin, NewTopic
+from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.client.admin import PartitionDescription
 from logstore.errors import ApiError
 from logstore.rpc.client import BrokerConnection
@@ -41,14 +41,30 @@ def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S)
                          f"(last error: {last_error})")
 
 
+def consume_partitions(cluster: Cluster, topic: str, expected: dict[int, int],
+                       timeout_s: float = WAIT_S) -> dict[int, list[bytes]]:
+    """The values of each partition from offset 0, until each holds its ``expected`` count
+    (bounded by ``timeout_s``)."""
+    values: dict[int, list[bytes]] = {p: [] for p in expected}
+    with Consumer(cluster.live_bootstrap(), auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in expected])
+        deadline = time.monotonic() + timeout_s
+        while any(len(values[p]) < n for p, n in expected.items()) and \
+                time.monotonic() < deadline:
+            for tp, table in consumer.poll_arrow(timeout_ms=300).items():
+                values[tp.partition] += table.column("value").to_pylist()
+    return values
+
+
 class Cluster:
     def __init__(self, factory: BrokerFactory, zk_connect: str, size: int = 3,
-                 lag_time_ms: int = LAG_TIME_MS) -> None:
+                 lag_time_ms: int = LAG_TIME_MS, racks: dict[int, str] | None = None) -> None:
         self.brokers: dict[int, BrokerProcess] = {}
         for i in range(1, size + 1):
+            rack = {"rack": racks[i]} if racks and i in racks else {}
             self.brokers[i] = factory(
                 broker_id=i, zk_connect=zk_connect, zk_session_timeout_ms=SESSION_TIMEOUT_MS,
-                replica_lag_time_max_ms=lag_time_ms)
+                replica_lag_time_max_ms=lag_time_ms, **rack)
         self.bootstrap = [b.bootstrap for b in self.brokers.values()]
         self.frozen: set[int] = set()
 
