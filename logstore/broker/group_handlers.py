@@ -66,8 +66,12 @@ class ReplicaOffsetsLog:
         self._replicas.append_records(tp, batch, -1).wait(APPEND_TIMEOUT_MS)
 
     def read(self, partition: int) -> Iterator[pa.RecordBatch]:
+        """Up to the log end, not the high watermark: a newly elected leader's high
+        watermark lags until its followers fetch again, and the commits between it and the
+        log end (acknowledged by the old leader) would be lost to the replay. A leader never
+        truncates its log, and the shard is dropped if leadership moves."""
         log_ = self._replicas.partition(TopicPartition(OFFSETS_TOPIC, partition)).log
-        offset, end = log_.log_start_offset, log_.high_watermark
+        offset, end = log_.log_start_offset, log_.log_end_offset
         for _ in range(end - offset + 1):  # bounded: every read advances at least one offset
             if offset >= end:
                 return

@@ -74,7 +74,8 @@ class OffsetsLog(Protocol):
         """Append and wait for the acknowledgement (acks=all); raises ApiError."""
 
     def read(self, partition: int) -> Iterator[pa.RecordBatch]:
-        """Every record batch up to the high watermark, in offset order."""
+        """Every record batch up to the log end (this broker leads the partition), in offset
+        order."""
 
 
 @dataclass
