@@ -2,7 +2,8 @@
 
 ``Cluster`` starts brokers 1..3 (real processes, tests/brokers.py) with a short ZooKeeper
 session and lag time, and offers bounded waits on the metadata every broker serves: who leads
-a partition, its ISR. No fixed sleeps: every wait polls a condition with a deadline.
+a partition, its ISR. Extra keyword arguments are broker settings for every broker. No fixed
+sleeps: every wait polls a condition with a deadline.
 """
 
 from __future__ import annotations
@@ -58,13 +59,14 @@ def consume_partitions(cluster: Cluster, topic: str, expected: dict[int, int],
 
 class Cluster:
     def __init__(self, factory: BrokerFactory, zk_connect: str, size: int = 3,
-                 lag_time_ms: int = LAG_TIME_MS, racks: dict[int, str] | None = None) -> None:
+                 lag_time_ms: int = LAG_TIME_MS, racks: dict[int, str] | None = None,
+                 **settings: Any) -> None:
         self.brokers: dict[int, BrokerProcess] = {}
         for i in range(1, size + 1):
             rack = {"rack": racks[i]} if racks and i in racks else {}
             self.brokers[i] = factory(
                 broker_id=i, zk_connect=zk_connect, zk_session_timeout_ms=SESSION_TIMEOUT_MS,
-                replica_lag_time_max_ms=lag_time_ms, **rack)
+                replica_lag_time_max_ms=lag_time_ms, **rack, **settings)
         self.bootstrap = [b.bootstrap for b in self.brokers.values()]
         self.frozen: set[int] = set()
 
