@@ -4,10 +4,11 @@ leadership.
 Goal: with ``__consumer_offsets`` spread over the brokers, each group is coordinated by the
 leader of its partition, whatever broker a client bootstraps from; a broker that does not lead
 a group's partition answers NOT_COORDINATOR; the admin lists groups of every broker. Method:
-two brokers on a real ZooKeeper with ``offsets_topic_replication_factor = 1`` (replication of
-the offsets topic, and so coordinator failover, needs the replication work of issue 4); pick
-two group ids whose offsets partitions are led by different brokers, consume and commit through
-broker 1's bootstrap, and check the committed offsets through broker 2's.
+two brokers on a real ZooKeeper with ``offsets_topic_replication_factor = 1`` (routing only;
+coordinator failover over a replicated offsets topic is tested in
+tests/faults/test_group_coordinator_failover.py); pick two group ids whose offsets partitions
+are led by different brokers, consume and commit through broker 1's bootstrap, and check the
+committed offsets through broker 2's.
 """
 
 from __future__ import annotations
