@@ -141,6 +141,10 @@ class ClusterMetadata:
         return info
 
     def leader(self, tp: TopicPartition) -> int:
+        return self.leader_partition(tp).leader
+
+    def leader_partition(self, tp: TopicPartition) -> PartitionInfo:
+        """The partition's metadata (leader and leader epoch); it must have a leader."""
         info = self.topic(tp.topic)
         part = info.partitions.get(tp.partition)
         if part is None:
@@ -149,7 +153,7 @@ class ClusterMetadata:
                 f"(it has {info.num_partitions})")
         if part.leader < 0:
             raise LeaderNotAvailableError(f"{tp} has no leader")
-        return part.leader
+        return part
 
     def leader_connection(self, tp: TopicPartition) -> BrokerConnection:
         return self.broker_connection(self.leader(tp))

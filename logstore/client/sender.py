@@ -250,7 +250,7 @@ class Sender:
                 self._fetch_ids()
                 if not self._sequences.has_default():
                     raise NetworkError("no producer id yet")
-            stream = self._stream_for(batch)
+            stream, leader_epoch = self._stream_for(batch)
             if self._idempotent:
                 with self._cond:
                     self._sequences.assign(batch)
@@ -259,7 +259,7 @@ class Sender:
             return
         meta = {"seq": batch.order, "partition": batch.tp.partition,
                 "producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
-                "base_sequence": batch.base_sequence}
+                "base_sequence": batch.base_sequence, "leader_epoch": leader_epoch}
         try:
             with stream.lock:
                 if stream.broken:  # its reader gave up on it a moment ago
@@ -277,8 +277,12 @@ class Sender:
         if self._acks == 0:
             self._complete(batch, -1, None)
 
-    def _stream_for(self, batch: ProducerBatch) -> _Stream:
-        conn = self._metadata.leader_connection(batch.tp)
+    def _stream_for(self, batch: ProducerBatch) -> tuple[_Stream, int]:
+        """The stream to the partition's leader, and the leader epoch the metadata gave
+        (the broker refuses the batch if its own epoch differs: FENCED_LEADER_EPOCH or
+        UNKNOWN_LEADER_EPOCH, both retried after a metadata refresh)."""
+        part = self._metadata.leader_partition(batch.tp)
+        conn = self._metadata.broker_connection(part.leader)
         key = (conn.address, batch.tp.topic)
         stream = self._streams.get(key)
         if stream is None or stream.broken:
@@ -292,7 +296,7 @@ class Sender:
             if self._acks != 0:
                 threading.Thread(target=self._read_acks, args=(stream,), daemon=True,
                                  name=f"logstore-acks-{key[0]}-{key[1]}").start()
-        return stream
+        return stream, part.leader_epoch
 
     def _watchdog(self) -> None:
         """Break streams whose oldest batch has waited past the request timeout (a broker that
