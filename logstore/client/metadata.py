@@ -99,10 +99,13 @@ class ClusterMetadata:
             addresses = list(self._brokers.values()) or self._bootstrap
         return self.connection(addresses[0])
 
-    def request(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        """A control request to any reachable broker (known brokers first, then bootstrap)."""
+    def request(self, name: str, body: dict[str, Any], prefer: str | None = None
+                ) -> dict[str, Any]:
+        """A control request to any reachable broker (``prefer`` first, e.g. one that just
+        answered, then known brokers, then bootstrap)."""
         with self._lock:
-            candidates = list(dict.fromkeys([*self._brokers.values(), *self._bootstrap]))
+            candidates = list(dict.fromkeys(
+                [*([prefer] if prefer else []), *self._brokers.values(), *self._bootstrap]))
         last: ApiError | None = None
         for address in candidates:
             try:
@@ -113,8 +116,8 @@ class ClusterMetadata:
 
     # -- metadata ----------------------------------------------------------------------------
 
-    def refresh(self, topics: list[str] | None = None) -> None:
-        response = self.request("metadata", {"topics": topics})
+    def refresh(self, topics: list[str] | None = None, prefer: str | None = None) -> None:
+        response = self.request("metadata", {"topics": topics}, prefer)
         with self._lock:
             self._brokers = {b["broker_id"]: f"{b['host']}:{b['port']}"
                              for b in response["brokers"]}
