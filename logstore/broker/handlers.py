@@ -265,10 +265,11 @@ class RequestHandlers:
             producer_id = int_field(meta, "producer_id", what, -1, INT64_MAX, default=-1)
             producer_epoch = int_field(meta, "producer_epoch", what, -1, INT16_MAX, default=-1)
             base_sequence = int_field(meta, "base_sequence", what, -1, INT32_MAX, default=-1)
+            leader_epoch = int_field(meta, "leader_epoch", what, -1, INT32_MAX, default=-1)
             batch = conform_batch(batch, self.topic_schema(topic), f"topic-partition {tp}")
             pending = self._replicas.append_records(
                 tp, batch, acks, producer_id=producer_id, producer_epoch=producer_epoch,
-                base_sequence=base_sequence)
+                base_sequence=base_sequence, current_leader_epoch=leader_epoch)
         except ApiError as e:
             return PendingProduce(partition, None, e)
         return PendingProduce(partition, pending, None)

@@ -140,13 +140,15 @@ class ReplicaManager:
 
     def append_records(self, tp: TopicPartition, batch: pa.RecordBatch, required_acks: int,
                        producer_id: int = -1, producer_epoch: int = -1,
-                       base_sequence: int = -1, flags: int = 0) -> PendingAppend:
-        """Append now; ``wait(timeout_ms)`` on the result gives the acknowledgement."""
+                       base_sequence: int = -1, flags: int = 0,
+                       current_leader_epoch: int = -1) -> PendingAppend:
+        """Append now; ``wait(timeout_ms)`` on the result gives the acknowledgement.
+        ``current_leader_epoch`` (-1: unchecked) is checked against the partition's."""
         if required_acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {required_acks}")
         return self.partition(tp).append_records_to_leader(
-            batch, required_acks, producer_id=producer_id, producer_epoch=producer_epoch,
-            base_sequence=base_sequence, flags=flags)
+            batch, required_acks, current_leader_epoch, producer_id=producer_id,
+            producer_epoch=producer_epoch, base_sequence=base_sequence, flags=flags)
 
     # -- fetch -------------------------------------------------------------------------------
 

@@ -164,6 +164,7 @@ class ProducerBatch:
     producer_epoch: int = -1
     base_sequence: int = -1
     attempts: int = 0
+    epoch_refusals: int = 0  # attempts refused for a stale leader epoch (not counted as retries)
     not_before: float = 0.0
     sent_at: float = 0.0
     nbytes: int = field(default=0)

@@ -99,10 +99,13 @@ class ClusterMetadata:
             addresses = list(self._brokers.values()) or self._bootstrap
         return self.connection(addresses[0])
 
-    def request(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        """A control request to any reachable broker (known brokers first, then bootstrap)."""
+    def request(self, name: str, body: dict[str, Any], prefer: str | None = None
+                ) -> dict[str, Any]:
+        """A control request to any reachable broker (``prefer`` first, e.g. one that just
+        answered, then known brokers, then bootstrap)."""
         with self._lock:
-            candidates = list(dict.fromkeys([*self._brokers.values(), *self._bootstrap]))
+            candidates = list(dict.fromkeys(
+                [*([prefer] if prefer else []), *self._brokers.values(), *self._bootstrap]))
         last: ApiError | None = None
         for address in candidates:
             try:
@@ -113,8 +116,8 @@ class ClusterMetadata:
 
     # -- metadata ----------------------------------------------------------------------------
 
-    def refresh(self, topics: list[str] | None = None) -> None:
-        response = self.request("metadata", {"topics": topics})
+    def refresh(self, topics: list[str] | None = None, prefer: str | None = None) -> None:
+        response = self.request("metadata", {"topics": topics}, prefer)
         with self._lock:
             self._brokers = {b["broker_id"]: f"{b['host']}:{b['port']}"
                              for b in response["brokers"]}
@@ -141,6 +144,10 @@ class ClusterMetadata:
         return info
 
     def leader(self, tp: TopicPartition) -> int:
+        return self.leader_partition(tp).leader
+
+    def leader_partition(self, tp: TopicPartition) -> PartitionInfo:
+        """The partition's metadata (leader and leader epoch); it must have a leader."""
         info = self.topic(tp.topic)
         part = info.partitions.get(tp.partition)
         if part is None:
@@ -149,7 +156,7 @@ class ClusterMetadata:
                 f"(it has {info.num_partitions})")
         if part.leader < 0:
             raise LeaderNotAvailableError(f"{tp} has no leader")
-        return part.leader
+        return part
 
     def leader_connection(self, tp: TopicPartition) -> BrokerConnection:
         return self.broker_connection(self.leader(tp))

@@ -25,9 +25,11 @@ from logstore.client.batches import ProducerBatch
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
+    FencedLeaderEpochError,
     NetworkError,
     OutOfOrderSequenceError,
     RequestTimedOutError,
+    UnknownLeaderEpochError,
 )
 from logstore.model import TopicPartition
 from logstore.rpc.client import ProduceStream
@@ -109,6 +111,7 @@ class Sender:
         self._queued_bytes = 0
         self._outstanding: set[int] = set()  # orders of batches not yet done
         self._refresh: set[str] = set()
+        self._refresh_via: str | None = None  # a broker that just answered: ask it first
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="logstore-producer-sender",
                                         daemon=True)
@@ -250,7 +253,7 @@ class Sender:
                 self._fetch_ids()
                 if not self._sequences.has_default():
                     raise NetworkError("no producer id yet")
-            stream = self._stream_for(batch)
+            stream, leader_epoch = self._stream_for(batch)
             if self._idempotent:
                 with self._cond:
                     self._sequences.assign(batch)
@@ -259,7 +262,7 @@ class Sender:
             return
         meta = {"seq": batch.order, "partition": batch.tp.partition,
                 "producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
-                "base_sequence": batch.base_sequence}
+                "base_sequence": batch.base_sequence, "leader_epoch": leader_epoch}
         try:
             with stream.lock:
                 if stream.broken:  # its reader gave up on it a moment ago
@@ -277,8 +280,12 @@ class Sender:
         if self._acks == 0:
             self._complete(batch, -1, None)
 
-    def _stream_for(self, batch: ProducerBatch) -> _Stream:
-        conn = self._metadata.leader_connection(batch.tp)
+    def _stream_for(self, batch: ProducerBatch) -> tuple[_Stream, int]:
+        """The stream to the partition's leader, and the leader epoch the metadata gave
+        (the broker refuses the batch if its own epoch differs: FENCED_LEADER_EPOCH or
+        UNKNOWN_LEADER_EPOCH, both retried after a metadata refresh)."""
+        part = self._metadata.leader_partition(batch.tp)
+        conn = self._metadata.broker_connection(part.leader)
         key = (conn.address, batch.tp.topic)
         stream = self._streams.get(key)
         if stream is None or stream.broken:
@@ -292,7 +299,7 @@ class Sender:
             if self._acks != 0:
                 threading.Thread(target=self._read_acks, args=(stream,), daemon=True,
                                  name=f"logstore-acks-{key[0]}-{key[1]}").start()
-        return stream
+        return stream, part.leader_epoch
 
     def _watchdog(self) -> None:
         """Break streams whose oldest batch has waited past the request timeout (a broker that
@@ -336,7 +343,7 @@ class Sender:
                         self._sequences.confirmed.add(batch.tp)
                 self._complete(batch, ack["base_offset"], None)
             else:
-                self._on_error(batch, error)
+                self._on_error(batch, error, answered_by=stream.key[0])
 
     def _break_stream(self, stream: _Stream, error: ApiError, retry: bool = True) -> None:
         with stream.lock:
@@ -356,18 +363,27 @@ class Sender:
             else:
                 self._complete(batch, -1, error)
 
-    def _on_error(self, batch: ProducerBatch, error: ApiError) -> None:
+    def _on_error(self, batch: ProducerBatch, error: ApiError, answered_by: str | None = None
+                  ) -> None:
         now = time.monotonic()
         with self._cond:
             if error.refresh_metadata or isinstance(error, NetworkError):
                 self._refresh.add(batch.tp.topic)
+                if answered_by is not None:  # alive, unlike a bootstrap broker may be
+                    self._refresh_via = answered_by
             if isinstance(error, OutOfOrderSequenceError) and \
                     batch.producer_id != self._sequences.current(batch.tp):
                 # not written (the broker saw a gap) and numbered under a retired id
                 batch.producer_id, batch.producer_epoch, batch.base_sequence = -1, -1, -1
-            if error.retriable and batch.attempts < self._retries and now < batch.deadline \
-                    and not self._closed:
+            # A leader epoch refusal means only that our metadata is stale: the broker wrote
+            # nothing, so it is retried after a refresh without spending one of ``retries``
+            # (a controller's ISR change bumps the epoch without moving the leader, which
+            # must not fail a retries=0 producer), still within delivery_timeout_ms.
+            stale_epoch = isinstance(error, FencedLeaderEpochError | UnknownLeaderEpochError)
+            retries_left = stale_epoch or batch.attempts - batch.epoch_refusals < self._retries
+            if error.retriable and retries_left and now < batch.deadline and not self._closed:
                 batch.attempts += 1
+                batch.epoch_refusals += stale_epoch
                 batch.not_before = now + self._backoff_s
                 self._inflight[batch.tp] -= 1
                 self._insert(batch)
@@ -421,8 +437,9 @@ class Sender:
     def _maybe_refresh(self) -> None:
         with self._cond:
             topics, self._refresh = self._refresh, set()
+            via, self._refresh_via = self._refresh_via, None
         if topics:
             try:
-                self._metadata.refresh(sorted(topics))
+                self._metadata.refresh(sorted(topics), prefer=via)
             except ApiError as e:
                 log.debug("metadata refresh failed: %s", e)

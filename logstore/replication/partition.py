@@ -129,12 +129,17 @@ class Partition:
     # -- the leader's side of produce ----------------------------------------------------------
 
     def append_records_to_leader(self, batch: pa.RecordBatch, required_acks: int,
-                                 **producer: int) -> PendingAppend:
+                                 current_leader_epoch: int = -1, **producer: int
+                                 ) -> PendingAppend:
         """Append as leader now; the returned PendingAppend waits for the acknowledgement that
         ``required_acks`` asks for (durability with flush_ms=0, the ISR for acks=all), so a
         caller can append the next batch while earlier ones wait: group commit then covers
-        every batch appended during one fsync, even from a single producer."""
+        every batch appended during one fsync, even from a single producer.
+        ``current_leader_epoch`` is the epoch the producer saw (-1: unchecked); an older one
+        is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH, checked before leadership
+        so a producer behind a leader change learns its metadata is stale."""
         with self._lock:
+            self.check_leader_epoch(current_leader_epoch)
             self._require_leader()
             if required_acks == -1 and len(self.isr) < self.log.config.min_insync_replicas:
                 raise NotEnoughReplicasError(

@@ -7,8 +7,10 @@ The wire protocol (all bodies orjson unless said otherwise):
 | DoAction | control: type = request name, body = JSON request; one Result = JSON response      |
 | DoPut    | produce: descriptor command = JSON ``{"type": "produce", "topic", "acks",         |
 |          | "timeout_ms"}``; each batch's app_metadata = JSON ``{"seq", "partition",            |
-|          | "producer_id", "producer_epoch", "base_sequence"}``; the server answers each batch |
-|          | (unless acks=0) with metadata JSON ``{"seq", "partition", "error_code",             |
+|          | "producer_id", "producer_epoch", "base_sequence", "leader_epoch"}``; leader_epoch |
+|          | is the epoch the producer saw (optional, -1 or absent: unchecked; older than the   |
+|          | partition's: FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH); the server answers |
+|          | each batch (unless acks=0) with metadata JSON ``{"seq", "partition", "error_code", |
 |          | "error_message", "base_offset", "log_append_time", "log_start_offset"}``           |
 | DoGet    | fetch: ticket = JSON fetch request (per partition: offset, max_bytes, optional     |
 |          | end_offset: no batch starting at or after it); the stream's batches carry BATCH    |

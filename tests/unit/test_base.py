@@ -54,10 +54,14 @@ def test_error_codes_are_pinned() -> None:
               "INCONSISTENT_GROUP_PROTOCOL": 23, "INVALID_GROUP_ID": 24, "UNKNOWN_MEMBER_ID": 25,
               "INVALID_SESSION_TIMEOUT": 26, "REBALANCE_IN_PROGRESS": 27,
               "INVALID_COMMIT_OFFSET_SIZE": 28, "NON_EMPTY_GROUP": 68, "GROUP_ID_NOT_FOUND": 69,
-              "MEMBER_ID_REQUIRED": 79, "FENCED_INSTANCE_ID": 82}
+              "MEMBER_ID_REQUIRED": 79, "FENCED_INSTANCE_ID": 82,
+              # leader epochs on produce and replica fetch
+              "FENCED_LEADER_EPOCH": 74, "UNKNOWN_LEADER_EPOCH": 75}
     for name, code in pinned.items():
         assert ErrorCode[name] == code
     assert error_class(6).retriable and error_class(6).refresh_metadata
+    for code in (74, 75):
+        assert error_class(code).retriable and error_class(code).refresh_metadata
     assert not error_class(10).retriable
 
 

@@ -17,6 +17,7 @@ from logstore.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
+    UnknownLeaderEpochError,
 )
 from logstore.model import TopicPartition
 from logstore.replication.epoch_cache import LeaderEpochCache
@@ -126,6 +127,33 @@ def test_follower_refuses_produce_and_stale_epochs(tmp_path: Path) -> None:
     p.make_leader(5, (1, 2), (1, 2))
     with pytest.raises(FencedLeaderEpochError):
         p.check_leader_epoch(4)
+
+
+def test_produce_checks_the_leader_epoch_it_names(tmp_path: Path) -> None:
+    """A produce naming an older epoch is fenced, a newer one is unknown, and neither is
+    written; the current epoch or -1 (unchecked, older clients) is appended."""
+    clock = FakeClock()
+    p = make_partition(tmp_path, clock)
+    p.make_leader(3, (1,), (1,))
+    with pytest.raises(FencedLeaderEpochError):
+        p.append_records_to_leader(keyed(0, 2), 1, 2)
+    with pytest.raises(UnknownLeaderEpochError):
+        p.append_records_to_leader(keyed(0, 2), 1, 4)
+    assert p.log.log_end_offset == 0
+    assert p.append_records_to_leader(keyed(0, 2), 1, 3).wait(0).last_offset == 1
+    assert p.append_records_to_leader(keyed(2, 2), 1, -1).wait(0).last_offset == 3
+    assert p.append_records_to_leader(keyed(4, 1), 1).wait(0).last_offset == 4
+
+
+def test_stale_epoch_on_a_follower_is_fenced_before_not_leader(tmp_path: Path) -> None:
+    """A producer behind a leader change hears its epoch is stale (refresh metadata)."""
+    clock = FakeClock()
+    p = make_partition(tmp_path, clock)
+    p.make_follower(2, 4, (1, 2))
+    with pytest.raises(FencedLeaderEpochError):
+        p.append_records_to_leader(keyed(0, 1), 1, 3)
+    with pytest.raises(NotLeaderOrFollowerError):
+        p.append_records_to_leader(keyed(0, 1), 1, 4)
 
 
 # -- leader epochs -----------------------------------------------------------------------------
