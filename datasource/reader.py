@@ -29,7 +29,7 @@ from logstore.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
-from logstore.model import TopicPartition
+from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.records import FLAG_LOG_APPEND_TIME
 from logstore.rpc.client import BrokerConnection
 from logstore.rpc.codec import error_from_fields
@@ -196,27 +196,28 @@ class _Fetcher:
     def _lost(self, position: int) -> int:
         """Where to go on after OFFSET_OUT_OF_RANGE at ``position`` (or raise)."""
         tp = self.task.tp
-        start = _log_start_offset(self._connection(), tp)
+        start = _list_offset(self._connection(), tp, EARLIEST)
         if start <= position:  # not below the log start: the log now ends before position
-            return self._truncated(position, start)
-        lost = f"{tp}: offsets [{position}, {min(start, self.task.end)}) of the range " \
-               f"[{self.task.start}, {self.task.end}) are no longer in the log " \
-               f"(log start offset {start})"
-        if self.settings.fail_on_data_loss:
-            raise DataLossError(f"{lost}; set failOnDataLoss=false to skip them")
-        log.warning("%s; skipping them (failOnDataLoss=false)", lost)
-        return min(start, self.task.end)
+            return self._truncated(position, _list_offset(self._connection(), tp, LATEST))
+        return self._loss(f"{tp}: offsets [{position}, {min(start, self.task.end)}) of the "
+                          f"range [{self.task.start}, {self.task.end}) are no longer in the "
+                          f"log (log start offset {start})", min(start, self.task.end))
 
     def _truncated(self, position: int, high_watermark: int) -> int:
         """The log ends before the range does (truncated by an unclean leader change, or the
         topic recreated): data loss, or with failOnDataLoss=false the rest is skipped."""
-        lost = f"{self.task.tp}: offsets [{max(position, high_watermark)}, {self.task.end}) " \
-               f"of the range [{self.task.start}, {self.task.end}) are gone: the log now ends " \
-               f"at {high_watermark} (truncated by a leader change, or the topic recreated)"
+        return self._loss(
+            f"{self.task.tp}: offsets [{max(position, high_watermark)}, {self.task.end}) of the "
+            f"range [{self.task.start}, {self.task.end}) are gone: the log now ends at "
+            f"{high_watermark} (truncated by a leader change, or the topic recreated)",
+            self.task.end)
+
+    def _loss(self, lost: str, resume_at: int) -> int:
+        """failOnDataLoss: raise, or warn and go on at ``resume_at``."""
         if self.settings.fail_on_data_loss:
             raise DataLossError(f"{lost}; set failOnDataLoss=false to skip them")
         log.warning("%s; skipping them (failOnDataLoss=false)", lost)
-        return self.task.end
+        return resume_at
 
     def _connection(self) -> BrokerConnection:
         if self._conn is None:
@@ -242,9 +243,10 @@ class _Fetcher:
             self._conn = None
 
 
-def _log_start_offset(conn: BrokerConnection, tp: TopicPartition) -> int:
+def _list_offset(conn: BrokerConnection, tp: TopicPartition, spec: int) -> int:
+    """The log start offset (EARLIEST) or high watermark (LATEST) of ``tp``."""
     entry = conn.action("list_offsets", {"topic": tp.topic, "partitions": [
-        {"partition": tp.partition, "timestamp": -2}]})["partitions"][0]
+        {"partition": tp.partition, "timestamp": spec}]})["partitions"][0]
     err = error_from_fields(entry)
     if err is not None:
         raise err
