@@ -26,6 +26,8 @@ from logstore.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from logstore.messages import Route
+from logstore.messages.log import BrokerStatsRequest, BrokerStatsResponse
 from logstore.model import TopicPartition
 from logstore.records import (
     DEFAULT_SCHEMA,
@@ -99,10 +101,19 @@ class RequestHandlers:
             "init_producer_id": self.init_producer_id,
             "describe_log_dirs": self.describe_log_dirs,
             "await_high_watermarks": self.await_high_watermarks,
-            "broker_stats": self.broker_stats,
         }
         self.actions = {name: _counted(name, fn, self._action_counts)
                         for name, fn in self.actions.items()}
+        # Typed actions (logstore/messages): the Flight server tries these first.
+        self.routes: dict[str, Route[Any, Any]] = {}
+        self.add_routes([Route(BrokerStatsRequest, self.broker_stats)])
+
+    def add_routes(self, routes: list[Route[Any, Any]]) -> None:
+        """Serve typed actions, counted like the others."""
+        for route in routes:
+            self.routes[route.action] = Route(route.request_type,
+                                              _counted(route.action, route.handle,
+                                                       self._action_counts))
 
     def register(self, name: str, fn: Any) -> None:
         """Add an action (the cluster actions come from cluster.py)."""
@@ -237,10 +248,12 @@ class RequestHandlers:
         return {"topic": topic, "partitions": [
             {"partition": tp.partition, "high_watermark": hw} for tp, hw in sorted(hws.items())]}
 
-    def broker_stats(self, req: dict[str, Any]) -> dict[str, Any]:
+    def broker_stats(self, req: BrokerStatsRequest) -> BrokerStatsResponse:
         """Counters of this broker's fetches since it started."""
-        return {"broker_id": self.broker_id, **self._replicas.stats.to_json(),
-                "actions": dict(self._action_counts)}
+        stats = self._replicas.stats
+        return BrokerStatsResponse(broker_id=self.broker_id, fetch_requests=stats.requests,
+                                   fetch_batches=stats.batches, fetch_bytes=stats.bytes,
+                                   actions=dict(self._action_counts))
 
     def init_producer_id(self, req: dict[str, Any]) -> dict[str, Any]:
         return {**error_fields(None), "producer_id": self._producer_ids.next_producer_id(),
@@ -344,7 +357,7 @@ class RequestHandlers:
 
 def _counted(name: str, fn: Any, counts: Counter[str]) -> Any:
     """``fn`` counting its calls in ``counts[name]`` (approximate under concurrency)."""
-    def call(req: dict[str, Any]) -> dict[str, Any]:
+    def call(req: Any) -> Any:
         counts[name] += 1
         return fn(req)
 

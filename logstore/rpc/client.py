@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import orjson
@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from logstore.errors import ApiError, InvalidRequestError
+from logstore.messages import Message, Request, decode_response, encode
 from logstore.records import BatchHeader
 from logstore.rpc.codec import (
     BATCH_TAG,
@@ -27,6 +28,8 @@ from logstore.rpc.codec import (
     error_from_fields,
     from_flight_error,
 )
+
+R = TypeVar("R", bound=Message)
 
 
 @dataclass(slots=True)
@@ -112,6 +115,20 @@ class BrokerConnection:
         if not results:
             raise InvalidRequestError(f"{name} on {self.address}: empty response")
         return orjson.loads(results[0].body.to_pybytes())
+
+    def call(self, request: Request[R], timeout_s: float | None = None) -> R:
+        """A typed control request; the response decoded as its declared type."""
+        name = request.ACTION
+        options = flight.FlightCallOptions(timeout=timeout_s or self._timeout_s)
+        try:
+            results = list(self._client.do_action(flight.Action(name, encode(request)), options))
+        except flight.FlightError as e:
+            raise from_flight_error(e, f"{name} on {self.address}") from None
+        if not results:
+            raise InvalidRequestError(f"{name} on {self.address}: empty response")
+        response = decode_response(type(request).RESPONSE, results[0].body.to_pybytes(),
+                                   f"{name} on {self.address}")
+        return cast(R, response)
 
     def open_produce(self, topic: str, schema: pa.Schema, acks: int, timeout_ms: int
                      ) -> ProduceStream:

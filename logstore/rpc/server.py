@@ -17,7 +17,13 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from logstore.broker.handlers import PendingProduce, RequestHandlers
-from logstore.errors import ApiError, CorruptRecordError, InvalidRequestError, UnknownServerError
+from logstore.errors import (
+    ApiError,
+    CorruptRecordError,
+    InvalidRequestError,
+    UnknownServerError,
+    UnsupportedVersionError,
+)
 from logstore.records import STORED_MESSAGE_SCHEMA, StoredBatch, stored_message_batch
 from logstore.rpc.codec import (
     dumps,
@@ -41,18 +47,28 @@ class FlightBrokerServer(flight.FlightServerBase):
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
         name = action.type
-        handler = self._handlers.actions.get(name)
         try:
+            body = action.body.to_pybytes() if action.body else b"{}"
+            route = self._handlers.routes.get(name)
+            if route is not None:
+                return iter([flight.Result(route(body))])
+            handler = self._handlers.actions.get(name)
             if handler is None:
-                raise InvalidRequestError(f"unknown action {name!r}")
-            body = loads_request(action.body.to_pybytes() if action.body else b"{}", name)
-            response = handler(body)
+                raise UnsupportedVersionError(
+                    f"unknown action {name!r}; this broker answers {self._action_names()}")
+            response = handler(loads_request(body, name))
         except Exception as e:
             raise self._flight_error(e, f"action {name!r}") from None
         return iter([flight.Result(dumps(response))])
 
+    def _action_names(self) -> list[str]:
+        return sorted({*self._handlers.routes, *self._handlers.actions})
+
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
-        return [(name, fn.__doc__ or name) for name, fn in self._handlers.actions.items()]
+        docs = {name: route.request_type.__doc__ or name
+                for name, route in self._handlers.routes.items()}
+        docs.update((name, fn.__doc__ or name) for name, fn in self._handlers.actions.items())
+        return sorted(docs.items())
 
     # -- produce -----------------------------------------------------------------------------
 

@@ -228,6 +228,26 @@ def test_malformed_fields_in_actions_are_invalid_request_not_unknown_server_erro
             assert "schema-garbage" not in admin.list_topics()
 
 
+def test_unknown_actions_and_newer_versions_are_unsupported_version(broker) -> None:
+    """Goal: a client speaking an action this broker does not know, or a newer version of
+    one it knows, learns exactly that (UNSUPPORTED_VERSION, 35, naming the action), not
+    INVALID_REQUEST. Method: a bare Flight client sends an unknown action and a broker_stats
+    request of version 99 (every action decodes its version first)."""
+    client = flight.connect(f"grpc://{broker.bootstrap}")
+    try:
+        with pytest.raises(flight.FlightError) as unknown:
+            list(client.do_action(flight.Action("no_such_action", b"{}"), CALL_OPTIONS))
+        with pytest.raises(flight.FlightError) as newer:
+            list(client.do_action(flight.Action("broker_stats", b'{"version": 99}'), CALL_OPTIONS))
+    finally:
+        client.close()
+    unsupported = int(ErrorCode.UNSUPPORTED_VERSION)
+    assert _flight_error_code(unknown.value) == unsupported
+    assert "no_such_action" in str(unknown.value)
+    assert _flight_error_code(newer.value) == unsupported
+    assert "broker_stats v99" in str(newer.value)
+
+
 # -- fuzz -----------------------------------------------------------------------------------
 
 FUZZ_REQUESTS = 1200
