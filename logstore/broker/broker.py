@@ -16,6 +16,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from logstore.broker.cluster import ClusterHandlers, ConnectionFactory, Peers
+from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.broker.group_handlers import GroupHandlers, ReplicaOffsetsLog
 from logstore.broker.handlers import RequestHandlers
 from logstore.broker.replica_manager import ReplicaManager
@@ -26,7 +27,7 @@ from logstore.controller.controller import TopicController
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState
 from logstore.errors import ApiError
-from logstore.groups.coordinator import GroupConfig, GroupCoordinator
+from logstore.groups.coordinator import GroupConfig
 from logstore.model import TopicPartition
 from logstore.records import topic_schema
 from logstore.replication.fetcher import FetcherManager
@@ -101,7 +102,7 @@ class Broker:
         self.handlers = RequestHandlers(config.broker_id, self.store, self.controller,
                                         self.replicas, ProducerIdAllocator(self.store))
         self.groups = self._group_handlers(config)
-        self.handlers.add_actions(self.groups.actions())
+        self.handlers.add_routes(self.groups.routes())
         self.server: Server | None = None
         self._sync_lock = threading.RLock()
         self._stopping = threading.Event()
@@ -122,7 +123,7 @@ class Broker:
             self.handlers.register(name, fn)
 
     def _group_handlers(self, config: BrokerConfig) -> GroupHandlers:
-        coordinator = GroupCoordinator(
+        coordinator = GroupCoordinatorService(
             ReplicaOffsetsLog(self.replicas, self.store),
             GroupConfig(group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                         group_min_session_timeout_ms=config.group_min_session_timeout_ms,
