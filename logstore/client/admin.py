@@ -11,11 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from logstore.client.group import GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import GroupIdNotFoundError, NonEmptyGroupError
+from logstore.messages.groups import (
+    ConsumerProtocolAssignment,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
+)
 from logstore.model import OffsetAndMetadata, TopicPartition
 from logstore.records import decode_schema, encode_schema
 from logstore.rpc.codec import error_from_fields
@@ -159,24 +166,20 @@ class Admin:
         self._metadata.refresh([])
         found: dict[str, GroupListing] = {}
         for broker_id in sorted(self._metadata.brokers()):
-            response = self._metadata.broker_connection(broker_id).action("list_groups", {})
-            for g in response.get("groups", []):
-                found[g["group_id"]] = GroupListing(g["group_id"], g["state"],
-                                                    g["protocol_type"])
+            response = self._metadata.broker_connection(broker_id).call(ListGroupsRequest())
+            for g in response.groups:
+                found[g.group_id] = GroupListing(g.group_id, g.state, g.protocol_type)
         return sorted(found.values(), key=lambda g: g.group_id)
 
     def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
         out = []
         for group_id in group_ids:
-            (g,) = self._group(group_id).call("describe_groups",
-                                              {"group_ids": [group_id]})["groups"]
-            self._check([g])
+            (g,) = self._group(group_id).call(DescribeGroupsRequest(group_ids=[group_id])).groups
+            g.raise_error()
             out.append(GroupDescription(
-                g["group_id"], g["state"], g["protocol_type"], g["protocol"],
-                g["generation_id"], [MemberDescription(
-                    m["member_id"], m["group_instance_id"], m["client_id"],
-                    [TopicPartition(t, p) for t, p in m["assignment"].get("partitions", [])])
-                    for m in g["members"]]))
+                g.group_id, g.state, g.protocol_type, g.protocol, g.generation_id,
+                [MemberDescription(m.member_id, m.group_instance_id, m.client_id,
+                                   _assigned(m.assignment)) for m in g.members]))
         return out
 
     def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -202,9 +205,9 @@ class Admin:
         """Delete empty groups and their offsets (tombstones in __consumer_offsets)."""
         entries = []
         for group_id in group_ids:
-            entries += self._group(group_id).call("delete_groups",
-                                                  {"group_ids": [group_id]})["groups"]
-        self._check(entries)
+            entries += self._group(group_id).call(DeleteGroupsRequest(group_ids=[group_id])).groups
+        for entry in entries:
+            entry.raise_error()
 
     def _group(self, group_id: str) -> GroupMember:
         return GroupMember(self._metadata, GroupSettings(group_id))
@@ -224,3 +227,12 @@ class Admin:
             err = error_from_fields(entry)
             if err is not None:
                 raise err
+
+
+def _assigned(assignment: Any) -> list[TopicPartition]:
+    """A member's partitions (none if its group's protocol is not the consumer's)."""
+    try:
+        decoded = msgspec.convert(assignment or {}, ConsumerProtocolAssignment)
+    except msgspec.ValidationError:
+        return []
+    return [TopicPartition(t, p) for t, p in decoded.partitions]

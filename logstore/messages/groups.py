@@ -1,10 +1,13 @@
 """Messages of consumer groups: find_coordinator, join/sync/heartbeat/leave, offset
 commit/fetch, list/describe/delete groups.
 
-Owns: the declaration of these requests and responses. The member metadata a consumer sends in
-``join_group`` and the assignment the leader sends in ``sync_group`` are opaque to the broker
-(``client/group.py`` defines them), so they travel as any JSON value. Must not: do I/O or hold
-group rules (``groups/`` does).
+Owns: the declaration of these requests and responses, and of the consumer protocol's payloads.
+The member metadata a member sends in ``join_group`` and the assignment the leader sends in
+``sync_group`` belong to the group's protocol type, so they travel as any JSON value; for
+``"consumer"`` groups they are ``ConsumerProtocolSubscription`` and
+``ConsumerProtocolAssignment`` (the broker reads only an assignment's ``partitions``, to refuse
+commits of partitions a member does not own). Must not: do I/O or hold group rules (``groups/``
+does).
 """
 
 from __future__ import annotations
@@ -41,6 +44,20 @@ class FindCoordinatorRequest(Request[FindCoordinatorResponse], frozen=True, kw_o
 
 
 # -- membership ------------------------------------------------------------------------------
+
+
+class ConsumerProtocolSubscription(Message, frozen=True, kw_only=True):
+    """A consumer's member metadata: the topics it subscribes to and the partitions it owns
+    (cooperative assignors keep them where they can)."""
+
+    topics: list[str]
+    owned: list[tuple[str, PartitionId]] = []
+
+
+class ConsumerProtocolAssignment(Message, frozen=True, kw_only=True):
+    """The partitions the leader assigns one consumer."""
+
+    partitions: list[tuple[str, PartitionId]] = []
 
 
 class GroupProtocol(Message, frozen=True, kw_only=True):
