@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import msgspec
+
 from logstore.coordinator import Completions
 from logstore.errors import (
     ApiError,
@@ -34,7 +36,11 @@ from logstore.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from logstore.messages.groups import JoinGroupMember, JoinGroupResponse
+from logstore.messages.groups import (
+    ConsumerProtocolAssignment,
+    JoinGroupMember,
+    JoinGroupResponse,
+)
 from logstore.model import TopicPartition
 
 EMPTY_ASSIGNMENT: dict[str, Any] = {"partitions": []}
@@ -58,11 +64,17 @@ class Member:
     protocols: list[tuple[str, Any]]
     last_heartbeat_ms: int
     join_future: Future[JoinGroupResponse] | None = None
-    sync_future: Future[dict[str, Any]] | None = None
-    assignment: dict[str, Any] = field(default_factory=lambda: dict(EMPTY_ASSIGNMENT))
+    sync_future: Future[Any] | None = None
+    assignment: Any = field(default_factory=lambda: dict(EMPTY_ASSIGNMENT))  # the leader's JSON
 
     def owned(self) -> set[TopicPartition]:
-        return {TopicPartition(t, p) for t, p in self.assignment.get("partitions", [])}
+        """The partitions of a consumer's assignment (none if it is not one: assignments are
+        the leader's, and only a consumer group's are read)."""
+        try:
+            decoded = msgspec.convert(self.assignment, ConsumerProtocolAssignment)
+        except msgspec.ValidationError:
+            return set()
+        return {TopicPartition(t, p) for t, p in decoded.partitions}
 
 
 class Group:
@@ -233,11 +245,11 @@ class Group:
     # -- sync, heartbeat, leave --------------------------------------------------------------
 
     def sync(self, member_id: str, generation_id: int,
-             assignments: dict[str, dict[str, Any]] | None) -> Future[dict[str, Any]]:
+             assignments: dict[str, Any] | None) -> Future[Any]:
         member = self.member(member_id, generation_id)
         if self.state == GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
-        future: Future[dict[str, Any]] = Future()
+        future: Future[Any] = Future()
         if self.state == GroupState.STABLE:
             self.completions.resolve(future, member.assignment)
             return future

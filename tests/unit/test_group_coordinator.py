@@ -244,3 +244,13 @@ def test_losing_leadership_fails_waiting_joins_with_not_coordinator(
     offsets_log.epochs[partition_for("g", offsets_log.num_partitions())] = None
     tick(coord)
     assert isinstance(waiting.exception(0), NotCoordinatorError)
+
+
+def test_malformed_assignment_owns_nothing(coord: GroupCoordinatorService) -> None:
+    """Goal: assignments are the leader's JSON; one that is not a consumer assignment makes
+    its member own nothing, not the broker fail. Method: sync a number as the assignment, then
+    commit: ILLEGAL_GENERATION for the partition, not UNKNOWN_SERVER_ERROR."""
+    first = join(coord).result(0)
+    sync(coord, first.member_id, first.generation_id, {first.member_id: 5}).result(0)
+    errors = commit(coord, first.member_id, first.generation_id, {TP0: 1})
+    assert isinstance(errors[TP0], IllegalGenerationError)
