@@ -73,7 +73,7 @@ T = TypeVar("T")
 
 
 class ReplicaOffsetsLog:
-    """``OffsetsLog`` over the partitions of ``__consumer_offsets`` this broker hosts."""
+    """``CoordinatorLog`` over the partitions of ``__consumer_offsets`` this broker hosts."""
 
     def __init__(self, replicas: ReplicaManager, store: MetadataStore) -> None:
         self._replicas = replicas

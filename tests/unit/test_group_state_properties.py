@@ -63,8 +63,10 @@ class GroupMachine(RuleBasedStateMachine):
         self.joins.append((member_id, future))
 
     def _commit(self) -> None:
-        """The change is durable: resolve the futures it queued."""
+        """The change is durable: resolve the futures it queued, and go on with a copy (the
+        coordinator always changes a copy and installs it)."""
         self.group.completions.take().fire()
+        self.group = self.group.copy()
 
     @precondition(lambda self: bool(self.group.members))
     @rule(data=st.data())
@@ -127,6 +129,13 @@ class GroupMachine(RuleBasedStateMachine):
         for t, p in assignment["partitions"]:
             owner = self.owners.setdefault((self.group.generation_id, f"{t}-{p}"), member)
             assert owner == member, f"{t}-{p} owned twice in one generation"
+
+    @invariant()
+    def copy_is_equal(self) -> None:
+        copy = self.group.copy()
+        fields = {k: v for k, v in vars(self.group).items() if k != "completions"}
+        assert {k: v for k, v in vars(copy).items() if k != "completions"} == fields
+        assert all(copy.members[m] is not member for m, member in self.group.members.items())
 
     @invariant()
     def coherent(self) -> None:
