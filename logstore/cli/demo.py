@@ -1,6 +1,8 @@
 """``logstore demo``: the embedded end-to-end demo behind ``make demo``.
 
-Owns: the command's arguments. Must not: hold the demo itself (``logstore.demo``).
+Owns: the command's arguments, and asking for the Spark step by its entry-point name (unless
+``--no-spark``); a package installed without it is an error naming the fix, before anything
+starts. Must not: hold the demo itself (``logstore.demo``) or import the step's module.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ def register(commands: Any) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from logstore.demo import run_demo
+    from logstore.demo import DEMO_STEPS_GROUP, DemoStep, load_step, run_demo
 
-    return run_demo(records=args.records, per_record=args.per_record,
-                    with_spark=not args.no_spark)
+    steps: list[DemoStep] = []
+    if not args.no_spark:
+        step = load_step("spark")
+        if step is None:
+            raise ValueError(f"the installed logstore declares no demo step 'spark' (entry point "
+                             f"group {DEMO_STEPS_GROUP}): reinstall it (make install, or pip "
+                             "install -e '.[spark]'), or run logstore demo --no-spark")
+        steps.append(step)
+    return run_demo(records=args.records, per_record=args.per_record, steps=steps)

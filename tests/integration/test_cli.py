@@ -4,6 +4,7 @@ subprocess, with stdin, stdout, stderr and exit codes checked."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -190,6 +191,42 @@ def test_broker_listener_and_log_dir_flags_override_the_file(tmp_path: Path) -> 
         _, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
     assert process.returncode == 0, stderr
 
+
+def test_broker_and_cli_run_where_pyspark_cannot_be_imported(tmp_path: Path) -> None:
+    """Goal: the broker and the command need no pyspark (it is the ``spark`` extra). Method: a
+    ``pyspark`` module that raises ImportError shadows the real one on PYTHONPATH; a broker
+    started from the CLI with it serves a topic create, a produce and a consume, and stops
+    with exit 0."""
+    (tmp_path / "shadow").mkdir()
+    (tmp_path / "shadow" / "pyspark.py").write_text(
+        'raise ImportError("pyspark is not installed (test shadow)")\n')
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "shadow"), env["PYTHONPATH"]])
+    port = free_port()
+    config = write_broker_toml(tmp_path / "broker.toml", {
+        "broker_id": 0, "listener": f"127.0.0.1:{port}", "log_dirs": [str(tmp_path / "data")]})
+    process = subprocess.Popen([sys.executable, "-m", "logstore", "broker", "start", "--config",
+                                str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+
+    def run(*args: str, stdin: str | None = None) -> str:
+        return ok(subprocess.run([sys.executable, "-m", "logstore", *args, "--bootstrap-server",
+                                  f"127.0.0.1:{port}"], input=stdin, capture_output=True,
+                                 text=True, env=env, timeout=CLI_TIMEOUT_S))
+
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # bounded: the process either prints or exits
+        assert "listening on" in line, process.stderr.read() if process.poll() is not None \
+            else line
+        run("topics", "create", "plain", "--partitions", "1")
+        run("produce", "plain", stdin="one\n")
+        assert run("consume", "plain", "--from-beginning", "--max-messages", "1",
+                   "--timeout-ms", "10000").splitlines() == ["0\tnull\tone"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
+    assert process.returncode == 0, stderr
 
 def test_consume_from_an_offset_past_the_end_names_the_valid_range(broker) -> None:
     topic = new_topic()
