@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 
 from logstore.broker.replica_manager import ReplicaManager
-from logstore.controller.controller import NewTopicRequest, TopicController
 from logstore.controller.store import MetadataStore
+from logstore.controller.topics import TopicController
 from logstore.errors import (
     ApiError,
     CoordinatorNotAvailableError,
@@ -33,7 +33,7 @@ from logstore.errors import (
 )
 from logstore.groups.coordinator import CommitEntry, GroupCoordinator
 from logstore.groups.offsets import partition_for
-from logstore.model import OFFSETS_TOPIC, TopicPartition
+from logstore.model import OFFSETS_TOPIC, NewTopic, TopicPartition
 from logstore.records import DEFAULT_SCHEMA
 from logstore.wire import error_fields, field
 
@@ -123,7 +123,7 @@ class GroupHandlers:
             return record.num_partitions
         live = len(self._store.brokers())
         with contextlib.suppress(TopicAlreadyExistsError):  # another broker was first
-            self._controller.create_topic(NewTopicRequest(
+            self._controller.create_topic(NewTopic(
                 OFFSETS_TOPIC, self._num_partitions,
                 max(1, min(self._replication_factor, live)),
                 config={"cleanup_policy": "compact", "segment_bytes": self._segment_bytes,

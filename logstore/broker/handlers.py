@@ -17,8 +17,8 @@ import pyarrow as pa
 
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
 from logstore.config import TopicConfig
-from logstore.controller.controller import NewTopicRequest, TopicController
 from logstore.controller.store import MetadataStore, TopicRecord
+from logstore.controller.topics import TopicController
 from logstore.errors import (
     ApiError,
     InvalidFetchSizeError,
@@ -28,7 +28,7 @@ from logstore.errors import (
 )
 from logstore.messages import Route
 from logstore.messages.log import BrokerStatsRequest, BrokerStatsResponse
-from logstore.model import TopicPartition
+from logstore.model import NewTopic, TopicPartition
 from logstore.records import (
     DEFAULT_SCHEMA,
     StoredBatch,
@@ -157,7 +157,7 @@ class RequestHandlers:
 
     def _create_topic(self, t: dict[str, Any]) -> None:
         what = f"create_topics[{t.get('name')!r}]"
-        self._controller.create_topic(NewTopicRequest(
+        self._controller.create_topic(NewTopic(
             name=field(t, "name", str, what),
             num_partitions=field(t, "num_partitions", int, what),
             replication_factor=field(t, "replication_factor", int, what, default=1),
