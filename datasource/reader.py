@@ -25,7 +25,6 @@ from datasource.schema import BatchConverter
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
-    NetworkError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
@@ -163,7 +162,7 @@ class _Fetcher:
                 last = e
                 self._reconnect(NotLeaderOrFollowerError("high watermark behind the range"))
             except ApiError as e:
-                if not (e.retriable or isinstance(e, NetworkError)):
+                if not e.retriable:
                     raise
                 last = e
                 self._reconnect(e)
