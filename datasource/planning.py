@@ -25,14 +25,14 @@ import pyarrow as pa
 
 from datasource.options import OffsetSpec, OptionError, ReadOptions, Subscription
 from logstore.client.metadata import ClusterMetadata
-from logstore.errors import ApiError, UnknownTopicOrPartitionError
+from logstore.errors import ApiError, LogstoreError, UnknownTopicOrPartitionError
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.rpc.client import raise_first_error
 
 log = logging.getLogger(__name__)
 
 
-class DataLossError(RuntimeError):
+class DataLossError(LogstoreError, RuntimeError):
     """Offsets a read needs are no longer in the log (and failOnDataLoss is true)."""
 
 
