@@ -305,7 +305,3 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
                 counter += 1
         pieces = [p for _, _, p in heap]
     return sorted(pieces, key=lambda p: (p.tp, p.start))
-
-
-def describe_error(e: ApiError) -> str:
-    return f"[{e.code.name}] {e.message}"

@@ -517,9 +517,3 @@ _BY_CODE: dict[int, type[ApiError]] = {
 def error_class(code: int) -> type[ApiError]:
     """The exception class for a wire code (unknown codes map to UnknownServerError)."""
     return _BY_CODE.get(code, UnknownServerError)
-
-
-def raise_for_code(code: int, message: str = "") -> None:
-    """Raise the exception for ``code`` unless it is NONE."""
-    if code != ErrorCode.NONE:
-        raise error_class(code)(message)
