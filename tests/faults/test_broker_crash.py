@@ -16,12 +16,8 @@ import time
 import uuid
 from contextlib import suppress
 
-import pytest
-
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from logstore.errors import ApiError, ErrorCode
-
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 def test_kill_9_during_production_loses_no_acknowledged_record(broker) -> None:

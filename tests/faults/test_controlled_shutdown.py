@@ -9,16 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import pytest
-
 from logstore.controller import zk_paths as zp
 from logstore.controller.store import PartitionState
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, bounded_producer
 from tests.faults.cluster import Cluster, consume_partitions, wait_for
 from tests.zookeeper import zk_client
-
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 PARTITIONS = 3
 FLUSH_EVERY = 100

@@ -21,8 +21,6 @@ import threading
 import uuid
 from collections import defaultdict
 
-import pytest
-
 from logstore import Consumer
 from logstore.errors import (
     ApiError,
@@ -35,8 +33,6 @@ from logstore.model import OFFSETS_TOPIC
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, bounded_producer
 from tests.faults.cluster import SESSION_TIMEOUT_MS, WAIT_S, Cluster, wait_for
-
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 PARTITIONS = 4
 OFFSETS_PARTITIONS = 3

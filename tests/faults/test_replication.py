@@ -22,8 +22,6 @@ from tests.faults.cluster import SESSION_TIMEOUT_MS, Cluster, wait_for
 from tests.unit.segment_helpers import records
 from tests.zookeeper import ZooKeeperServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
-
 ROUNDS = 10
 
 

@@ -18,8 +18,6 @@ from logstore.errors import ApiError, ErrorCode
 from logstore.records import DEFAULT_SCHEMA
 from logstore.rpc.codec import SUMMARY_TAG
 
-pytestmark = pytest.mark.integration
-
 
 def _code(excinfo: pytest.ExceptionInfo) -> ErrorCode:
     assert isinstance(excinfo.value, ApiError), excinfo.value

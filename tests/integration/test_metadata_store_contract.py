@@ -25,8 +25,6 @@ from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState,
 from logstore.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from tests.zookeeper import ListenerProbe
 
-pytestmark = pytest.mark.integration
-
 SESSION_TIMEOUT_MS = 6000
 OpenStore = Callable[..., Any]
 
