@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from logstore.errors import ErrorCode
 from tests.brokers import BrokerFactory, bounded_producer
-from tests.faults.cluster import LAG_TIME_MS, Cluster, consume_partitions, wait_for
+from tests.faults.cluster import LAG_TIME_MS, Cluster, consume_partitions
+from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
 REQUEST_TIMEOUT_MS = 5000

@@ -18,7 +18,8 @@ from logstore.config import TopicConfig
 from logstore.errors import NotEnoughReplicasError
 from logstore.segments.log import Log
 from tests.brokers import BrokerFactory, bounded_producer
-from tests.faults.cluster import SESSION_TIMEOUT_MS, Cluster, wait_for
+from tests.faults.cluster import FAILOVER_ERRORS, SESSION_TIMEOUT_MS, Cluster
+from tests.helpers import wait_for
 from tests.unit.segment_helpers import records
 from tests.zookeeper import ZooKeeperServer
 
@@ -43,13 +44,12 @@ def cluster(broker_factory: BrokerFactory, zk_connect: str) -> Cluster:
     return Cluster(broker_factory, zk_connect)
 
 
-def test_acks_all_records_survive_repeated_leader_kills(cluster: Cluster) -> None:
+def test_acks_all_records_survive_repeated_leader_kills(cluster: Cluster, seed: int) -> None:
     """Goal: no record acknowledged with acks=all is lost when the leader dies (issue 4 §4.1).
     Method: RF=3, min_insync_replicas=2; a producer sends with acks=all while, in randomized
     rounds, the current leader is killed with kill -9 after a random number of records and
     restarted once a new leader is elected. Afterwards every acknowledged record is consumed,
     in the order it was acknowledged."""
-    seed = random.randrange(2**32)
     rng = random.Random(seed)
     topic = cluster.create_topic(min_insync_replicas=2)
     acked: list[bytes] = []
@@ -122,7 +122,7 @@ def test_two_stopped_followers_fail_acks_all_but_not_acks_1(cluster: Cluster) ->
             cluster.freeze(b)
         try:
             wait_for(lambda: cluster.describe(topic).isr == [leader], "the isr to shrink to "
-                     "the leader", timeout_s=SESSION_TIMEOUT_MS / 1000 + 20)
+                     "the leader", SESSION_TIMEOUT_MS / 1000 + 20, FAILOVER_ERRORS)
             f = all_producer.send(topic, value=b"refused", partition=0)
             all_producer.flush(30)
             assert isinstance(f.exception(0), NotEnoughReplicasError), f.exception(0)
@@ -152,7 +152,7 @@ def test_killed_controller_is_replaced_and_every_partition_leads_again(
         leaders = [cluster.describe(topic, p).leader for p in range(3)]
         return all(ld not in (-1, victim) for ld in leaders) and \
             cluster.controller_id() != victim
-    wait_for(recovered, "a new controller and live leaders", timeout_s=30)
+    wait_for(recovered, "a new controller and live leaders", 30, FAILOVER_ERRORS)
     elapsed = time.monotonic() - start
     assert elapsed <= SESSION_TIMEOUT_MS / 1000 + 1.0, f"took {elapsed:.1f} s"
 
