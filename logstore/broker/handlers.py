@@ -16,7 +16,6 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
-from logstore.config import TopicConfig
 from logstore.controller.store import MetadataStore, TopicRecord
 from logstore.controller.topics import TopicController
 from logstore.errors import (
@@ -370,7 +369,3 @@ def _value_schema(text: str | None, what: str) -> pa.Schema | None:
         return decode_schema(text)
     except ApiError as e:
         raise InvalidRequestError(f"{what}: {e.message}") from None
-
-
-def topic_config_for(default: TopicConfig, record: TopicRecord | None) -> TopicConfig:
-    return default if record is None else default.updated(record.config)

@@ -22,7 +22,6 @@ from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
     IllegalGenerationError,
-    NetworkError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
@@ -106,7 +105,7 @@ class GroupMember:
             except ApiError as e:
                 if not e.retriable or attempt == COORDINATOR_ATTEMPTS - 1:
                     raise
-                if e.refresh_metadata or isinstance(e, NetworkError):
+                if e.refresh_metadata:
                     with self._lock:
                         self._coordinator = None
                 time.sleep(RETRY_BACKOFF_S * min(attempt + 1, 10))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import signal
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from logstore import Admin, Consumer, NewTopic, TopicPartition
@@ -19,27 +18,12 @@ from logstore.client.admin import PartitionDescription
 from logstore.errors import ApiError
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, BrokerProcess
+from tests.helpers import WAIT_S, wait_for
 
 SESSION_TIMEOUT_MS = 3000
 LAG_TIME_MS = 1500
-POLL_S = 0.05
-WAIT_S = 30.0
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    """Poll ``condition`` until it returns something truthy; AssertionError after the time."""
-    deadline = time.monotonic() + timeout_s
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-            if value:
-                return value
-        except (ApiError, OSError) as e:  # a broker in the middle of a failover
-            last_error = e
-        time.sleep(POLL_S)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} "
-                         f"(last error: {last_error})")
+# What asking a cluster in the middle of a failover may raise: waits on cluster state retry it.
+FAILOVER_ERRORS: tuple[type[Exception], ...] = (ApiError, OSError)
 
 
 def consume_partitions(cluster: Cluster, topic: str, expected: dict[int, int],
@@ -88,7 +72,8 @@ class Cluster:
             finally:
                 conn.close()
         return int(wait_for(lambda: (c := ask()) is not None and c in self.brokers
-                            and self.brokers[c].running and str(c), "a live controller"))
+                            and self.brokers[c].running and str(c), "a live controller",
+                            tolerate=FAILOVER_ERRORS))
 
     def live_bootstrap(self) -> list[str]:
         return [b.bootstrap for i, b in self.brokers.items()
@@ -113,7 +98,7 @@ class Cluster:
                      timeout_s: float = WAIT_S) -> PartitionDescription:
         return wait_for(lambda: (d := self.describe(topic, partition)).leader >= 0
                         and len(d.isr) == size and d, f"{topic}-{partition} isr of {size}",
-                        timeout_s)
+                        timeout_s, FAILOVER_ERRORS)
 
     def leader(self, topic: str, partition: int = 0) -> BrokerProcess:
         return self.brokers[self.describe(topic, partition).leader]
@@ -121,4 +106,4 @@ class Cluster:
     def wait_for_new_leader(self, topic: str, old: int, partition: int = 0,
                             timeout_s: float = WAIT_S) -> int:
         return int(wait_for(lambda: (d := self.describe(topic, partition)).leader not in (
-            -1, old) and d.leader, f"a leader other than {old}", timeout_s))
+            -1, old) and d.leader, f"a leader other than {old}", timeout_s, FAILOVER_ERRORS))

@@ -4,14 +4,11 @@ acknowledged is lost once the cluster heals."""
 
 from __future__ import annotations
 
-import pytest
-
 from logstore.errors import ErrorCode
 from tests.brokers import BrokerFactory, bounded_producer
-from tests.faults.cluster import LAG_TIME_MS, Cluster, consume_partitions, wait_for
+from tests.faults.cluster import LAG_TIME_MS, Cluster, consume_partitions
+from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
-
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 REQUEST_TIMEOUT_MS = 5000
 REFUSED = {ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,

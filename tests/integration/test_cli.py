@@ -16,8 +16,6 @@ import pytest
 
 from tests.brokers import free_port, subprocess_env, write_broker_toml
 
-pytestmark = pytest.mark.integration
-
 CLI_TIMEOUT_S = 60
 
 
