@@ -16,6 +16,7 @@ from typing import Any
 from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.client.admin import PartitionDescription
 from logstore.errors import ApiError
+from logstore.model import LATEST
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, BrokerProcess
 from tests.helpers import WAIT_S, wait_for
@@ -26,16 +27,22 @@ LAG_TIME_MS = 1500
 FAILOVER_ERRORS: tuple[type[Exception], ...] = (ApiError, OSError)
 
 
-def consume_partitions(cluster: Cluster, topic: str, expected: dict[int, int],
+def consume_partitions(cluster: Cluster, topic: str, partitions: list[int],
                        timeout_s: float = WAIT_S) -> dict[int, list[bytes]]:
-    """The values of each partition from offset 0, until each holds its ``expected`` count
-    (bounded by ``timeout_s``)."""
-    values: dict[int, list[bytes]] = {p: [] for p in expected}
+    """The values of each partition from offset 0 to its high watermark as listed first, so
+    acknowledged records at the tail cannot be missed; fails if they are not all read within
+    ``timeout_s``."""
+    tps = [TopicPartition(topic, p) for p in partitions]
+    with Admin(cluster.live_bootstrap()) as admin:
+        ends = wait_for(lambda: admin.list_offsets({tp: LATEST for tp in tps}),
+                        "the high watermarks", tolerate=FAILOVER_ERRORS)
+    values: dict[int, list[bytes]] = {p: [] for p in partitions}
     with Consumer(cluster.live_bootstrap(), auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in expected])
+        consumer.assign(tps)
         deadline = time.monotonic() + timeout_s
-        while any(len(values[p]) < n for p, n in expected.items()) and \
-                time.monotonic() < deadline:
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, \
+                f"read {[consumer.position(tp) for tp in tps]} of {ends} in {timeout_s} s"
             for tp, table in consumer.poll_arrow(timeout_ms=300).items():
                 values[tp.partition] += table.column("value").to_pylist()
     return values
