@@ -25,14 +25,14 @@ import pyarrow as pa
 
 from datasource.options import OffsetSpec, OptionError, ReadOptions, Subscription
 from logstore.client.metadata import ClusterMetadata
-from logstore.errors import ApiError, UnknownTopicOrPartitionError
+from logstore.errors import ApiError, LogstoreError, UnknownTopicOrPartitionError
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.rpc.client import raise_first_error
 
 log = logging.getLogger(__name__)
 
 
-class DataLossError(RuntimeError):
+class DataLossError(LogstoreError, RuntimeError):
     """Offsets a read needs are no longer in the log (and failOnDataLoss is true)."""
 
 
@@ -305,7 +305,3 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
                 counter += 1
         pieces = [p for _, _, p in heap]
     return sorted(pieces, key=lambda p: (p.tp, p.start))
-
-
-def describe_error(e: ApiError) -> str:
-    return f"[{e.code.name}] {e.message}"

@@ -25,7 +25,7 @@ from datasource.schema import BatchConverter
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
-    NetworkError,
+    LogstoreError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
@@ -44,7 +44,7 @@ MAX_ATTEMPTS = 6               # per fetch, across leader moves and network erro
 BACKOFF_S = 0.2
 
 
-class BrokerUnavailableError(RuntimeError):
+class BrokerUnavailableError(LogstoreError, RuntimeError):
     """The leader of a partition could not be reached while reading a range."""
 
 
@@ -132,7 +132,7 @@ def _fetched(task: ReadTask, settings: ReadSettings, converter: BatchConverter,
         fetcher.close()
 
 
-class _HighWatermarkBehind(Exception):
+class _HighWatermarkBehind(LogstoreError):
     """The leader's high watermark is below the range's end: a new leader may not have caught
     up with the high watermark yet (asked again), or the log was truncated (data loss)."""
 
@@ -163,7 +163,7 @@ class _Fetcher:
                 last = e
                 self._reconnect(NotLeaderOrFollowerError("high watermark behind the range"))
             except ApiError as e:
-                if not (e.retriable or isinstance(e, NetworkError)):
+                if not e.retriable:
                     raise
                 last = e
                 self._reconnect(e)

@@ -26,6 +26,7 @@ from functools import lru_cache
 import numpy as np
 import pyarrow as pa
 
+from logstore.errors import LogstoreError
 from logstore.records import RESERVED_COLUMNS, topic_schema
 
 # Columns computed from the batch rather than stored in it.
@@ -34,7 +35,7 @@ TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 
 
-class SchemaError(ValueError):
+class SchemaError(LogstoreError, ValueError):
     """A requested column the topic does not have, or with the wrong type."""
 
 

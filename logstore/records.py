@@ -40,7 +40,7 @@ from __future__ import annotations
 import base64
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import crc32c
@@ -169,9 +169,6 @@ class BatchHeader:
         if fields[0] != MAGIC:
             raise CorruptRecordError("batch header has a bad magic")
         return cls(*fields[1:])
-
-    def with_base_offset(self, base_offset: int) -> BatchHeader:
-        return replace(self, base_offset=base_offset)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,9 @@ from logstore.broker.replica_manager import ReplicaManager
 from logstore.clock import Clock, SystemClock
 from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.cluster_controller import ClusterController
-from logstore.controller.controller import TopicController
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState
+from logstore.controller.topics import TopicController
 from logstore.errors import ApiError
 from logstore.groups.coordinator import GroupConfig
 from logstore.model import TopicPartition

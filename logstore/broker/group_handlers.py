@@ -24,8 +24,8 @@ import pyarrow as pa
 
 from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.broker.replica_manager import ReplicaManager
-from logstore.controller.controller import NewTopicRequest, TopicController
 from logstore.controller.store import MetadataStore
+from logstore.controller.topics import TopicController
 from logstore.errors import (
     ApiError,
     CoordinatorNotAvailableError,
@@ -59,7 +59,7 @@ from logstore.messages.groups import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from logstore.model import OFFSETS_TOPIC, TopicPartition
+from logstore.model import OFFSETS_TOPIC, NewTopic, TopicPartition
 from logstore.records import DEFAULT_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ class GroupHandlers:
             return record.num_partitions
         live = len(self._store.brokers())
         with contextlib.suppress(TopicAlreadyExistsError):  # another broker was first
-            self._controller.create_topic(NewTopicRequest(
+            self._controller.create_topic(NewTopic(
                 OFFSETS_TOPIC, self._num_partitions,
                 max(1, min(self._replication_factor, live)),
                 config={"cleanup_policy": "compact", "segment_bytes": self._segment_bytes,

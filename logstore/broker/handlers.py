@@ -16,9 +16,8 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
-from logstore.config import TopicConfig
-from logstore.controller.controller import NewTopicRequest, TopicController
 from logstore.controller.store import MetadataStore, TopicRecord
+from logstore.controller.topics import TopicController
 from logstore.errors import (
     ApiError,
     InvalidFetchSizeError,
@@ -28,7 +27,7 @@ from logstore.errors import (
 )
 from logstore.messages import Route
 from logstore.messages.log import BrokerStatsRequest, BrokerStatsResponse
-from logstore.model import TopicPartition
+from logstore.model import NewTopic, TopicPartition
 from logstore.records import (
     DEFAULT_SCHEMA,
     StoredBatch,
@@ -157,7 +156,7 @@ class RequestHandlers:
 
     def _create_topic(self, t: dict[str, Any]) -> None:
         what = f"create_topics[{t.get('name')!r}]"
-        self._controller.create_topic(NewTopicRequest(
+        self._controller.create_topic(NewTopic(
             name=field(t, "name", str, what),
             num_partitions=field(t, "num_partitions", int, what),
             replication_factor=field(t, "replication_factor", int, what, default=1),
@@ -370,7 +369,3 @@ def _value_schema(text: str | None, what: str) -> pa.Schema | None:
         return decode_schema(text)
     except ApiError as e:
         raise InvalidRequestError(f"{what}: {e.message}") from None
-
-
-def topic_config_for(default: TopicConfig, record: TopicRecord | None) -> TopicConfig:
-    return default if record is None else default.updated(record.config)

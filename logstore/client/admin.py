@@ -8,7 +8,7 @@ per-topic). Must not: reach into broker internals.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -23,18 +23,9 @@ from logstore.messages.groups import (
     DescribeGroupsRequest,
     ListGroupsRequest,
 )
-from logstore.model import OffsetAndMetadata, TopicPartition
+from logstore.model import NewTopic, OffsetAndMetadata, TopicPartition
 from logstore.records import decode_schema, encode_schema
 from logstore.rpc.codec import error_from_fields
-
-
-@dataclass(frozen=True)
-class NewTopic:
-    name: str
-    num_partitions: int
-    replication_factor: int = 1
-    config: dict[str, Any] = field(default_factory=dict)
-    value_schema: pa.Schema | None = None
 
 
 @dataclass(frozen=True)

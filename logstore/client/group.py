@@ -26,7 +26,6 @@ from logstore.errors import (
     ApiError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
-    NetworkError,
     RebalanceInProgressError,
     UnknownMemberIdError,
     UnknownServerError,
@@ -125,7 +124,7 @@ class GroupMember:
             except ApiError as e:
                 if not e.retriable or attempt == COORDINATOR_ATTEMPTS - 1:
                     raise
-                if e.refresh_metadata or isinstance(e, NetworkError):
+                if e.refresh_metadata:
                     with self._lock:
                         self._coordinator = None
                 time.sleep(RETRY_BACKOFF_S * min(attempt + 1, 10))

@@ -94,11 +94,6 @@ class ClusterMetadata:
             raise LeaderNotAvailableError(f"broker {broker_id} is not in the cluster metadata")
         return self.connection(address)
 
-    def any_connection(self) -> BrokerConnection:
-        with self._lock:
-            addresses = list(self._brokers.values()) or self._bootstrap
-        return self.connection(addresses[0])
-
     def request(self, name: str, body: dict[str, Any], prefer: str | None = None
                 ) -> dict[str, Any]:
         """A control request to any reachable broker (``prefer`` first, e.g. one that just

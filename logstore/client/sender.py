@@ -367,7 +367,9 @@ class Sender:
                   ) -> None:
         now = time.monotonic()
         with self._cond:
-            if error.refresh_metadata or isinstance(error, NetworkError):
+            # A broken stream is a NetworkError, whose refresh_metadata flag is what sends the
+            # next attempt to a freshly looked-up leader.
+            if error.refresh_metadata:
                 self._refresh.add(batch.tp.topic)
                 if answered_by is not None:  # alive, unlike a bootstrap broker may be
                     self._refresh_via = answered_by

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from logstore.controller.election import check_isr_change, next_state
+from logstore.controller.partition_election import check_isr_change, next_state
 from logstore.controller.store import MetadataStore, PartitionState, TopicRecord
 from logstore.errors import (
     NotControllerError,

@@ -14,6 +14,9 @@ to end. The messages themselves live by area:
 | cluster.py   | leader_and_isr, alter_isr, controlled_shutdown, offsets_for_leader_epoch       |
 | groups.py    | find_coordinator, join_group, sync_group, heartbeat, leave_group,             |
 |              | offset_commit, offset_fetch, list_groups, describe_groups, delete_groups       |
+| transactions | add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn,         |
+|   .py        | prepare_txn, write_txn_markers, describe_transactions, list_transactions,      |
+|              | describe_producers                                                             |
 
 Must not: do I/O, or know the transport or the services behind the handlers.
 """
@@ -24,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from logstore.messages import cluster, fetch, groups, log, produce, topics
+from logstore.messages import cluster, fetch, groups, log, produce, topics, transactions
 from logstore.messages.base import (
     ErrorFields,
     Message,
@@ -69,7 +72,7 @@ def _request_types(*modules: Any) -> dict[str, type[Request[Any]]]:
 # Every request type by action name (produce and fetch included: their bodies are versioned
 # like the DoActions').
 REQUEST_TYPES: dict[str, type[Request[Any]]] = _request_types(
-    topics, log, produce, fetch, cluster, groups)
+    topics, log, produce, fetch, cluster, groups, transactions)
 
 __all__ = ["REQUEST_TYPES", "ErrorFields", "Message", "Request", "Route", "decode_message",
            "decode_request", "decode_response", "encode", "error_kw"]

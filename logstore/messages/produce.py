@@ -30,13 +30,28 @@ from logstore.messages.base import (
 class InitProducerIdResponse(ErrorFields, frozen=True, kw_only=True):
     producer_id: int = -1
     producer_epoch: int = -1
+    # With keep_prepared_txn: the transaction the previous instance left Prepared, which the
+    # caller completes with end_txn (commit if it matches its own record, else abort).
+    prepared_producer_id: int = -1
+    prepared_producer_epoch: int = -1
 
 
 class InitProducerIdRequest(Request[InitProducerIdResponse], frozen=True, kw_only=True, tag=0):
-    """A producer id and epoch for an idempotent producer."""
+    """A producer id and epoch. Without ``transactional_id`` any broker answers, for an
+    idempotent producer. With one, its coordinator answers: the epoch is bumped, fencing the
+    previous instance, whose open transaction is aborted (or, while it completes,
+    CONCURRENT_TRANSACTIONS: retry); ``keep_prepared_txn`` keeps a Prepared transaction for
+    the caller to complete (two-phase participation)."""
 
     ACTION: ClassVar[str] = "init_producer_id"
     RESPONSE: ClassVar[type[Message]] = InitProducerIdResponse
+    transactional_id: str | None = None
+    transaction_timeout_ms: TimeoutMs = 60_000  # above transaction_max_timeout_ms: refused
+    # An existing producer re-initialising (KIP-360) names itself; the coordinator checks it.
+    producer_id: ProducerId = -1
+    producer_epoch: ProducerEpoch = -1
+    enable_two_phase_commit: bool = False
+    keep_prepared_txn: bool = False
 
 
 # -- the DoPut stream ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import pyarrow.ipc as ipc
 
-from logstore.errors import ApiError, ErrorCode, OffsetOutOfRangeError
+from logstore.errors import ApiError, OffsetOutOfRangeError
 from logstore.model import TopicPartition
 from logstore.records import StoredBatch, decode_message, stored_message_bytes
 from logstore.replication.epoch_cache import UNDEFINED_EPOCH
@@ -32,8 +32,6 @@ FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 8 * 1024 * 1024
 BACKOFF_S = 0.2
 IDLE_WAIT_S = 1.0
-_RETRY_LATER = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
-                ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
 
 
 class LeaderConnection(Protocol):
@@ -154,7 +152,12 @@ class ReplicaFetcher:
         if isinstance(error, OffsetOutOfRangeError):
             self._out_of_range(f, summary)
             return False
-        if error.code not in _RETRY_LATER:
+        if error.refresh_metadata:
+            # Leadership moved or is moving (or the leader lost the partition's disk, which
+            # it logs itself): the controller tells this broker where to fetch from next, so
+            # backing off and retrying is all there is to do here.
+            log.debug("%s: fetch from leader %d refused: %s", p.tp, self.leader_id, error)
+        else:
             log.warning("%s: fetch from leader %d failed: %s", p.tp, self.leader_id, error)
         return True
 

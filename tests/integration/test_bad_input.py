@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,8 +16,6 @@ from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from logstore.errors import ApiError, ErrorCode
 from logstore.records import DEFAULT_SCHEMA
 from logstore.rpc.codec import SUMMARY_TAG
-
-pytestmark = pytest.mark.integration
 
 
 def _code(excinfo: pytest.ExceptionInfo) -> ErrorCode:
@@ -442,7 +439,8 @@ def _is_known(code: Any, allowed: set[int]) -> bool:
     return isinstance(code, int) and not isinstance(code, bool) and code in allowed
 
 
-def test_fuzzed_malformed_requests_get_known_codes_and_the_broker_keeps_serving(broker) -> None:
+def test_fuzzed_malformed_requests_get_known_codes_and_the_broker_keeps_serving(
+        broker, seed: int) -> None:
     """Goal: no malformed request crashes the broker or gets an answer without a stable code,
     and nothing already written is lost.
 
@@ -454,8 +452,7 @@ def test_fuzzed_malformed_requests_get_known_codes_and_the_broker_keeps_serving(
     and UNKNOWN_SERVER_ERROR; every ack and response entry a wire code other than
     UNKNOWN_SERVER_ERROR; every batch on a valid produce stream exactly one ack. Afterwards the
     broker still runs and returns the 500 records. The seed is printed on failure;
-    LOGSTORE_FUZZ_SEED replays one."""
-    seed = int(os.environ.get("LOGSTORE_FUZZ_SEED", random.randrange(1 << 30)))
+    LOGSTORE_TEST_SEED replays one."""
     rng = random.Random(seed)
     name, sink = f"fuzz-{uuid.uuid4().hex[:6]}", f"fuzz-sink-{uuid.uuid4().hex[:6]}"
     with Admin(broker.bootstrap) as admin:

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -27,12 +27,12 @@ from logstore.errors import ErrorCode, NonEmptyGroupError
 from logstore.model import OFFSETS_TOPIC, OffsetAndMetadata
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer, new_topic
+from tests.helpers import WAIT_S, wait_for
 
 GROUP_SETTINGS = {"group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 100,
                   "offsets_topic_segment_bytes": 32 * 1024, "log_cleaner_interval_ms": 300}
 FAST = {"session_timeout_ms": 1500, "heartbeat_interval_ms": 100,
         "auto_offset_reset": "earliest", "fetch_max_wait_ms": 100}
-WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +57,6 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int) -> None:
         for i in range(n):
             producer.send(topic, value=b"%d" % i, partition=i % partitions)
         producer.flush()
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # a condition on another process's state: nothing to wait on
 
 
 def consume(consumer: Consumer, n: int) -> list:

@@ -9,7 +9,6 @@ the ZooKeeper store also after watches fire.
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -24,8 +23,6 @@ from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState, TopicRecord
 from logstore.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from tests.zookeeper import ListenerProbe
-
-pytestmark = pytest.mark.integration
 
 SESSION_TIMEOUT_MS = 6000
 OpenStore = Callable[..., Any]
@@ -229,12 +226,10 @@ def test_metadata_survives_a_restart(open_store: OpenStore) -> None:
     assert restarted.partition_states("orders")[1] == PartitionState(1, 2, (1,))
 
 
-def test_random_operations_match_a_model(open_store: OpenStore) -> None:
+def test_random_operations_match_a_model(open_store: OpenStore, seed: int) -> None:
     """A seeded random run of creates, updates, deletes and conditional state writes gives the
     same answers and the same metadata as a plain dict model, for both stores
-    (LOGSTORE_STORE_SEED replays a run)."""
-    seed = int(os.environ.get("LOGSTORE_STORE_SEED", random.randrange(2**32)))
-    print(f"LOGSTORE_STORE_SEED={seed}")
+    (LOGSTORE_TEST_SEED replays a run)."""
     rng = random.Random(seed)
     store = open_store()
     model: dict[str, dict[int, PartitionState]] = {}

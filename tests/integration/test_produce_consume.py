@@ -10,8 +10,6 @@ import pytest
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from logstore.client.partitioner import murmur2
 
-pytestmark = pytest.mark.integration
-
 
 def _topic(admin: Admin, partitions: int = 3, **config: object) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"

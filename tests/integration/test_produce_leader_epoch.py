@@ -9,7 +9,6 @@ import uuid
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
 from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.client.metadata import ClusterMetadata
@@ -18,8 +17,6 @@ from logstore.records import DEFAULT_SCHEMA
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, bounded_producer
 from tests.faults.cluster import Cluster
-
-pytestmark = pytest.mark.integration
 
 
 def _batch(values: list[bytes]) -> pa.RecordBatch:

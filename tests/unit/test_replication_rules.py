@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from logstore.clock import FakeClock
-from logstore.controller.election import check_isr_change, next_state
+from logstore.controller.partition_election import check_isr_change, next_state
 from logstore.controller.store import PartitionState
 from logstore.errors import (
     FencedLeaderEpochError,

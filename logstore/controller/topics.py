@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from dataclasses import dataclass, field
 from typing import Any
-
-import pyarrow as pa
 
 from logstore.config import TopicConfig, validate_topic_config
 from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState, TopicRecord
@@ -23,19 +20,15 @@ from logstore.errors import (
     InvalidTopicError,
     UnknownTopicOrPartitionError,
 )
-from logstore.model import INTERNAL_TOPICS, validate_partition_count, validate_topic_name
+from logstore.model import (
+    INTERNAL_TOPICS,
+    NewTopic,
+    validate_partition_count,
+    validate_topic_name,
+)
 from logstore.records import topic_schema
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class NewTopicRequest:
-    name: str
-    num_partitions: int
-    replication_factor: int = 1
-    config: dict[str, Any] = field(default_factory=dict)
-    value_schema: pa.Schema | None = None
 
 
 def assign_replicas(brokers: list[BrokerInfo], num_partitions: int, replication_factor: int,
@@ -75,7 +68,7 @@ class TopicController:
         self._default_config = default_config
         self.controller_epoch = controller_epoch
 
-    def create_topic(self, req: NewTopicRequest) -> TopicRecord:
+    def create_topic(self, req: NewTopic) -> TopicRecord:
         validate_topic_name(req.name)
         if req.name.startswith("__") and req.name not in INTERNAL_TOPICS:
             raise InvalidTopicError(f"topic names starting with '__' are reserved: {req.name!r}")
