@@ -38,6 +38,7 @@ class CountingStore:
         self.inner = inner
         self.bytes_read = 0
         self.reads = 0
+        self.keys_read: list[str] = []
 
     @property
     def url(self) -> str:
@@ -53,12 +54,14 @@ class CountingStore:
         data = self.inner.read_range(key, start, length)
         self.bytes_read += len(data)
         self.reads += 1
+        self.keys_read.append(key)
         return data
 
     def read_object(self, key: str) -> bytes:
         data = self.inner.read_object(key)
         self.bytes_read += len(data)
         self.reads += 1
+        self.keys_read.append(key)
         return data
 
     def delete(self, key: str) -> None:
