@@ -67,13 +67,7 @@ class RemoteIndexCache:
     def locate(self, segment: RemoteLogSegmentMetadata, offset: int) -> tuple[int, int] | None:
         """(byte position, base offset) of the last indexed batch at or before ``offset`` (the
         first indexed batch when ``offset`` is before it); None when the index is empty."""
-        entries = self._entries(segment)
-        if len(entries) == 0:
-            return None
-        relative = offset - segment.base_offset
-        at = max(int(np.searchsorted(entries["relative_offset"], relative, side="right")) - 1, 0)
-        return int(entries["position"][at]), segment.base_offset + int(
-            entries["relative_offset"][at])
+        return locate(self._entries(segment), segment, offset)
 
     def _entries(self, segment: RemoteLogSegmentMetadata) -> np.ndarray:
         sid = segment.segment_id
@@ -88,7 +82,7 @@ class RemoteIndexCache:
             data = path.read_bytes()
         except FileNotFoundError:  # never downloaded, or evicted meanwhile
             data = self._download(segment, path)
-        entries = self._parse(segment, data)
+        entries = parse_offset_index(segment, data)
         with self._lock:
             self._parsed[sid] = entries
             if len(self._parsed) > _PARSED_KEPT:
@@ -116,19 +110,32 @@ class RemoteIndexCache:
                 self._parsed.pop(sid, None)
                 (self._dir / (sid + INDEX_SUFFIX)).unlink(missing_ok=True)
 
-    @staticmethod
-    def _parse(segment: RemoteLogSegmentMetadata, data: bytes) -> np.ndarray:
-        where = f"{segment.describe()}: remote offset index {segment_key(segment, INDEX_SUFFIX)}"
-        if len(data) % OFFSET_ENTRY.size:
-            raise CorruptRecordError(f"{where}: size {len(data)} is not a multiple of "
-                                     f"{OFFSET_ENTRY.size}")
-        entries = np.frombuffer(data, dtype=_INDEX_DTYPE)
-        offsets, positions = entries["relative_offset"], entries["position"]
-        if len(entries) and (np.any(np.diff(offsets) <= 0) or np.any(np.diff(positions) <= 0)
-                             or offsets[0] < 0 or int(positions[-1]) >= segment.size_bytes):
-            raise CorruptRecordError(f"{where}: entries are not increasing or point past the "
-                                     f"segment's {segment.size_bytes} bytes")
-        return entries
+def parse_offset_index(segment: RemoteLogSegmentMetadata, data: bytes) -> np.ndarray:
+    """The entries of a remote segment's offset index, checked: CorruptRecordError naming the
+    segment when they are not increasing or point past the segment."""
+    where = f"{segment.describe()}: remote offset index {segment_key(segment, INDEX_SUFFIX)}"
+    if len(data) % OFFSET_ENTRY.size:
+        raise CorruptRecordError(f"{where}: size {len(data)} is not a multiple of "
+                                 f"{OFFSET_ENTRY.size}")
+    entries = np.frombuffer(data, dtype=_INDEX_DTYPE)
+    offsets, positions = entries["relative_offset"], entries["position"]
+    if len(entries) and (np.any(np.diff(offsets) <= 0) or np.any(np.diff(positions) <= 0)
+                         or offsets[0] < 0 or int(positions[-1]) >= segment.size_bytes):
+        raise CorruptRecordError(f"{where}: entries are not increasing or point past the "
+                                 f"segment's {segment.size_bytes} bytes")
+    return entries
+
+
+def locate(entries: np.ndarray, segment: RemoteLogSegmentMetadata,
+           offset: int) -> tuple[int, int] | None:
+    """(position, base offset) of the last entry at or before ``offset`` (the first entry when
+    ``offset`` is before it); None for an empty index."""
+    if len(entries) == 0:
+        return None
+    relative = offset - segment.base_offset
+    at = max(int(np.searchsorted(entries["relative_offset"], relative, side="right")) - 1, 0)
+    return int(entries["position"][at]), segment.base_offset + int(
+        entries["relative_offset"][at])
 
 
 class ChunkCache:
