@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from logstore.errors import FencedLeaderEpochError
+from logstore.errors import ApiError, FencedLeaderEpochError
 from logstore.records import decode_schema, encode_schema
 from logstore.tiering.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -109,10 +109,11 @@ class TopicRecord:
 
 def remote_write_fence(tp: TopicIdPartition, leader_epoch: int | None,
                        record: TopicRecord | None,
-                       state: PartitionState | None) -> FencedLeaderEpochError | None:
+                       state: PartitionState | None) -> ApiError | None:
     """Why a remote segment metadata write by the leader at ``leader_epoch`` (None: the cleanup
     of a deleted topic) must be refused, given the topic's record and the partition's state as
-    stored now; None when it may go ahead. Both stores apply this same rule."""
+    stored now (a FencedLeaderEpochError); None when it may go ahead. Both stores apply this
+    same rule."""
     live = record is not None and record.topic_id == tp.topic_id
     if leader_epoch is None:
         if live:

@@ -61,7 +61,7 @@ from logstore.tiering.naming import (
     segment_keys,
 )
 from logstore.tiering.rules import LocalSegment, Retention
-from logstore.tiering.store import ObjectStore
+from logstore.tiering.store import ObjectStore, RemoteStorageError
 
 logger = logging.getLogger(__name__)
 
@@ -213,10 +213,15 @@ class RemoteLogManager:
     def find_remote_segment(self, tp: TopicPartition, offset: int
                             ) -> RemoteLogSegmentMetadata | None:
         """The readable (FINISHED, in lineage) segment holding ``offset``; the newest one when
-        copies overlap. None when no remote segment holds it."""
+        copies overlap. None when no remote segment holds it. While the partition's entries are
+        not loaded yet (the metadata store was unreachable), RemoteStorageError (retriable):
+        answering "out of range" then could make a consumer reset its offset."""
         task = self._tasks.get(tp)
         if task is None or offset < task.log_start_offset:
             return None
+        if not task.loaded and not task.readable:
+            raise RemoteStorageError(f"{tp}: offset {offset}: the remote log metadata of the "
+                                     "partition is not loaded yet")
         found = [m for m in task.readable if m.base_offset <= offset <= m.end_offset]
         return max(found, key=lambda m: m.base_offset) if found else None
 

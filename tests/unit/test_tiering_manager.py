@@ -7,12 +7,16 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from logstore.controller.store import TopicRecord
+from logstore.errors import RequestTimedOutError
 from logstore.tiering.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from logstore.tiering.naming import parse_object_key, segment_key
-from logstore.tiering.store import ObjectStore
-from logstore.tiering.tier_manager import RemoteLogManagerConfig
+from logstore.tiering.store import ObjectStore, RemoteStorageError
+from logstore.tiering.tier_manager import RemoteLogManager, RemoteLogManagerConfig
 from tests.unit.segment_helpers import keyed
 from tests.unit.tiering_helpers import TIP, TOPIC_ID, TP, CountingStore, FailingStore, tiered
 
@@ -247,3 +251,40 @@ def test_background_thread_copies_on_its_own(tmp_path: Path) -> None:
         t.rlm.close()
     assert [m.state for m in t.meta.remote_log_segments(TIP)] == [S.COPY_SEGMENT_FINISHED]
     assert TOPIC_ID in t.objects()[0]
+
+
+class _UnreachableMetadata:
+    """The embedded store, with reads of remote entries failing while ``down``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.down = True
+
+    def remote_log_segments(self, partition: Any) -> Any:
+        if self.down:
+            raise RequestTimedOutError("ZooKeeper did not list the entries: not connected")
+        return self.inner.remote_log_segments(partition)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_reads_before_the_entries_are_loaded_are_retriable_not_out_of_range(
+        tmp_path: Path) -> None:
+    """Goal: a new leader that could not read its entries yet never answers "out of range"
+    (which could make consumers reset their offsets). Method: the metadata store fails the
+    read at leadership; a lookup raises a retriable error; once it answers, the first run loads
+    and the lookup finds the segment."""
+    t = tiered(tmp_path)
+    t.produce_segments(1)
+    t.lead()
+    t.rlm.run_task(TP)
+    meta = _UnreachableMetadata(t.meta)
+    t.rlm = RemoteLogManager(t.store, meta, t.clock)
+    t.lead()
+    with pytest.raises(RemoteStorageError, match="orders-0: offset 0: .*not loaded") as raised:
+        t.rlm.find_remote_segment(TP, 0)
+    assert raised.value.retriable
+    meta.down = False
+    t.rlm.run_task(TP)
+    assert t.rlm.find_remote_segment(TP, 0) is not None
