@@ -1,9 +1,14 @@
-"""Request and response bodies, independent of any transport.
+"""Untyped (dict) request and response bodies: legacy, kept only for the group actions.
+
+Every other action is a typed message (``logstore/messages``). The group actions
+(``broker/group_handlers.py``, ``client/group.py`` and the group methods of ``client/admin.py``)
+still build and read dict bodies through these helpers; once they are declared as messages,
+this module, ``BrokerConnection.action``, ``ClusterMetadata.request`` and the server's dict
+fallback go.
 
 Owns: parsing JSON request bodies, typed access to their fields (a missing or wrongly typed
-field is INVALID_REQUEST naming it), and the ``error_code``/``error_message`` fields every
-response entry carries. Both the request handlers and the Flight codec use it, so it sits in
-the base layer. Must not: do I/O or know about Arrow Flight.
+field is INVALID_REQUEST naming it), and the ``error_code``/``error_message`` fields of dict
+response entries. Must not: do I/O or know about Arrow Flight.
 """
 
 from __future__ import annotations
@@ -56,20 +61,3 @@ def error_from_fields(d: dict[str, Any]) -> ApiError | None:
     if not code:
         return None
     return error_class(code)(d.get("error_message") or "")
-
-
-def int_field(req: dict[str, Any], name: str, what: str, low: int, high: int,
-              default: Any = ...) -> int:
-    """An integer field within [low, high]; anything else is INVALID_REQUEST naming it."""
-    value = field(req, name, int, what, default)
-    if not low <= value <= high:
-        raise InvalidRequestError(f"{what}: field {name!r} = {value} is outside [{low}, {high}]")
-    return value
-
-
-def str_list(req: dict[str, Any], name: str, what: str, default: Any = ...) -> list[str] | None:
-    """A list of strings (topic names); anything else is INVALID_REQUEST naming the field."""
-    value = field(req, name, list, what, default)
-    if value is not None and not all(isinstance(v, str) for v in value):
-        raise InvalidRequestError(f"{what}: field {name!r} must be a list of strings")
-    return value

@@ -8,6 +8,7 @@ per-topic). Must not: reach into broker internals.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,19 @@ import pyarrow as pa
 from logstore.client.group import GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import GroupIdNotFoundError, NonEmptyGroupError
+from logstore.messages import ErrorFields
+from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
+from logstore.messages.topics import (
+    AlterConfigsRequest,
+    CreatableTopic,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    MetadataRequest,
+    PartitionCount,
+    TopicConfigChange,
+)
 from logstore.model import OffsetAndMetadata, TopicPartition
 from logstore.records import decode_schema, encode_schema
 from logstore.rpc.codec import error_from_fields
@@ -94,50 +108,45 @@ class Admin:
 
     def describe_cluster(self) -> ClusterDescription:
         """The registered brokers, sorted by id, and the controller, as one broker sees them."""
-        response = self._metadata.request("metadata", {"topics": []})
-        brokers = sorted((BrokerDescription(b["broker_id"], b["host"], b["port"], b.get("rack"))
-                          for b in response["brokers"]), key=lambda b: b.broker_id)
-        return ClusterDescription(brokers, response.get("controller_id"))
+        response = self._metadata.call(MetadataRequest(topics=[]))
+        brokers = sorted((BrokerDescription(b.broker_id, b.host, b.port, b.rack)
+                          for b in response.brokers), key=lambda b: b.broker_id)
+        return ClusterDescription(brokers, response.controller_id)
 
     def create_topics(self, topics: list[NewTopic]) -> None:
-        body = {"topics": [{"name": t.name, "num_partitions": t.num_partitions,
-                            "replication_factor": t.replication_factor, "config": t.config,
-                            "value_schema": encode_schema(t.value_schema)} for t in topics]}
-        self._check(self._metadata.request("create_topics", body)["topics"])
+        _raise_first(self._metadata.call(CreateTopicsRequest(topics=[CreatableTopic(
+            name=t.name, num_partitions=t.num_partitions,
+            replication_factor=t.replication_factor, config=t.config,
+            value_schema=encode_schema(t.value_schema)) for t in topics])).topics)
 
     def delete_topics(self, names: list[str]) -> None:
-        self._check(self._metadata.request("delete_topics", {"topics": list(names)})["topics"])
+        _raise_first(self._metadata.call(DeleteTopicsRequest(topics=list(names))).topics)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
-        response = self._metadata.request("metadata", {"topics": None})
-        return sorted(t["name"] for t in response["topics"]
-                      if include_internal or not t.get("internal"))
+        response = self._metadata.call(MetadataRequest(topics=None))
+        return sorted(t.name for t in response.topics if include_internal or not t.internal)
 
     def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
-        response = self._metadata.request("metadata", {"topics": names})
-        self._check(response["topics"])
-
+        response = self._metadata.call(MetadataRequest(topics=names))
+        _raise_first(response.topics)
         return [TopicDescription(
-            t["name"],
-            [PartitionDescription(p["partition"], p["leader"], p["replicas"], p["isr"])
-             for p in t["partitions"]],
-            t.get("internal", False), decode_schema(t.get("value_schema")))
-            for t in response["topics"]]
+            t.name, [PartitionDescription(p.partition, p.leader, p.replicas, p.isr)
+                     for p in t.partitions],
+            t.internal, decode_schema(t.value_schema)) for t in response.topics]
 
     def create_partitions(self, counts: dict[str, int]) -> None:
-        body = {"topics": [{"name": n, "count": c} for n, c in counts.items()]}
-        self._check(self._metadata.request("create_partitions", body)["topics"])
+        _raise_first(self._metadata.call(CreatePartitionsRequest(topics=[
+            PartitionCount(name=n, count=c) for n, c in counts.items()])).topics)
 
     def describe_configs(self, names: list[str]) -> dict[str, dict[str, Any]]:
-        response = self._metadata.request("describe_configs", {"topics": list(names)})
-        self._check(response["topics"])
-        return {t["name"]: t["config"] for t in response["topics"]}
+        response = self._metadata.call(DescribeConfigsRequest(topics=list(names)))
+        _raise_first(response.topics)
+        return {t.name: t.config for t in response.topics}
 
     def alter_configs(self, configs: dict[str, dict[str, Any]], incremental: bool = True
                       ) -> None:
-        body = {"incremental": incremental,
-                "topics": [{"name": n, "config": c} for n, c in configs.items()]}
-        self._check(self._metadata.request("alter_configs", body)["topics"])
+        _raise_first(self._metadata.call(AlterConfigsRequest(incremental=incremental, topics=[
+            TopicConfigChange(name=n, config=c) for n, c in configs.items()])).topics)
 
     def list_offsets(self, partitions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Offsets for EARLIEST (-2), LATEST (-1) or a timestamp, per partition."""
@@ -145,10 +154,10 @@ class Admin:
         for tp, spec in partitions.items():
             tp = TopicPartition(*tp)
             conn = self._metadata.leader_connection(tp)
-            entry = conn.action("list_offsets", {"topic": tp.topic, "partitions": [
-                {"partition": tp.partition, "timestamp": spec}]})["partitions"][0]
-            self._check([entry])
-            out[tp] = entry["offset"]
+            (entry,) = conn.call(ListOffsetsRequest(topic=tp.topic, partitions=[
+                ListOffsetsPartition(partition=tp.partition, timestamp=spec)])).partitions
+            entry.raise_error()
+            out[tp] = entry.offset
         return out
 
     # -- consumer groups ---------------------------------------------------------------------
@@ -224,3 +233,9 @@ class Admin:
             err = error_from_fields(entry)
             if err is not None:
                 raise err
+
+
+def _raise_first(entries: Iterable[ErrorFields]) -> None:
+    """Raise the error of the first entry that carries one (its message names the entity)."""
+    for entry in entries:
+        entry.raise_error()

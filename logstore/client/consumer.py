@@ -33,6 +33,8 @@ from logstore.errors import (
     NetworkError,
     OffsetOutOfRangeError,
 )
+from logstore.messages.fetch import FetchPartition, FetchRequest
+from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
 from logstore.model import (
     EARLIEST,
     LATEST,
@@ -42,7 +44,6 @@ from logstore.model import (
     TopicPartition,
 )
 from logstore.rpc.client import FetchResponse
-from logstore.rpc.codec import error_from_fields
 
 log = logging.getLogger(__name__)
 
@@ -209,22 +210,20 @@ class Consumer:
         out = {}
         for tp in partitions:
             tp = TopicPartition(*tp)
-            response = self._with_leader_retry(tp, lambda conn, tp=tp: conn.action(
-                "list_offsets", {"topic": tp.topic, "partitions": [
-                    {"partition": tp.partition, "timestamp": timestamp}]}))
-            entry = response["partitions"][0]
-            err = error_from_fields(entry)
-            if err is not None:
-                raise err
-            out[tp] = (entry["offset"], entry["timestamp"])
+            response = self._with_leader_retry(tp, lambda conn, tp=tp: conn.call(
+                ListOffsetsRequest(topic=tp.topic, partitions=[
+                    ListOffsetsPartition(partition=tp.partition, timestamp=timestamp)])))
+            entry = response.partitions[0]
+            entry.raise_error()
+            out[tp] = (entry.offset, entry.timestamp)
         return out
 
     def _with_leader_retry(self, tp: TopicPartition, call: Any, attempts: int = 5) -> Any:
         for attempt in range(attempts):
             try:
                 result = call(self._metadata.leader_connection(tp))
-                entries = result.get("partitions", [])
-                err = error_from_fields(entries[0]) if entries else None
+                entries = result.partitions
+                err = entries[0].error() if entries else None
                 if err is None or not err.refresh_metadata or attempt == attempts - 1:
                     return result
             except ApiError as e:
@@ -339,11 +338,11 @@ class Consumer:
     def _fetch(self, group: _Group, positions: dict[TopicPartition, int], max_wait_ms: int
                ) -> FetchResponse:
         leader, topic = group
-        request = {"topic": topic, "max_wait_ms": max_wait_ms, "min_bytes": self._min_bytes,
-                   "max_bytes": self._fetch_max_bytes,
-                   "partitions": [{"partition": tp.partition, "offset": o,
-                                   "max_bytes": self._partition_max_bytes}
-                                  for tp, o in positions.items()]}
+        request = FetchRequest(topic=topic, max_wait_ms=max_wait_ms, min_bytes=self._min_bytes,
+                               max_bytes=self._fetch_max_bytes, partitions=[FetchPartition(
+                                   partition=tp.partition, offset=o,
+                                   max_bytes=self._partition_max_bytes)
+                                   for tp, o in positions.items()])
         return self._metadata.broker_connection(leader).fetch(request)
 
     def _handle_response(self, group: _Group, positions: dict[TopicPartition, int],
@@ -357,7 +356,7 @@ class Consumer:
             self._metadata.refresh([group[1]])
             return
         for partition, summary in response.partitions.items():
-            err = error_from_fields(summary)
+            err = summary.error()
             if err is not None:
                 self._on_partition_error(TopicPartition(group[1], partition), err)
         for fetched in response.batches:
