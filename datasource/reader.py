@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from datasource.planning import DataLossError
 from datasource.schema import BatchConverter
+from logstore.client.fetcher import fetch_request
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
@@ -29,7 +30,6 @@ from logstore.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
-from logstore.messages.fetch import FetchPartition, FetchRequest
 from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.records import FLAG_LOG_APPEND_TIME
@@ -178,10 +178,9 @@ class _Fetcher:
     def _fetch_once(self, position: int) -> tuple[list[FetchedBatch], int]:
         tp = self.task.tp
         max_bytes = self.settings.fetch_max_bytes
-        response = self._connection().fetch(FetchRequest(
-            topic=tp.topic, max_wait_ms=0, max_bytes=max_bytes, partitions=[FetchPartition(
-                partition=tp.partition, offset=position, end_offset=self.task.end,
-                max_bytes=max_bytes)]))
+        response = self._connection().fetch(fetch_request(
+            tp.topic, {tp.partition: position}, max_wait_ms=0, max_bytes=max_bytes,
+            partition_max_bytes=max_bytes, end_offset=self.task.end))
         summary = response.partitions.get(tp.partition)
         if summary is not None:
             summary.raise_error()
