@@ -1,8 +1,12 @@
-"""Request handlers: validate a decoded request, route it to the services, build the response.
+"""Request handlers: a typed request in, a typed response out.
 
-Every response carries an error code per partition (or per topic for topic requests): one bad
-partition never fails the whole request. Must not: contain storage or replication logic, or
-know about Arrow Flight.
+Owns: the broker's answers to the topic, log and producer-id actions and to produce and fetch
+streams: the checks a request's types cannot express (a topic's name, partition count and
+configs are the controller's; a value schema that does not decode; max_bytes <= 0 is
+INVALID_FETCH_SIZE), routing to the services, and a response with an error code per partition
+(or per topic): one bad partition never fails the whole request. Decoding and type checks are
+``logstore/messages``'s. Must not: contain storage or replication logic, or know about Arrow
+Flight.
 """
 
 from __future__ import annotations
@@ -35,12 +39,12 @@ from logstore.messages.log import (
     BrokerStatsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    ListOffsetsPartitionResult,
     ListOffsetsRequest,
     ListOffsetsResponse,
     LogDirPartition,
     PartitionHighWatermark,
 )
-from logstore.messages.log import ListOffsetsPartitionResult as OffsetResult
 from logstore.messages.produce import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -226,9 +230,10 @@ class RequestHandlers:
             try:
                 offset, ts = self._replicas.list_offset(TopicPartition(req.topic, p.partition),
                                                         p.timestamp)
-                out.append(OffsetResult(partition=p.partition, offset=offset, timestamp=ts))
+                out.append(ListOffsetsPartitionResult(partition=p.partition, offset=offset,
+                                                      timestamp=ts))
             except ApiError as e:
-                out.append(OffsetResult(partition=p.partition, **error_kw(e)))
+                out.append(ListOffsetsPartitionResult(partition=p.partition, **error_kw(e)))
         return ListOffsetsResponse(topic=req.topic, partitions=out)
 
     def describe_log_dirs(self, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
