@@ -28,6 +28,7 @@ from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState
 from logstore.controller.topics import TopicController
 from logstore.errors import ApiError
 from logstore.groups.coordinator import GroupConfig
+from logstore.messages.cluster import ControlledShutdownRequest
 from logstore.model import TopicPartition
 from logstore.records import topic_schema
 from logstore.replication.fetcher import FetcherManager
@@ -119,8 +120,7 @@ class Broker:
                                        self.config.replica_lag_time_max_ms)
         cluster = ClusterHandlers(self.config.broker_id, self.cluster_controller, self.replicas,
                                   self._apply_state)
-        for name, fn in cluster.actions.items():
-            self.handlers.register(name, fn)
+        self.handlers.add_routes(cluster.routes())
 
     def _group_handlers(self, config: BrokerConfig) -> GroupHandlers:
         coordinator = GroupCoordinatorService(
@@ -225,12 +225,12 @@ class Broker:
         assert self.peers is not None
         while time.monotonic() < deadline:
             try:
-                resp = self.peers.to_controller("controlled_shutdown",
-                                                {"broker_id": self.config.broker_id})
-                if not resp.get("remaining"):
+                resp = self.peers.to_controller(
+                    ControlledShutdownRequest(broker_id=self.config.broker_id))
+                if not resp.remaining:
                     log.info("broker %d: controlled shutdown done", self.config.broker_id)
                     return
-                log.info("broker %d: still leads %s", self.config.broker_id, resp["remaining"])
+                log.info("broker %d: still leads %s", self.config.broker_id, resp.remaining)
             except ApiError as e:
                 log.info("broker %d: controlled shutdown: %s", self.config.broker_id, e)
             time.sleep(CONTROLLED_SHUTDOWN_RETRY_S)

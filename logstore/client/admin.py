@@ -8,6 +8,7 @@ per-topic). Must not: reach into broker internals.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,15 +18,27 @@ import pyarrow as pa
 from logstore.client.group import GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import GroupIdNotFoundError, NonEmptyGroupError
+from logstore.messages import ErrorFields
 from logstore.messages.groups import (
     ConsumerProtocolAssignment,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     ListGroupsRequest,
 )
+from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
+from logstore.messages.topics import (
+    AlterConfigsRequest,
+    CreatableTopic,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    MetadataRequest,
+    PartitionCount,
+    TopicConfigChange,
+)
 from logstore.model import NewTopic, OffsetAndMetadata, TopicPartition
 from logstore.records import decode_schema, encode_schema
-from logstore.rpc.codec import error_from_fields
 
 
 @dataclass(frozen=True)
@@ -92,50 +105,45 @@ class Admin:
 
     def describe_cluster(self) -> ClusterDescription:
         """The registered brokers, sorted by id, and the controller, as one broker sees them."""
-        response = self._metadata.request("metadata", {"topics": []})
-        brokers = sorted((BrokerDescription(b["broker_id"], b["host"], b["port"], b.get("rack"))
-                          for b in response["brokers"]), key=lambda b: b.broker_id)
-        return ClusterDescription(brokers, response.get("controller_id"))
+        response = self._metadata.call(MetadataRequest(topics=[]))
+        brokers = sorted((BrokerDescription(b.broker_id, b.host, b.port, b.rack)
+                          for b in response.brokers), key=lambda b: b.broker_id)
+        return ClusterDescription(brokers, response.controller_id)
 
     def create_topics(self, topics: list[NewTopic]) -> None:
-        body = {"topics": [{"name": t.name, "num_partitions": t.num_partitions,
-                            "replication_factor": t.replication_factor, "config": t.config,
-                            "value_schema": encode_schema(t.value_schema)} for t in topics]}
-        self._check(self._metadata.request("create_topics", body)["topics"])
+        _raise_first(self._metadata.call(CreateTopicsRequest(topics=[CreatableTopic(
+            name=t.name, num_partitions=t.num_partitions,
+            replication_factor=t.replication_factor, config=t.config,
+            value_schema=encode_schema(t.value_schema)) for t in topics])).topics)
 
     def delete_topics(self, names: list[str]) -> None:
-        self._check(self._metadata.request("delete_topics", {"topics": list(names)})["topics"])
+        _raise_first(self._metadata.call(DeleteTopicsRequest(topics=list(names))).topics)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
-        response = self._metadata.request("metadata", {"topics": None})
-        return sorted(t["name"] for t in response["topics"]
-                      if include_internal or not t.get("internal"))
+        response = self._metadata.call(MetadataRequest(topics=None))
+        return sorted(t.name for t in response.topics if include_internal or not t.internal)
 
     def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
-        response = self._metadata.request("metadata", {"topics": names})
-        self._check(response["topics"])
-
+        response = self._metadata.call(MetadataRequest(topics=names))
+        _raise_first(response.topics)
         return [TopicDescription(
-            t["name"],
-            [PartitionDescription(p["partition"], p["leader"], p["replicas"], p["isr"])
-             for p in t["partitions"]],
-            t.get("internal", False), decode_schema(t.get("value_schema")))
-            for t in response["topics"]]
+            t.name, [PartitionDescription(p.partition, p.leader, p.replicas, p.isr)
+                     for p in t.partitions],
+            t.internal, decode_schema(t.value_schema)) for t in response.topics]
 
     def create_partitions(self, counts: dict[str, int]) -> None:
-        body = {"topics": [{"name": n, "count": c} for n, c in counts.items()]}
-        self._check(self._metadata.request("create_partitions", body)["topics"])
+        _raise_first(self._metadata.call(CreatePartitionsRequest(topics=[
+            PartitionCount(name=n, count=c) for n, c in counts.items()])).topics)
 
     def describe_configs(self, names: list[str]) -> dict[str, dict[str, Any]]:
-        response = self._metadata.request("describe_configs", {"topics": list(names)})
-        self._check(response["topics"])
-        return {t["name"]: t["config"] for t in response["topics"]}
+        response = self._metadata.call(DescribeConfigsRequest(topics=list(names)))
+        _raise_first(response.topics)
+        return {t.name: t.config for t in response.topics}
 
     def alter_configs(self, configs: dict[str, dict[str, Any]], incremental: bool = True
                       ) -> None:
-        body = {"incremental": incremental,
-                "topics": [{"name": n, "config": c} for n, c in configs.items()]}
-        self._check(self._metadata.request("alter_configs", body)["topics"])
+        _raise_first(self._metadata.call(AlterConfigsRequest(incremental=incremental, topics=[
+            TopicConfigChange(name=n, config=c) for n, c in configs.items()])).topics)
 
     def list_offsets(self, partitions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Offsets for EARLIEST (-2), LATEST (-1) or a timestamp, per partition."""
@@ -143,10 +151,10 @@ class Admin:
         for tp, spec in partitions.items():
             tp = TopicPartition(*tp)
             conn = self._metadata.leader_connection(tp)
-            entry = conn.action("list_offsets", {"topic": tp.topic, "partitions": [
-                {"partition": tp.partition, "timestamp": spec}]})["partitions"][0]
-            self._check([entry])
-            out[tp] = entry["offset"]
+            (entry,) = conn.call(ListOffsetsRequest(topic=tp.topic, partitions=[
+                ListOffsetsPartition(partition=tp.partition, timestamp=spec)])).partitions
+            entry.raise_error()
+            out[tp] = entry.offset
         return out
 
     # -- consumer groups ---------------------------------------------------------------------
@@ -212,13 +220,6 @@ class Admin:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @staticmethod
-    def _check(entries: list[dict[str, Any]]) -> None:
-        for entry in entries:
-            err = error_from_fields(entry)
-            if err is not None:
-                raise err
-
 
 def _assigned(assignment: Any) -> list[TopicPartition]:
     """A member's partitions (none if its group's protocol is not the consumer's)."""
@@ -227,3 +228,9 @@ def _assigned(assignment: Any) -> list[TopicPartition]:
     except msgspec.ValidationError:
         return []
     return [TopicPartition(t, p) for t, p in decoded.partitions]
+
+
+def _raise_first(entries: Iterable[ErrorFields]) -> None:
+    """Raise the error of the first entry that carries one (its message names the entity)."""
+    for entry in entries:
+        entry.raise_error()

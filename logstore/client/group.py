@@ -28,7 +28,6 @@ from logstore.errors import (
     InconsistentGroupProtocolError,
     RebalanceInProgressError,
     UnknownMemberIdError,
-    UnknownServerError,
 )
 from logstore.groups.assignors import COOPERATIVE, REBALANCE_PROTOCOL, assignor
 from logstore.messages import ErrorFields, Message, Request
@@ -282,13 +281,8 @@ class GroupMember:
 
 def _find_coordinator(metadata: ClusterMetadata, request: FindCoordinatorRequest
                       ) -> FindCoordinatorResponse:
-    """``request`` to any reachable broker. Through ``ClusterMetadata.request``, which speaks
-    plain bodies, until it has a typed ``call``; the body is still built by the type."""
-    body = metadata.request(request.ACTION, msgspec.to_builtins(request))
-    try:
-        return msgspec.convert(body, FindCoordinatorResponse)
-    except msgspec.ValidationError as e:
-        raise UnknownServerError(f"find_coordinator: malformed response ({e})") from None
+    """``request`` to any reachable broker."""
+    return metadata.call(request)
 
 
 def _payload(value: Any, cls: type[P], what: str) -> P:

@@ -45,6 +45,7 @@ class LeaderAndIsrRequest(Request[LeaderAndIsrResponse], frozen=True, kw_only=Tr
 
     ACTION: ClassVar[str] = "leader_and_isr"
     RESPONSE: ClassVar[type[Message]] = LeaderAndIsrResponse
+    controller_id: BrokerId = -1
     controller_epoch: Int32
     partitions: list[LeaderAndIsrPartition]
 

@@ -72,7 +72,8 @@ class ProduceRequest(Request[ProduceAck], frozen=True, kw_only=True, tag=0):
 
     ACTION: ClassVar[str] = "produce"
     RESPONSE: ClassVar[type[Message]] = ProduceAck
-    type: str = "produce"
+    # Travels as "type" (a field named ``type`` would shadow the builtin in the class body).
+    kind: str = msgspec.field(default="produce", name="type")
     topic: str
     acks: int = 1  # 0, 1 or -1 (all); other values are INVALID_REQUIRED_ACKS
     timeout_ms: TimeoutMs = 30_000
@@ -90,7 +91,7 @@ class ProduceBatchMetadata(Message, frozen=True, kw_only=True):
     leader_epoch: LeaderEpoch = -1
 
 
-class BatchSeq(msgspec.Struct):
+class BatchSeq(Message, frozen=True, kw_only=True):
     """Only the ``seq`` of a batch's metadata: enough to answer a batch whose other fields
     do not decode."""
 

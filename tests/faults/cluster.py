@@ -16,6 +16,7 @@ from typing import Any
 from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.client.admin import PartitionDescription
 from logstore.errors import ApiError
+from logstore.messages.topics import MetadataRequest
 from logstore.model import LATEST
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, BrokerProcess
@@ -75,7 +76,7 @@ class Cluster:
         def ask() -> int | None:
             conn = BrokerConnection(self.live_bootstrap()[0], timeout_s=5)
             try:
-                return conn.action("metadata", {"topics": []}).get("controller_id")
+                return conn.call(MetadataRequest(topics=[])).controller_id
             finally:
                 conn.close()
         return int(wait_for(lambda: (c := ask()) is not None and c in self.brokers

@@ -11,6 +11,7 @@ from typing import Any
 
 from logstore.controller import zk_paths as zp
 from logstore.controller.store import PartitionState
+from logstore.messages.topics import MetadataRequest
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, bounded_producer
 from tests.faults.cluster import FAILOVER_ERRORS, Cluster, consume_partitions
@@ -85,10 +86,10 @@ def producing(cluster: Cluster, topic: str) -> Iterator[dict[str, Any]]:
 def _leaders_seen_by(cluster: Cluster, broker_id: int, topic: str) -> dict[int, int]:
     conn = BrokerConnection(cluster.brokers[broker_id].bootstrap, timeout_s=5)
     try:
-        (t,) = conn.action("metadata", {"topics": [topic]})["topics"]
+        (t,) = conn.call(MetadataRequest(topics=[topic])).topics
     finally:
         conn.close()
-    return {p["partition"]: p["leader"] for p in t["partitions"]}
+    return {p.partition: p.leader for p in t.partitions}
 
 
 def test_sigterm_moves_leadership_to_isr_members_before_the_leader_exits(

@@ -29,6 +29,7 @@ from logstore.errors import (
     UnknownMemberIdError,
 )
 from logstore.groups.offsets import partition_for
+from logstore.messages.groups import FindCoordinatorRequest
 from logstore.model import OFFSETS_TOPIC
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, bounded_producer
@@ -90,10 +91,10 @@ def committed_offsets(cluster: Cluster, group: str, topic: str) -> dict[int, int
 def coordinator_of(cluster: Cluster, group: str) -> int | None:
     conn = BrokerConnection(cluster.live_bootstrap()[0], timeout_s=5)
     try:
-        found = conn.action("find_coordinator", {"group_id": group})
+        found = conn.call(FindCoordinatorRequest(group_id=group))
     finally:
         conn.close()
-    return found["node_id"] if found.get("error_code", 0) == 0 else None
+    return found.node_id if found.error_code == 0 else None
 
 
 def produce(cluster: Cluster, topic: str, rng: random.Random, first: int, count: int,

@@ -94,3 +94,20 @@ def test_producer_fields_outside_their_header_types_are_refused(fields: dict[str
     body = msgspec.json.encode({"partition": 0, **fields})
     with pytest.raises(msgspec.ValidationError, match=next(iter(fields))):
         msgspec.json.decode(body, type=ProduceBatchMetadata)
+
+
+def _declared_messages() -> list[type[Message]]:
+    from logstore.messages import cluster, fetch, groups, log, produce, topics
+
+    return sorted({value for module in (topics, log, produce, fetch, cluster, groups)
+                   for value in vars(module).values()
+                   if isinstance(value, type) and issubclass(value, Message)},
+                  key=lambda c: c.__name__)
+
+
+@pytest.mark.parametrize("cls", _declared_messages(), ids=lambda c: c.__name__)
+def test_every_declared_message_has_a_decoder(cls: type[Message]) -> None:
+    """Goal: a declaration msgspec cannot turn into a decoder (a field whose name shadows a
+    name its annotations use, such as ``type``) fails here, not on a broker's first request.
+    Method: build the JSON decoder of every message class the modules declare."""
+    msgspec.json.Decoder(cls)
