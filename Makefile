@@ -35,8 +35,10 @@ demo: install
 test: install
 	PYSPARK_PYTHON="$(abspath $(PY))" $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
+# ruff over everything; mypy --strict over the core and the Spark source (the typed layers).
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy --strict logstore datasource
 
 bench: install
 	$(PY) benchmarks/produce_consume.py $(BENCH_ARGS)

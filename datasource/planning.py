@@ -109,7 +109,7 @@ class Planner:
         sub = self.options.subscription
         if sub.assigned:
             return sorted(tp for tp in sub.assigned if self._exists(tp, missing_ok))
-        out = []
+        out: list[TopicPartition] = []
         for topic in self.topics(sub, missing_ok):
             info = self.metadata.topic(topic)
             out.extend(TopicPartition(topic, p) for p in sorted(info.partitions))
@@ -311,7 +311,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
                  max_records: int | None) -> list[OffsetRange]:
     """Cut ranges to at most ``max_records`` each, then halve the largest until there are
     ``min_partitions`` (ranges of one record are not cut). Order: by partition, then offset."""
-    pieces = []
+    pieces: list[OffsetRange] = []
     for r in ranges:
         step = max_records or max(r.size, 1)
         pieces.extend(OffsetRange(r.tp, s, min(s + step, r.end))

@@ -81,7 +81,7 @@ def read_range(task: ReadTask, settings: ReadSettings) -> Iterator[pa.RecordBatc
 def _converted(task: ReadTask, settings: ReadSettings, converter: BatchConverter
                ) -> Iterator[pa.RecordBatch]:
     position = task.start
-    if _use_files(task, settings):
+    if task.path is not None and _use_files(task, settings):
         try:
             for schema, stored in PartitionFiles(task.path).read(position, task.end):
                 position = stored.header.next_offset

@@ -69,8 +69,8 @@ def check_requested(requested: pa.Schema, available: pa.Schema, topics: list[str
 def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
     """Widening the timestamp unit, nested fields made nullable (a DDL schema's
     ``struct<x: int>`` for a non-null ``x``) and similar lossless casts Arrow does for us."""
-    return (pa.types.is_timestamp(src) and pa.types.is_timestamp(dst)) or \
-        dst.equals(_nullable_inside(src))
+    return bool((pa.types.is_timestamp(src) and pa.types.is_timestamp(dst))
+                or dst.equals(_nullable_inside(src)))
 
 
 def _nullable_inside(t: pa.DataType) -> pa.DataType:

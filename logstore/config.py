@@ -10,6 +10,7 @@ the file. Topic config keys accept Kafka's dotted spelling too (``retention.ms``
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ def _boolean(v: Any) -> bool:
     return isinstance(v, bool)
 
 
-def _one_of(choices: tuple[str, ...]):  # noqa: ANN202
+def _one_of(choices: tuple[str, ...]) -> Callable[[Any], bool]:
     return lambda v: v in choices
 
 

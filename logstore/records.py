@@ -42,6 +42,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import crc32c
 import numpy as np
@@ -49,6 +50,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from logstore.errors import CorruptRecordError, InvalidRecordError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 HEADER_KEY = b"logstore.batch"
 OFFSET_DELTAS_KEY = b"logstore.offset_deltas"
@@ -211,12 +215,12 @@ def stored_message_bytes(batch: pa.RecordBatch) -> pa.Buffer:
 
 @lru_cache(maxsize=256)
 def _schema_message_size(schema: pa.Schema) -> int:
-    return schema.serialize().size
+    return int(schema.serialize().size)
 
 
 def schema_message(schema: pa.Schema) -> bytes:
     """The IPC schema message that opens every segment file of a topic with this schema."""
-    return schema.serialize().to_pybytes()
+    return bytes(schema.serialize().to_pybytes())
 
 
 def encode_batch(
@@ -257,7 +261,7 @@ def patch_base_offset(message: memoryview, base_offset: int) -> None:
     struct.pack_into("<q", message, at + len(MAGIC), base_offset)
 
 
-def _batch_crc(header_prefix: memoryview | bytes, deltas: bytes, body: object) -> int:
+def _batch_crc(header_prefix: memoryview | bytes, deltas: bytes, body: Buffer) -> int:
     crc = crc32c.crc32c(header_prefix)
     if deltas:
         crc = crc32c.crc32c(deltas, crc)

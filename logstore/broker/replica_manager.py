@@ -205,7 +205,7 @@ class ReplicaManager:
 
     def _read_once(self, requests: list[FetchPartition], max_bytes: int, isolation_level: int,
                    replica_id: int) -> list[PartitionFetchResult]:
-        results = []
+        results: list[PartitionFetchResult] = []
         budget = max_bytes
         for req in requests:
             result = self._read_partition(req, budget, isolation_level, replica_id,
