@@ -250,6 +250,14 @@ class BrokerConfig:
     remote_log_index_cache_bytes: int = GiB
     # In memory: chunks of remote segments that fetches read (see tiering/remote_reader.py).
     remote_fetch_cache_bytes: int = 256 * MiB
+    # How long a fetch waits for its remote reads before answering without them (Kafka's
+    # remote.fetch.max.wait.ms); the reads go on and fill the chunk cache for the retry.
+    remote_fetch_max_wait_ms: int = 500
+    # Copies STARTED (or objects with no entry) longer than this are a dead upload's leftovers.
+    remote_log_manager_orphan_grace_ms: int = 15 * 60_000
+    # A failed tiering run is retried after this, doubling up to the max (Kafka's names).
+    remote_log_manager_task_retry_backoff_ms: int = 500
+    remote_log_manager_task_retry_backoff_max_ms: int = 30_000
 
     @property
     def offsets_partitions(self) -> int:
@@ -284,7 +292,10 @@ _BROKER_TYPES: dict[str, tuple[type, ...]] = {
     "remote_log_manager_task_interval_ms": (int,),
     "remote_log_manager_copy_max_bytes_per_second": (int,),
     "remote_log_reader_threads": (int,), "remote_log_index_cache_bytes": (int,),
-    "remote_fetch_cache_bytes": (int,),
+    "remote_fetch_cache_bytes": (int,), "remote_fetch_max_wait_ms": (int,),
+    "remote_log_manager_orphan_grace_ms": (int,),
+    "remote_log_manager_task_retry_backoff_ms": (int,),
+    "remote_log_manager_task_retry_backoff_max_ms": (int,),
 }
 _POSITIVE_BROKER_KEYS = ("offsets_topic_num_partitions", "offsets_topic_replication_factor",
                          "offsets_topic_segment_bytes", "offsets_retention_minutes",
@@ -292,7 +303,10 @@ _POSITIVE_BROKER_KEYS = ("offsets_topic_num_partitions", "offsets_topic_replicat
                          "remote_log_manager_task_interval_ms",
                          "remote_log_manager_copy_max_bytes_per_second",
                          "remote_log_reader_threads", "remote_log_index_cache_bytes",
-                         "remote_fetch_cache_bytes")
+                         "remote_fetch_cache_bytes", "remote_fetch_max_wait_ms",
+                         "remote_log_manager_orphan_grace_ms",
+                         "remote_log_manager_task_retry_backoff_ms",
+                         "remote_log_manager_task_retry_backoff_max_ms")
 
 
 def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> BrokerConfig:
@@ -338,21 +352,23 @@ def _check_remote_storage(values: dict[str, Any], source: str) -> None:
         if not sep or not scheme or not path.strip("/"):
             raise ConfigError(f"{source}: remote_storage_uri must be an fsspec URL with a path, "
                               f"like 's3://bucket/logstore' or 'file:///var/tier'; got {uri!r}")
-    found = _credential_keys(values.get("remote_storage_options", {}), "remote_storage_options")
+    found = credential_keys(values.get("remote_storage_options", {}), "remote_storage_options")
     if found:
         raise ConfigError(f"{source}: {', '.join(found)} looks like a credential; credentials "
                           "for remote storage come from the environment or the provider's "
                           "credential chain, never from the config file")
 
 
-def _credential_keys(options: dict[str, Any], where: str) -> list[str]:
+def credential_keys(options: dict[str, Any], where: str) -> list[str]:
+    """The keys of fsspec ``options`` (nested ones as ``where.a.b``) that look like credentials;
+    credentials come from the environment or the provider's chain, never from options."""
     found = []
     for key, value in options.items():
         lowered = str(key).lower()
         if lowered in _CREDENTIAL_KEYS or any(w in lowered for w in _CREDENTIAL_WORDS):
             found.append(f"{where}.{key}")
         if isinstance(value, dict):
-            found += _credential_keys(value, f"{where}.{key}")
+            found += credential_keys(value, f"{where}.{key}")
     return found
 
 

@@ -69,6 +69,7 @@ class ErrorCode(IntEnum):
     MEMBER_ID_REQUIRED = 79
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
+    OFFSET_MOVED_TO_TIERED_STORAGE = 109
 
 
 class LogstoreError(Exception):
@@ -504,6 +505,16 @@ class InvalidRecordError(ApiError):
     """A record or batch does not match the topic's schema."""
 
     code = ErrorCode.INVALID_RECORD
+    retriable = False
+    refresh_metadata = False
+
+
+class OffsetMovedToTieredStorageError(ApiError):
+    """A replica fetch asked for an offset below the leader's local log start offset of a
+    tiered partition: the follower restarts its log at the leader's local log start offset
+    instead of replicating the remote tier (Kafka's OFFSET_MOVED_TO_TIERED_STORAGE)."""
+
+    code = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
     retriable = False
     refresh_metadata = False
 

@@ -25,11 +25,12 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from logstore.config import BrokerConfig
-from logstore.errors import LogstoreError
+from logstore.errors import ConfigError, LogstoreError
 
 if TYPE_CHECKING:
     from logstore.broker.broker import Broker
     from logstore.controller.store import MetadataStore
+    from logstore.tiering.store import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,22 @@ def build_broker(config: BrokerConfig) -> Broker:
     # Brokers talk to each other (replication, the controller) only in cluster mode.
     connect = BrokerConnection if config.zk_connect is not None else None
     return Broker(config, serve=lambda listener, handlers: FlightBrokerServer(
-        f"grpc://{listener}", handlers), store=build_metadata_store(config), connect=connect)
+        f"grpc://{listener}", handlers), store=build_metadata_store(config), connect=connect,
+        object_store=build_object_store(config))
+
+
+def build_object_store(config: BrokerConfig) -> ObjectStore | None:
+    """The remote tier's store when ``remote_storage_uri`` is set (fsspec is imported only
+    then: a broker without tiering runs without the ``tiering`` extra)."""
+    if config.remote_storage_uri is None:
+        return None
+    try:
+        from logstore.tiering.fsspec_store import FsspecObjectStore
+    except ImportError as e:
+        raise ConfigError(f"remote_storage_uri is set but the object store cannot be opened "
+                          f"({e}); install the tiering extra: pip install 'logstore[tiering]'"
+                          ) from None
+    return FsspecObjectStore(config.remote_storage_uri, config.remote_storage_options)
 
 
 def build_metadata_store(config: BrokerConfig) -> MetadataStore:

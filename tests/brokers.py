@@ -48,11 +48,14 @@ def _toml_value(value: Any) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table (a table's nested tables)
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {value!r} as a TOML value")
 
 
 def write_broker_toml(path: Path, settings: dict[str, Any]) -> Path:
-    """Write ``settings`` as a broker TOML file; a dict value becomes a table (topic_defaults)."""
+    """Write ``settings`` as a broker TOML file; a dict value becomes a table (topic_defaults),
+    and dicts inside it inline tables (remote_storage_options.client_kwargs)."""
     lines = [f"{k} = {_toml_value(v)}" for k, v in settings.items() if not isinstance(v, dict)]
     for table, values in ((k, v) for k, v in settings.items() if isinstance(v, dict)):
         lines += ["", f"[{table}]"] + [f"{k} = {_toml_value(v)}" for k, v in values.items()]

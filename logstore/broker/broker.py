@@ -1,6 +1,11 @@
 """One broker process: wires the log manager, metadata store, controller, replica manager,
-request handlers and Flight server together, and keeps hosted partitions in step with the
-cluster metadata. Must not: contain storage or replication logic.
+tiered storage (when given an object store), request handlers and Flight server together, and
+keeps hosted partitions in step with the cluster metadata. Must not: contain storage or
+replication logic.
+
+Tiered topics: their Logs run without the total retention (``local_log_config``), which only
+the tier manager applies, deleting a local segment once its copy is finished and it is past
+local retention; their tiering task follows leadership and each new leader epoch.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from logstore.broker.cluster import ClusterHandlers, ConnectionFactory, Peers
 from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.broker.group_handlers import GroupHandlers, ReplicaOffsetsLog
 from logstore.broker.handlers import RequestHandlers
+from logstore.broker.remote_tier import RemoteTier
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.clock import Clock, SystemClock
 from logstore.config import BrokerConfig, TopicConfig
@@ -34,6 +40,8 @@ from logstore.records import topic_schema
 from logstore.replication.fetcher import FetcherManager
 from logstore.replication.isr import AlterIsrSender, IsrExpirer
 from logstore.segments.log_manager import LogManager
+from logstore.tiering.log_view import local_log_config
+from logstore.tiering.store import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +88,8 @@ class ProducerIdAllocator:
 class Broker:
     def __init__(self, config: BrokerConfig, serve: ServerFactory, clock: Clock | None = None,
                  store: MetadataStore | None = None,
-                 connect: ConnectionFactory | None = None) -> None:
+                 connect: ConnectionFactory | None = None,
+                 object_store: ObjectStore | None = None) -> None:
         self.config = config
         self._make_server = serve
         self.clock = clock or SystemClock()
@@ -89,7 +98,10 @@ class Broker:
             d.mkdir(parents=True, exist_ok=True)
         self.store = store or LocalMetadataStore(log_dirs[0] / METADATA_FILE, config.broker_id)
         self.default_topic_config: TopicConfig = config.default_topic_config()
-        self.controller = TopicController(self.store, self.default_topic_config)
+        self.controller = TopicController(self.store, self.default_topic_config,
+                                          remote_storage_uri=config.remote_storage_uri)
+        self.tier = RemoteTier(config, object_store, self.store, self.clock) \
+            if object_store is not None else None
         self.log_manager = LogManager(
             log_dirs, self.clock, self._topic_config,
             retention_check_interval_ms=config.log_retention_check_interval_ms,
@@ -99,7 +111,8 @@ class Broker:
         self._isr_sender = AlterIsrSender(config.broker_id, self.peers.to_controller) \
             if self.peers else None
         self.replicas = ReplicaManager(config.broker_id, self.log_manager, self.clock,
-                                       self._isr_sender.propose if self._isr_sender else None)
+                                       self._isr_sender.propose if self._isr_sender else None,
+                                       self.tier)
         self.handlers = RequestHandlers(config.broker_id, self.store, self.controller,
                                         self.replicas, ProducerIdAllocator(self.store))
         self.groups = self._group_handlers(config)
@@ -151,6 +164,9 @@ class Broker:
         _raise_open_file_limit()
         self.store.start()
         self.log_manager.startup()
+        if self.tier is not None:
+            self.tier.start()
+            self.store.add_listener(self.tier.on_metadata_change)
         self.server = self._make_server(self.config.listener, self.handlers)
         self.store.register_broker(BrokerInfo(self.config.broker_id, self.config.host,
                                               self.server.port, self.config.rack))
@@ -211,6 +227,8 @@ class Broker:
                 log.warning("broker %d: requests still open after %.1f s; closing storage",
                             self.config.broker_id, grace_s)
         self._stop_cluster()
+        if self.tier is not None:  # its tasks use the logs and the store
+            self.tier.close()
         # The store first: its events thread must not bring partitions online while storage
         # closes.
         self.store.close()
@@ -247,10 +265,18 @@ class Broker:
             self._isr_sender.stop(STOP_GRACE_S)
 
     def _topic_config(self, topic: str) -> TopicConfig:
+        """The config of ``topic``'s Logs (what the log manager opens them with)."""
+        return self._log_config(self._full_topic_config(topic))
+
+    def _full_topic_config(self, topic: str) -> TopicConfig:
         record = self.store.topics().get(topic)
         if record is None:
             return self.default_topic_config
         return self.default_topic_config.updated(record.config)
+
+    def _log_config(self, config: TopicConfig) -> TopicConfig:
+        """A tiered topic's Logs leave total retention to the tier manager."""
+        return local_log_config(config) if self.tier is not None else config
 
     def sync_partitions(self) -> None:
         """Make hosted partitions match the metadata: lead what we lead, drop what is gone."""
@@ -267,7 +293,8 @@ class Broker:
                     tp = TopicPartition(name, p)
                     wanted.add(tp)
                     try:
-                        self._sync_partition(tp, states.get(p), replicas, config, schema)
+                        self._sync_partition(tp, states.get(p), replicas, config, schema,
+                                             record.topic_id)
                     except Exception:  # boundary: one partition's disk trouble stays its own
                         log.exception("%s: could not be brought online", tp)
             self._drop_unwanted(wanted)
@@ -281,12 +308,20 @@ class Broker:
             return
         with self._sync_lock:
             self._sync_partition(tp, st, replicas, self.default_topic_config.updated(
-                record.config), topic_schema(record.value_schema))
+                record.config), topic_schema(record.value_schema), record.topic_id)
 
     def _sync_partition(self, tp: TopicPartition, st: PartitionState | None,
-                        replicas: tuple[int, ...], config: TopicConfig, schema: pa.Schema
-                        ) -> None:
-        """Lead or follow as ``st`` says, unless this replica already knows a newer epoch."""
+                        replicas: tuple[int, ...], config: TopicConfig, schema: pa.Schema,
+                        topic_id: str) -> None:
+        """Lead or follow as ``st`` says, unless this replica already knows a newer epoch;
+        then run or stop the partition's tiering task to match."""
+        self._sync_role(tp, st, replicas, self._log_config(config), schema)
+        hosted = self.replicas.hosted().get(tp)
+        if self.tier is not None and hosted is not None:
+            self.tier.sync(hosted, config, topic_id, lambda: self._full_topic_config(tp.topic))
+
+    def _sync_role(self, tp: TopicPartition, st: PartitionState | None,
+                   replicas: tuple[int, ...], config: TopicConfig, schema: pa.Schema) -> None:
         hosted = self.replicas.hosted().get(tp)
         if st is None or (hosted is not None and (
                 st.leader_epoch < hosted.leader_epoch or (
@@ -308,6 +343,8 @@ class Broker:
 
     def _drop_unwanted(self, wanted: set[TopicPartition]) -> None:
         for tp in set(self.replicas.hosted()) - wanted:
+            if self.tier is not None:
+                self.tier.stop_partition(tp)
             if self.fetchers is not None:
                 self.fetchers.remove(tp)
             self.replicas.stop_replica(tp, delete=True)

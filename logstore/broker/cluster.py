@@ -4,8 +4,8 @@ Owns: connections to other brokers by id (addresses from the metadata store), de
 controller's ``leader_and_isr`` notices asynchronously, sending requests to the current
 controller, and the cluster actions this broker answers: ``leader_and_isr`` (refused from a
 stale controller epoch), ``alter_isr`` and ``controlled_shutdown`` (answered when this broker is
-the controller) and ``offsets_for_leader_epoch`` (answered by leaders). Must not: contain
-replication or election logic (that is ``replication/`` and ``controller/``) or import the
+the controller), ``offsets_for_leader_epoch`` and ``leader_epochs`` (answered by leaders).
+Must not: contain replication or election logic (that is ``replication/`` and ``controller/``) or import the
 transport (connections come from the injected factory).
 """
 
@@ -33,9 +33,13 @@ from logstore.messages.cluster import (
     ControlledShutdownRequest,
     ControlledShutdownResponse,
     EpochEndOffset,
+    EpochStart,
     LeaderAndIsrPartition,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    LeaderEpochsRequest,
+    LeaderEpochsResponse,
+    LeaderEpochsResult,
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
     PartitionResult,
@@ -125,7 +129,8 @@ class ClusterHandlers:
         return [Route(LeaderAndIsrRequest, self.leader_and_isr),
                 Route(AlterIsrRequest, self.alter_isr),
                 Route(ControlledShutdownRequest, self.controlled_shutdown),
-                Route(OffsetsForLeaderEpochRequest, self.offsets_for_leader_epoch)]
+                Route(OffsetsForLeaderEpochRequest, self.offsets_for_leader_epoch),
+                Route(LeaderEpochsRequest, self.leader_epochs)]
 
     def leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
         """The controller's word on partitions this broker hosts."""
@@ -170,3 +175,17 @@ class ClusterHandlers:
             except ApiError as e:
                 out.append(EpochEndOffset(partition=p.partition, **error_kw(e)))
         return OffsetsForLeaderEpochResponse(topic=req.topic, partitions=out)
+
+    def leader_epochs(self, req: LeaderEpochsRequest) -> LeaderEpochsResponse:
+        """This leader's leader-epoch cache, for a follower restarting its log at the local
+        log start offset of a tiered partition."""
+        out = []
+        for p in req.partitions:
+            try:
+                entries = self._replicas.leader_epochs(TopicPartition(req.topic, p.partition),
+                                                       p.current_leader_epoch)
+                out.append(LeaderEpochsResult(partition=p.partition, entries=[
+                    EpochStart(leader_epoch=e, start_offset=s) for e, s in entries]))
+            except ApiError as e:
+                out.append(LeaderEpochsResult(partition=p.partition, **error_kw(e)))
+        return LeaderEpochsResponse(topic=req.topic, partitions=out)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+import msgspec
 import pyarrow as pa
 
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
@@ -51,6 +52,15 @@ from logstore.messages.produce import (
     ProduceBatchMetadata,
     ProduceRequest,
 )
+from logstore.messages.tiering import (
+    DescribeLogTiersRequest,
+    DescribeLogTiersResponse,
+    ListRemoteSegmentsRequest,
+    ListRemoteSegmentsResponse,
+    LogTierPartition,
+    RemoteSegmentEntry,
+    RemoteSegmentsPartition,
+)
 from logstore.messages.topics import (
     AlterConfigsRequest,
     BrokerMetadata,
@@ -78,6 +88,9 @@ from logstore.records import (
     topic_schema,
 )
 from logstore.replication.partition import PendingAppend
+from logstore.segments.format import SEGMENT_SUFFIX
+from logstore.tiering.metadata import RemoteLogSegmentMetadata
+from logstore.tiering.naming import segment_key
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +156,8 @@ class RequestHandlers:
             Route(DescribeLogDirsRequest, self.describe_log_dirs),
             Route(AwaitHighWatermarksRequest, self.await_high_watermarks),
             Route(BrokerStatsRequest, self.broker_stats),
+            Route(DescribeLogTiersRequest, self.describe_log_tiers),
+            Route(ListRemoteSegmentsRequest, self.list_remote_segments),
         ])
 
     def add_routes(self, routes: list[Route[Any, Any]]) -> None:
@@ -235,10 +250,63 @@ class RequestHandlers:
                 d = self._replicas.describe_log_dir(TopicPartition(req.topic, p))
                 out.append(LogDirPartition(
                     partition=p, path=d.path, incarnation=d.incarnation,
-                    log_start_offset=d.log_start_offset, high_watermark=d.high_watermark))
+                    log_start_offset=d.log_start_offset, high_watermark=d.high_watermark,
+                    local_log_start_offset=d.local_log_start_offset))
             except ApiError as e:
                 out.append(LogDirPartition(partition=p, **error_kw(e)))
         return DescribeLogDirsResponse(topic=req.topic, partitions=out)
+
+    def describe_log_tiers(self, req: DescribeLogTiersRequest) -> DescribeLogTiersResponse:
+        """Per led partition: its offsets over both tiers and its remote tier's state."""
+        out = []
+        for p in req.partitions:
+            try:
+                out.append(self._log_tier(TopicPartition(req.topic, p)))
+            except ApiError as e:
+                out.append(LogTierPartition(partition=p, **error_kw(e)))
+        return DescribeLogTiersResponse(topic=req.topic, partitions=out)
+
+    def _log_tier(self, tp: TopicPartition) -> LogTierPartition:
+        d = self._replicas.describe_log_dir(tp)
+        tier = self._replicas.tier
+        stats = tier.stats(tp) if tier is not None else None
+        entry = LogTierPartition(
+            partition=tp.partition, log_start_offset=d.log_start_offset,
+            local_log_start_offset=d.local_log_start_offset, high_watermark=d.high_watermark,
+            log_end_offset=self._replicas.partition(tp).log.log_end_offset)
+        if stats is None:
+            return entry
+        return msgspec.structs.replace(
+            entry, remote_storage_enable=True, remote_segments=stats.remote_segments,
+            remote_bytes=stats.remote_bytes, copy_lag_segments=stats.copy_lag_segments,
+            copy_lag_bytes=stats.copy_lag_bytes)
+
+    def list_remote_segments(self, req: ListRemoteSegmentsRequest
+                             ) -> ListRemoteSegmentsResponse:
+        """The FINISHED remote segments of offset ranges (for Spark's driver), with the
+        object store's URL and options (which never hold credentials)."""
+        tier = self._replicas.tier
+        out = []
+        for r in req.partitions:
+            tp = TopicPartition(req.topic, r.partition)
+            try:
+                d = self._replicas.describe_log_dir(tp)
+                if tier is None or not tier.is_tiered(tp):
+                    raise InvalidRequestError(
+                        f"{tp} is not tiered on broker {self.broker_id} (the topic's "
+                        "remote_storage_enable is false, or the broker has no "
+                        "remote_storage_uri)")
+                out.append(RemoteSegmentsPartition(
+                    partition=r.partition, log_start_offset=d.log_start_offset,
+                    local_log_start_offset=d.local_log_start_offset,
+                    segments=[_segment_entry(m) for m in tier.segments(
+                        tp, r.start_offset, r.end_offset)]))
+            except ApiError as e:
+                out.append(RemoteSegmentsPartition(partition=r.partition, **error_kw(e)))
+        return ListRemoteSegmentsResponse(
+            topic=req.topic, remote_storage_uri=None if tier is None else tier.store.url,
+            remote_storage_options={} if tier is None else dict(
+                tier.config.remote_storage_options), partitions=out)
 
     def await_high_watermarks(self, req: AwaitHighWatermarksRequest
                               ) -> AwaitHighWatermarksResponse:
@@ -313,7 +381,8 @@ class RequestHandlers:
                       stream_error: ApiError | None = None) -> FetchSummary:
         return FetchSummary(partitions=[FetchPartitionSummary(
             partition=r.tp.partition, **error_kw(r.error), high_watermark=r.high_watermark,
-            log_start_offset=r.log_start_offset, log_end_offset=r.log_end_offset)
+            log_start_offset=r.log_start_offset, log_end_offset=r.log_end_offset,
+            local_log_start_offset=r.local_log_start_offset)
             for r in results], stream_error=None if stream_error is None else ErrorFields(
                 **error_kw(stream_error)))
 
@@ -328,6 +397,14 @@ def _topic_result(name: str, fn: Callable[..., object], *args: Any) -> TopicResu
         log.exception("request for topic %r failed", name)
         return TopicResult(name=name, **error_kw(UnknownServerError(f"{type(e).__name__}: {e}")))
     return TopicResult(name=name)
+
+
+def _segment_entry(m: RemoteLogSegmentMetadata) -> RemoteSegmentEntry:
+    return RemoteSegmentEntry(
+        topic_id=m.partition.topic_id, segment_id=m.segment_id, base_offset=m.base_offset,
+        end_offset=m.end_offset, max_timestamp=m.max_timestamp_ms, size_bytes=m.size_bytes,
+        leader_epoch=m.leader_epoch, epochs=[list(e) for e in m.segment_leader_epochs],
+        key=segment_key(m, SEGMENT_SUFFIX))
 
 
 def _capped_wait(max_wait_ms: int) -> int:

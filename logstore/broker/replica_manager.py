@@ -3,6 +3,12 @@
 Owns: the map of hosted ``Partition`` objects, routing appends and reads to them, waiting for
 ``min_bytes`` or ``max_wait_ms`` on fetches, and answering list-offsets. Must not: parse wire
 requests (that is ``handlers.py``) or touch the transport.
+
+Tiered partitions (``remote_tier.py``): a consumer's fetch below the local log start offset is
+read from the remote tier, every such partition of the fetch at once on the remote reader's
+pool, while the local partitions are read here; a follower's is refused with
+OFFSET_MOVED_TO_TIERED_STORAGE. The log start offset reported (fetch, list_offsets EARLIEST,
+describe_log_dirs) and checked is the one over both tiers.
 """
 
 from __future__ import annotations
@@ -13,12 +19,14 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from logstore.broker.remote_tier import ReadCommittedRemoteError, RemoteTier
 from logstore.clock import Clock
 from logstore.config import TopicConfig
 from logstore.errors import (
     ApiError,
     InvalidRequiredAcksError,
     NotLeaderOrFollowerError,
+    OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
@@ -26,7 +34,9 @@ from logstore.errors import (
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.records import StoredBatch
 from logstore.replication.partition import IsrProposer, Partition, PendingAppend
+from logstore.segments.log import Log
 from logstore.segments.log_manager import LogManager
+from logstore.tiering.remote_reader import RemoteFetchRequest
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +61,10 @@ class PartitionFetchResult:
     error: ApiError | None = None
     batches: list[StoredBatch] = field(default_factory=list)
     high_watermark: int = -1
-    log_start_offset: int = -1
+    log_start_offset: int = -1  # over both tiers
     log_end_offset: int = -1
+    local_log_start_offset: int = -1
+    from_remote: bool = False  # a remote read was started for it (done or not)
 
     @property
     def size_bytes(self) -> int:
@@ -65,8 +77,9 @@ class LogDir:
 
     path: str
     incarnation: str  # the log manager's: proves a reader sees this broker's disk
-    log_start_offset: int
+    log_start_offset: int  # over both tiers
     high_watermark: int
+    local_log_start_offset: int
 
 
 @dataclass
@@ -84,11 +97,13 @@ class FetchStats:
 
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager, clock: Clock,
-                 propose_isr: IsrProposer | None = None) -> None:
+                 propose_isr: IsrProposer | None = None, tier: RemoteTier | None = None
+                 ) -> None:
         self.broker_id = broker_id
         self._logs = log_manager
         self._clock = clock
         self._propose_isr = propose_isr
+        self.tier = tier
         self._partitions: dict[TopicPartition, Partition] = {}
         self._lock = threading.Lock()
         self._data_arrived = threading.Condition()
@@ -174,7 +189,10 @@ class ReplicaManager:
             results = self._read_once(requests, max_bytes, isolation_level, replica_id)
             ready = sum(r.size_bytes for r in results)
             remaining = deadline - self._clock.monotonic_ms()
-            if ready >= min_bytes or remaining <= 0 or any(r.error for r in results):
+            # A remote read is not waited for again: no append wakes it, and it goes on
+            # filling the chunk cache for the retry.
+            if ready >= min_bytes or remaining <= 0 or any(
+                    r.error or r.from_remote for r in results):
                 self.stats.requests += 1
                 self.stats.batches += sum(len(r.batches) for r in results)
                 self.stats.bytes += ready
@@ -205,34 +223,43 @@ class ReplicaManager:
 
     def _read_once(self, requests: list[FetchPartition], max_bytes: int, isolation_level: int,
                    replica_id: int) -> list[PartitionFetchResult]:
+        """Read every partition once: local ones here, in order, within ``max_bytes``; those
+        below a tiered partition's local log start offset on the remote tier, concurrently."""
         results: list[PartitionFetchResult] = []
+        remote: list[tuple[PartitionFetchResult, RemoteFetchRequest]] = []
         budget = max_bytes
         for req in requests:
-            result = self._read_partition(req, budget, isolation_level, replica_id,
-                                          min_one=not any(r.batches for r in results))
+            result = PartitionFetchResult(req.tp)
+            remote_read = self._read_partition(req, result, budget, isolation_level, replica_id,
+                                               min_one=not any(r.batches for r in results))
+            if remote_read is not None:
+                remote.append((result, remote_read))
             budget -= result.size_bytes
             results.append(result)
+        if remote:
+            self._read_remote(remote)
+            _trim(results, max_bytes)
         return results
 
-    def _read_partition(self, req: FetchPartition, budget: int, isolation_level: int,
-                        replica_id: int, min_one: bool) -> PartitionFetchResult:
-        result = PartitionFetchResult(req.tp)
+    def _read_partition(self, req: FetchPartition, result: PartitionFetchResult, budget: int,
+                        isolation_level: int, replica_id: int, min_one: bool
+                        ) -> RemoteFetchRequest | None:
+        """Fill ``result`` from the local log, or return the remote read it needs."""
         try:
-            p = self.partition(req.tp)
-            if not p.is_leader:
-                raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {req.tp}")
+            p = self._leader(req.tp)
             p.check_leader_epoch(req.current_leader_epoch)
             log_ = p.log
-            result.high_watermark = log_.high_watermark
-            result.log_start_offset = log_.log_start_offset
-            result.log_end_offset = log_.log_end_offset
+            self._describe_result(result, log_)
             if replica_id >= 0:
                 p.update_follower_fetch(replica_id, req.offset)
             max_offset = log_.log_end_offset if replica_id >= 0 else log_.high_watermark
             if req.end_offset is not None:
                 max_offset = max(min(max_offset, req.end_offset), req.offset)
             if req.offset == max_offset or budget <= 0:
-                return result
+                return None
+            if req.offset < log_.log_start_offset and self._is_tiered(req.tp):
+                return self._remote_request(req, log_, min(req.max_bytes, max(budget, 1)),
+                                            max_offset, isolation_level, replica_id)
             data = log_.read(req.offset, min(req.max_bytes, max(budget, 1)),
                              max_offset=max_offset, min_one=min_one)
             result.batches = data.batches
@@ -241,7 +268,57 @@ class ReplicaManager:
         except Exception as e:  # a boundary: one broken partition must not fail the request
             log.exception("%s: fetch at offset %d failed", req.tp, req.offset)
             result.error = UnknownServerError(f"{req.tp}: {type(e).__name__}: {e}")
-        return result
+        return None
+
+    def _describe_result(self, result: PartitionFetchResult, log_: Log) -> None:
+        result.high_watermark = log_.high_watermark
+        result.local_log_start_offset = log_.log_start_offset
+        result.log_start_offset = self.log_start_offset(result.tp, log_)
+        result.log_end_offset = log_.log_end_offset
+
+    def _remote_request(self, req: FetchPartition, log_: Log, max_bytes: int, max_offset: int,
+                        isolation_level: int, replica_id: int) -> RemoteFetchRequest:
+        """The remote read of a fetch below the local log start offset (a follower's is
+        refused: it restarts at the local log start offset instead). Below the log start
+        offset over both tiers, the remote reader answers OFFSET_OUT_OF_RANGE."""
+        local_start = log_.log_start_offset
+        if replica_id >= 0:
+            raise OffsetMovedToTieredStorageError(
+                f"{req.tp}: offset {req.offset} is below the leader's local log start offset "
+                f"{local_start}; it is in the remote tier, which replicas do not fetch")
+        if isolation_level == READ_COMMITTED:
+            raise ReadCommittedRemoteError(
+                f"{req.tp}: offset {req.offset} is in the remote tier, which does not serve "
+                "read_committed fetches yet (aborted transactions are not filtered there); "
+                f"read it with read_uncommitted, or from the local log start offset "
+                f"{local_start} on")
+        return RemoteFetchRequest(req.tp, req.offset, max_bytes, min_one=True,
+                                  max_offset=max_offset)
+
+    def _read_remote(self, remote: list[tuple[PartitionFetchResult, RemoteFetchRequest]]
+                     ) -> None:
+        assert self.tier is not None
+        outcomes = self.tier.read([request for _, request in remote])
+        for (result, _), outcome in zip(remote, outcomes, strict=True):
+            result.from_remote = True
+            if isinstance(outcome, ApiError):
+                result.error = outcome
+            elif outcome is not None:
+                result.batches = outcome.batches
+
+    def _is_tiered(self, tp: TopicPartition) -> bool:
+        return self.tier is not None and self.tier.is_tiered(tp)
+
+    def log_start_offset(self, tp: TopicPartition, log_: Log) -> int:
+        """The partition's log start offset over both tiers (the local one if not tiered)."""
+        tiered = self.tier.log_start_offset(tp) if self.tier is not None else None
+        return log_.log_start_offset if tiered is None else min(tiered, log_.log_start_offset)
+
+    def _leader(self, tp: TopicPartition) -> Partition:
+        p = self.partition(tp)
+        if not p.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
+        return p
 
     def _notify_data(self, tp: TopicPartition) -> None:
         with self._data_arrived:
@@ -251,11 +328,16 @@ class ReplicaManager:
     def offsets_for_leader_epoch(self, tp: TopicPartition, leader_epoch: int,
                                  current_leader_epoch: int = -1) -> tuple[int, int]:
         """(epoch, end offset) of ``leader_epoch`` on this leader (see epoch_cache.py)."""
-        p = self.partition(tp)
-        if not p.is_leader:
-            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
+        p = self._leader(tp)
         p.check_leader_epoch(current_leader_epoch)
         return p.end_offset_for_epoch(leader_epoch)
+
+    def leader_epochs(self, tp: TopicPartition, current_leader_epoch: int = -1
+                      ) -> list[tuple[int, int]]:
+        """This leader's whole leader-epoch cache: (epoch, start offset), ascending."""
+        p = self._leader(tp)
+        p.check_leader_epoch(current_leader_epoch)
+        return [(e.epoch, e.start_offset) for e in p.epochs.entries]
 
     def leaders(self) -> list[Partition]:
         return [p for p in self.hosted().values() if p.is_leader]
@@ -265,27 +347,43 @@ class ReplicaManager:
     def describe_log_dir(self, tp: TopicPartition) -> LogDir:
         """Where a led partition's files are, for readers on this machine (file_reader.py):
         its directory, the log manager's incarnation id, and its offsets now."""
-        p = self.partition(tp)
-        if not p.is_leader:
-            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
+        p = self._leader(tp)
         return LogDir(str(p.log.dir.resolve()), self._logs.incarnation,
-                      p.log.log_start_offset, p.log.high_watermark)
+                      self.log_start_offset(tp, p.log), p.log.high_watermark,
+                      p.log.log_start_offset)
 
     # -- list offsets ------------------------------------------------------------------------
 
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
         """(offset, timestamp) for EARLIEST, LATEST (the high watermark) or the first record at
         or after ``timestamp``; (-1, -1) when no record is that late."""
-        p = self.partition(tp)
-        if not p.is_leader:
-            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
+        p = self._leader(tp)
         if timestamp == EARLIEST:
-            return p.log.log_start_offset, -1
+            return self.log_start_offset(tp, p.log), -1
         if timestamp == LATEST:
             return p.log.high_watermark, -1
         if timestamp < 0:
             raise OffsetOutOfRangeError(f"{tp}: invalid list-offsets timestamp {timestamp}")
-        found = p.log.offsets_for_time(timestamp)
+        found = None
+        if self.tier is not None and self._is_tiered(tp):  # the older records first
+            found = self.tier.offset_for_time(tp, timestamp, p.log.schema,
+                                              below=p.log.log_start_offset)
+        found = found or p.log.offsets_for_time(timestamp)
         if found is None or found[0] >= p.log.high_watermark:
             return -1, -1
         return found
+
+
+def _trim(results: list[PartitionFetchResult], max_bytes: int) -> None:
+    """Keep a fetch within ``max_bytes`` after its remote reads joined the local ones: whole
+    batches in request order, the first batch of the response whatever its size."""
+    total = 0
+    for result in results:
+        kept = []
+        for batch in result.batches:
+            size = batch.header.batch_size
+            if total and total + size > max_bytes:
+                break
+            kept.append(batch)
+            total += size
+        result.batches = kept

@@ -2,8 +2,9 @@
 
 Owns: these commands' arguments and output (describe prints the configs that differ from the
 defaults, a typed topic's value columns in ``--value-schema`` syntax, and per partition its
-leader, replicas, ISR and log start/end offsets). Must not: talk to brokers except through the
-public clients.
+leader, replicas, ISR, log start offset (over both tiers), local log start offset and log end
+offset (the high watermark), and for a tiered topic its remote segments and bytes and its copy
+lag). Must not: talk to brokers except through the public clients.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from logstore.cli.arguments import add_bootstrap, admin, key_value
 from logstore.cli.schema_spec import VALUE_SCHEMA_HELP, type_spec, value_schema_arg
-from logstore.errors import LogstoreError
 
 if TYPE_CHECKING:
-    from logstore.client.admin import TopicDescription
+    from logstore.client.admin import PartitionDescription, TopicDescription
 
 
 def register(commands: Any) -> None:
@@ -87,16 +87,20 @@ def _cmd_alter(args: argparse.Namespace) -> int:
 
 def _cmd_describe(args: argparse.Namespace) -> int:
     with closing(admin(args)) as client:
-        topics = client.describe_topics([args.name] if args.name else None)
+        topics = client.describe_topics([args.name] if args.name else None,
+                                        include_log_tiers=True)
         configs = client.describe_configs([t.name for t in topics]) if topics else {}
-    offsets = _log_offsets(args.bootstrap_server, topics)
+    missing = [f"{t.name}-{p.partition}" for t in topics for p in t.partitions
+               if p.log_tiers is None]
+    if missing:
+        print(f"warning: log offsets unavailable for {', '.join(missing)} (no leader "
+              "answered)", file=sys.stderr)
     for topic in topics:
-        _print_topic(topic, configs.get(topic.name, {}), offsets)
+        _print_topic(topic, configs.get(topic.name, {}))
     return 0
 
 
-def _print_topic(topic: TopicDescription, config: dict[str, Any],
-                 offsets: dict[tuple[str, int], tuple[int, int]]) -> None:
+def _print_topic(topic: TopicDescription, config: dict[str, Any]) -> None:
     overrides = ", ".join(f"{k}={v}" for k, v in _non_default(config).items()) or "-"
     print(f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}\tConfigs: {overrides}")
     if topic.value_schema is not None:
@@ -104,10 +108,20 @@ def _print_topic(topic: TopicDescription, config: dict[str, Any],
         for f in topic.value_schema:
             print(f"\t\t{f.name}: {type_spec(f.type)}")
     for p in sorted(topic.partitions, key=lambda p: p.partition):
-        start, end = offsets.get((topic.name, p.partition), ("-", "-"))
         print(f"\tPartition: {p.partition}\tLeader: {p.leader}\t"
-              f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\t"
-              f"LogStartOffset: {start}\tLogEndOffset: {end}")
+              f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\t{_log_columns(p)}")
+
+
+def _log_columns(p: PartitionDescription) -> str:
+    t = p.log_tiers
+    if t is None:
+        return "LogStartOffset: -\tLocalLogStartOffset: -\tLogEndOffset: -"
+    text = (f"LogStartOffset: {t.log_start_offset}\tLocalLogStartOffset: "
+            f"{t.local_log_start_offset}\tLogEndOffset: {t.high_watermark}")
+    if t.remote_storage_enable:
+        text += (f"\tRemoteSegments: {t.remote_segments}\tRemoteBytes: {t.remote_bytes}\t"
+                 f"CopyLagSegments: {t.copy_lag_segments}\tCopyLagBytes: {t.copy_lag_bytes}")
+    return text
 
 
 def _ids(ids: Iterable[int]) -> str:
@@ -119,21 +133,3 @@ def _non_default(config: dict[str, Any]) -> dict[str, Any]:
 
     defaults = TopicConfig().to_dict()
     return {k: v for k, v in sorted(config.items()) if defaults.get(k, object()) != v}
-
-
-def _log_offsets(bootstrap: str, topics: list[TopicDescription]
-                 ) -> dict[tuple[str, int], tuple[int, int]]:
-    """Log start and end offset per partition; empty when the leaders cannot tell (describe
-    still prints the rest, with '-' for offsets)."""
-    from logstore import Consumer, TopicPartition
-
-    tps = [TopicPartition(t.name, p.partition) for t in topics for p in t.partitions]
-    if not tps:
-        return {}
-    try:
-        with closing(Consumer(bootstrap_servers=bootstrap)) as consumer:
-            start, end = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
-    except LogstoreError as e:
-        print(f"warning: log offsets unavailable: {e}", file=sys.stderr)
-        return {}
-    return {tp: (start[tp], end[tp]) for tp in tps}

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from logstore.client.group import GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
-from logstore.errors import GroupIdNotFoundError, NonEmptyGroupError
+from logstore.errors import ApiError, GroupIdNotFoundError, NonEmptyGroupError
 from logstore.messages import ErrorFields
 from logstore.messages.groups import (
     ConsumerProtocolAssignment,
@@ -26,6 +26,7 @@ from logstore.messages.groups import (
     ListGroupsRequest,
 )
 from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
+from logstore.messages.tiering import DescribeLogTiersRequest
 from logstore.messages.topics import (
     AlterConfigsRequest,
     CreatableTopic,
@@ -42,11 +43,29 @@ from logstore.records import decode_schema, encode_schema
 
 
 @dataclass(frozen=True)
+class LogTierDescription:
+    """One partition's log over both tiers, as its leader answered ``describe_log_tiers``:
+    log start offsets (over both tiers, and local), high watermark, and for a tiered partition
+    its remote segments and bytes and its copy lag (sealed local segments not yet copied)."""
+
+    log_start_offset: int
+    local_log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    remote_storage_enable: bool = False
+    remote_segments: int = 0
+    remote_bytes: int = 0
+    copy_lag_segments: int = 0
+    copy_lag_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class PartitionDescription:
     partition: int
     leader: int
     replicas: list[int]
     isr: list[int]
+    log_tiers: LogTierDescription | None = None  # with describe_topics(include_log_tiers=True)
 
 
 @dataclass(frozen=True)
@@ -123,13 +142,47 @@ class Admin:
         response = self._metadata.call(MetadataRequest(topics=None))
         return sorted(t.name for t in response.topics if include_internal or not t.internal)
 
-    def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
+    def describe_topics(self, names: list[str] | None = None, *,
+                        include_log_tiers: bool = False) -> list[TopicDescription]:
+        """Topics with their partitions' leaders, replicas and ISR; ``include_log_tiers`` asks
+        each leader for its partitions' log offsets and tiers too (``log_tiers``, None where
+        the leader could not answer)."""
         response = self._metadata.call(MetadataRequest(topics=names))
         _raise_first(response.topics)
+        tiers = self._log_tiers({t.name: [p.partition for p in t.partitions if p.leader >= 0]
+                                 for t in response.topics}) if include_log_tiers else {}
         return [TopicDescription(
-            t.name, [PartitionDescription(p.partition, p.leader, p.replicas, p.isr)
+            t.name, [PartitionDescription(p.partition, p.leader, p.replicas, p.isr,
+                                          tiers.get(TopicPartition(t.name, p.partition)))
                      for p in t.partitions],
             t.internal, decode_schema(t.value_schema)) for t in response.topics]
+
+    def _log_tiers(self, partitions: dict[str, list[int]]
+                   ) -> dict[TopicPartition, LogTierDescription]:
+        """``describe_log_tiers`` of each leader for its partitions; partitions whose leader
+        fails to answer are left out."""
+        out: dict[TopicPartition, LogTierDescription] = {}
+        groups: dict[tuple[int, str], list[int]] = {}
+        for topic, parts in partitions.items():
+            for p in parts:
+                try:
+                    leader = self._metadata.leader(TopicPartition(topic, p))
+                except ApiError:
+                    continue
+                groups.setdefault((leader, topic), []).append(p)
+        for (leader, topic), parts in groups.items():
+            try:
+                response = self._metadata.broker_connection(leader).call(
+                    DescribeLogTiersRequest(topic=topic, partitions=parts))
+            except ApiError:
+                continue
+            for e in response.partitions:
+                if e.error() is None:
+                    out[TopicPartition(topic, e.partition)] = LogTierDescription(
+                        e.log_start_offset, e.local_log_start_offset, e.high_watermark,
+                        e.log_end_offset, e.remote_storage_enable, e.remote_segments,
+                        e.remote_bytes, e.copy_lag_segments, e.copy_lag_bytes)
+        return out
 
     def create_partitions(self, counts: dict[str, int]) -> None:
         _raise_first(self._metadata.call(CreatePartitionsRequest(topics=[

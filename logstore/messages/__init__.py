@@ -11,7 +11,9 @@ to end. The messages themselves live by area:
 | log.py       | list_offsets, describe_log_dirs, await_high_watermarks, broker_stats           |
 | produce.py   | init_producer_id; the DoPut descriptor (produce), batch metadata and acks       |
 | fetch.py     | the DoGet ticket (fetch) and the summary that ends a fetch stream              |
-| cluster.py   | leader_and_isr, alter_isr, controlled_shutdown, offsets_for_leader_epoch       |
+| cluster.py   | leader_and_isr, alter_isr, controlled_shutdown, offsets_for_leader_epoch,      |
+|              | leader_epochs                                                                  |
+| tiering.py   | describe_log_tiers, list_remote_segments                                       |
 | groups.py    | find_coordinator, join_group, sync_group, heartbeat, leave_group,             |
 |              | offset_commit, offset_fetch, list_groups, describe_groups, delete_groups       |
 | transactions | add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn,         |
@@ -27,7 +29,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from logstore.messages import cluster, fetch, groups, log, produce, topics, transactions
+from logstore.messages import (
+    cluster,
+    fetch,
+    groups,
+    log,
+    produce,
+    tiering,
+    topics,
+    transactions,
+)
 from logstore.messages.base import (
     ErrorFields,
     Message,
@@ -72,7 +83,7 @@ def _request_types(*modules: Any) -> dict[str, type[Request[Any]]]:
 # Every request type by action name (produce and fetch included: their bodies are versioned
 # like the DoActions').
 REQUEST_TYPES: dict[str, type[Request[Any]]] = _request_types(
-    topics, log, produce, fetch, cluster, groups, transactions)
+    topics, log, produce, fetch, cluster, groups, transactions, tiering)
 
 __all__ = ["REQUEST_TYPES", "ErrorFields", "Message", "Request", "Route", "decode_message",
            "decode_request", "decode_response", "encode", "error_kw"]

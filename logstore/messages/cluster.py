@@ -1,5 +1,5 @@
 """Messages between brokers and the controller: leader_and_isr, alter_isr,
-controlled_shutdown, offsets_for_leader_epoch.
+controlled_shutdown, offsets_for_leader_epoch, leader_epochs.
 
 Owns: the declaration of these requests and responses. Must not: do I/O.
 """
@@ -114,3 +114,36 @@ class OffsetsForLeaderEpochRequest(Request[OffsetsForLeaderEpochResponse], froze
     RESPONSE: ClassVar[type[Message]] = OffsetsForLeaderEpochResponse
     topic: str
     partitions: list[EpochRequestPartition]
+
+
+# -- leader_epochs ---------------------------------------------------------------------------
+
+
+class LeaderEpochsPartition(Message, frozen=True, kw_only=True):
+    partition: PartitionId
+    current_leader_epoch: LeaderEpoch = -1
+
+
+class EpochStart(Message, frozen=True, kw_only=True):
+    leader_epoch: int
+    start_offset: int
+
+
+class LeaderEpochsResult(ErrorFields, frozen=True, kw_only=True):
+    partition: PartitionId
+    entries: list[EpochStart] = []
+
+
+class LeaderEpochsResponse(Message, frozen=True, kw_only=True):
+    topic: str
+    partitions: list[LeaderEpochsResult]
+
+
+class LeaderEpochsRequest(Request[LeaderEpochsResponse], frozen=True, kw_only=True, tag=0):
+    """The leader's whole leader-epoch cache: a follower that restarts its log at the leader's
+    local log start offset (OFFSET_MOVED_TO_TIERED_STORAGE) rebuilds its own from it."""
+
+    ACTION: ClassVar[str] = "leader_epochs"
+    RESPONSE: ClassVar[type[Message]] = LeaderEpochsResponse
+    topic: str
+    partitions: list[LeaderEpochsPartition]

@@ -31,8 +31,9 @@ READ_COMMITTED = 1
 class FetchPartitionSummary(ErrorFields, frozen=True, kw_only=True):
     partition: PartitionId
     high_watermark: int = -1
-    log_start_offset: int = -1
+    log_start_offset: int = -1  # over both tiers of a tiered partition
     log_end_offset: int = -1
+    local_log_start_offset: int = -1  # the leader's local tier (followers keep to it)
 
 
 class FetchSummary(Message, frozen=True, kw_only=True):

@@ -55,8 +55,9 @@ class LogDirPartition(ErrorFields, frozen=True, kw_only=True):
     partition: PartitionId
     path: str | None = None  # the partition's directory on the leader's disk
     incarnation: str | None = None  # proves a reader sees this broker's disk (file_reader.py)
-    log_start_offset: int = -1
+    log_start_offset: int = -1  # over both tiers of a tiered partition
     high_watermark: int = -1
+    local_log_start_offset: int = -1  # the first offset the directory's files hold
 
 
 class DescribeLogDirsResponse(Message, frozen=True, kw_only=True):

@@ -84,6 +84,13 @@ class LeaderEpochCache:
                 self._entries = kept
                 self._write()
 
+    def reset(self, entries: list[tuple[int, int]]) -> None:
+        """Replace every entry: (epoch, start offset), ascending (a follower that restarts at a
+        tiered leader's local log start offset takes the leader's entries up to it)."""
+        with self._lock:
+            self._entries = [EpochEntry(e, s) for e, s in entries]
+            self._write()
+
     def clear_and_start_at(self, epoch: int, offset: int) -> None:
         """The log was emptied and restarts at ``offset``."""
         with self._lock:

@@ -5,6 +5,13 @@ the follower knows), appending what arrives with ``append_as_follower``, learnin
 watermark from each response, and truncating by leader epoch before the first fetch from a new
 leader (``offsets_for_leader_epoch``), so a divergent tail never survives. Every wait is
 bounded; errors back off and retry until the broker moves the partition elsewhere.
+
+Tiered partitions: a follower never replicates the remote tier. When its fetch position is
+below the leader's local log start offset, the leader answers OFFSET_MOVED_TO_TIERED_STORAGE;
+the follower then asks the leader for its leader-epoch cache (``leader_epochs``) and restarts
+its log at the leader's local log start offset with the leader's epochs up to it (Kafka builds
+the same state from the remote segment's epoch checkpoint). Afterwards it keeps its local log
+start offset at its leader's, so that it deletes what the leader deleted locally.
 Must not: import the transport (connections come from the injected ``connect``), decide
 leadership, or touch ZooKeeper.
 """
@@ -19,9 +26,14 @@ from typing import Any, Protocol, TypeVar
 
 import pyarrow.ipc as ipc
 
-from logstore.errors import ApiError, OffsetOutOfRangeError
+from logstore.errors import ApiError, OffsetMovedToTieredStorageError, OffsetOutOfRangeError
 from logstore.messages import Message, Request
-from logstore.messages.cluster import EpochRequestPartition, OffsetsForLeaderEpochRequest
+from logstore.messages.cluster import (
+    EpochRequestPartition,
+    LeaderEpochsPartition,
+    LeaderEpochsRequest,
+    OffsetsForLeaderEpochRequest,
+)
 from logstore.messages.fetch import FetchPartition, FetchPartitionSummary, FetchRequest
 from logstore.model import TopicPartition
 from logstore.records import StoredBatch, decode_message, stored_message_bytes
@@ -67,6 +79,7 @@ class _Fetching:
     partition: Partition
     leader_epoch: int
     truncated: bool = False
+    restart_at: int | None = None  # the leader's local log start (OFFSET_MOVED_TO_TIERED...)
 
 
 def to_stored(fetched: Any) -> StoredBatch:
@@ -138,6 +151,8 @@ class ReplicaFetcher:
             self._stop.wait(BACKOFF_S)
             return
         for f in parts.values():
+            if f.restart_at is not None:
+                self._restart_at_leader_local_start(conn, f, f.restart_at)
             if not f.truncated:
                 self._truncate_by_epoch(conn, f)
         response = conn.fetch(FetchRequest(
@@ -163,6 +178,12 @@ class ReplicaFetcher:
         if error is None:
             stored = [to_stored(b) for b in batches]
             p.append_as_follower(stored, summary.high_watermark, f.leader_epoch)
+            if p.log.config.remote_storage_enable and \
+                    summary.local_log_start_offset > p.log.log_start_offset:
+                p.follow_leader_local_log_start(summary.local_log_start_offset)
+            return False
+        if isinstance(error, OffsetMovedToTieredStorageError):
+            f.restart_at = summary.local_log_start_offset
             return False
         if isinstance(error, OffsetOutOfRangeError):
             self._out_of_range(f, summary)
@@ -184,6 +205,22 @@ class ReplicaFetcher:
             p.truncate_fully_and_start_at(summary.log_start_offset)
         else:
             f.truncated = False  # ahead of the leader: truncate by epoch again
+
+    def _restart_at_leader_local_start(self, conn: LeaderConnection, f: _Fetching,
+                                       offset: int) -> None:
+        """Restart the log at the leader's local log start ``offset``, with the leader's
+        leader-epoch entries up to it (see the module docstring)."""
+        p = f.partition
+        resp = conn.call(LeaderEpochsRequest(topic=self.topic, partitions=[
+            LeaderEpochsPartition(partition=p.tp.partition,
+                                  current_leader_epoch=f.leader_epoch)]))
+        (entry,) = resp.partitions
+        entry.raise_error(f"{p.tp}: leader_epochs on leader {self.leader_id}")
+        epochs = [(e.leader_epoch, e.start_offset) for e in entry.entries]
+        if offset > p.log.log_end_offset:
+            p.restart_at_leader_local_start(offset, epochs, f.leader_epoch)
+        f.restart_at = None
+        f.truncated = True
 
     def _truncate_by_epoch(self, conn: LeaderConnection, f: _Fetching) -> None:
         """Kafka's follower truncation: ask the leader where our latest epoch ended there, and

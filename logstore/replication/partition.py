@@ -291,3 +291,29 @@ class Partition:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
         self.epochs.clear_and_start_at(-1, offset)
+
+    # -- the follower's side of a tiered partition ---------------------------------------------
+
+    def restart_at_leader_local_start(self, offset: int, epochs: list[tuple[int, int]],
+                                      leader_epoch: int) -> bool:
+        """Kafka's answer to OFFSET_MOVED_TO_TIERED_STORAGE: what this replica lacks below the
+        leader's local log start ``offset`` is in the remote tier, so the log restarts empty at
+        ``offset`` with the leader's leader-epoch entries up to it (``epochs``), which the
+        lineage checks of a later leadership need. False (nothing done) if this replica no
+        longer follows the leader of ``leader_epoch``."""
+        with self._lock:
+            if self.is_leader or leader_epoch != self.leader_epoch:
+                return False
+            self.log.truncate_fully_and_start_at(offset)
+            self.epochs.reset([(e, s) for e, s in epochs if s <= offset])
+        log.warning("%s: restarted the log at the leader's local log start offset %d (below it "
+                    "is the remote tier); leader epochs %s", self.tp, offset, epochs)
+        return True
+
+    def follow_leader_local_log_start(self, offset: int) -> None:
+        """A tiered partition's follower deletes what its leader deleted locally (copied and
+        past local retention), up to its own high watermark."""
+        target = min(offset, self.log.high_watermark)
+        if target > self.log.log_start_offset:
+            self.log.maybe_increment_log_start_offset(target)
+            self.log.delete_old_segments()

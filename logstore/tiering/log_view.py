@@ -9,12 +9,14 @@ Local deletion goes through the Log's own API: raising its log start offset (whi
 tiered partition is the *local* log start offset; the partition's log start offset, over both
 tiers, is the RemoteLogManager's) and deleting the segments wholly below it. The LogManager
 must therefore not apply the total retention (retention_ms/bytes) to a tiered partition's
-Log itself: give it a config without them, so that only tiering deletes its segments.
+Log itself: give it a config without them (``local_log_config``), so that only tiering deletes
+its segments, and give the view the topic's whole config (``config``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -73,14 +75,26 @@ class TieredLog(Protocol):
         ...
 
 
+def local_log_config(config: TopicConfig) -> TopicConfig:
+    """The config a tiered partition's ``segments.Log`` runs with: no total retention, which
+    only the RemoteLogManager applies (over both tiers, deleting local segments only once they
+    are copied). Other topics' configs are returned as they are."""
+    if not config.remote_storage_enable:
+        return config
+    return replace(config, retention_ms=None, retention_bytes=None)
+
+
 class LogTierView:
-    """``TieredLog`` over a ``segments.Log``."""
+    """``TieredLog`` over a ``segments.Log``; ``config`` gives the topic's whole config (the
+    Log's own lacks the total retention, see ``local_log_config``), default the Log's."""
 
     def __init__(self, log: Log, epoch_entries: Callable[[], Sequence[tuple[int, int]]],
-                 last_stable_offset: Callable[[], int] | None = None) -> None:
+                 last_stable_offset: Callable[[], int] | None = None,
+                 config: Callable[[], TopicConfig] | None = None) -> None:
         self._log = log
         self._epoch_entries = epoch_entries
         self._last_stable_offset = last_stable_offset
+        self._config = config
 
     @property
     def topic(self) -> str:
@@ -92,7 +106,7 @@ class LogTierView:
 
     @property
     def config(self) -> TopicConfig:
-        return self._log.config
+        return self._log.config if self._config is None else self._config()
 
     @property
     def high_watermark(self) -> int:

@@ -94,6 +94,9 @@ class RemoteLogManagerConfig:
     def of(cls, broker: BrokerConfig) -> RemoteLogManagerConfig:
         return cls(task_interval_ms=broker.remote_log_manager_task_interval_ms,
                    copy_max_bytes_per_second=broker.remote_log_manager_copy_max_bytes_per_second,
+                   orphan_grace_ms=broker.remote_log_manager_orphan_grace_ms,
+                   retry_backoff_ms=broker.remote_log_manager_task_retry_backoff_ms,
+                   retry_backoff_max_ms=broker.remote_log_manager_task_retry_backoff_max_ms,
                    broker_id=broker.broker_id)
 
 
@@ -208,6 +211,12 @@ class RemoteLogManager:
         if task is not None:
             task.stopped = True
 
+    def leader_epoch(self, tp: TopicPartition) -> int | None:
+        """The leader epoch the partition's task runs at (None: no task: not led here, or its
+        task was fenced and stopped)."""
+        task = self._tasks.get(tp)
+        return None if task is None else task.leader_epoch
+
     # -- reads -----------------------------------------------------------------------------
 
     def find_remote_segment(self, tp: TopicPartition, offset: int
@@ -217,11 +226,13 @@ class RemoteLogManager:
         not loaded yet (the metadata store was unreachable), RemoteStorageError (retriable):
         answering "out of range" then could make a consumer reset its offset."""
         task = self._tasks.get(tp)
-        if task is None or offset < task.log_start_offset:
+        if task is None:
             return None
         if not task.loaded and not task.readable:
             raise RemoteStorageError(f"{tp}: offset {offset}: the remote log metadata of the "
                                      "partition is not loaded yet")
+        if offset < task.log_start_offset:
+            return None
         found = [m for m in task.readable if m.base_offset <= offset <= m.end_offset]
         return max(found, key=lambda m: m.base_offset) if found else None
 

@@ -95,6 +95,7 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.MemberIdRequiredError, 79, False, False),
     (errors.FencedInstanceIdError, 82, False, False),
     (errors.InvalidRecordError, 87, False, False),
+    (errors.OffsetMovedToTieredStorageError, 109, False, False),
 ]
 
 
