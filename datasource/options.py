@@ -18,8 +18,10 @@ talk to a broker (planning.py does) or import pyspark, so it is tested as pure l
 | ``includeHeaders``                      | ``false`` (default): add the ``headers`` column        |
 | ``maxOffsetsPerTrigger``                | stream: records per micro-batch at most                |
 | ``minOffsetsPerTrigger`` / ``maxTriggerDelay`` | stream: wait for that many, but no longer than the delay (default ``15m``) |
-| ``readMode``                            | LogStore: ``auto`` (default; files when on the broker's disk, else fetch), ``fetch``, ``local`` |
+| ``readMode``                            | LogStore: ``auto`` (default: ranges below a tiered partition's local log start from object storage, the rest from files when on the broker's disk, else fetched), ``fetch``, ``local``, ``remote`` (object storage only) |
 | ``fetchMaxBytes``                       | LogStore: bytes per fetch request (default 64 MiB)     |
+| ``remoteStorageUri``                    | LogStore: the fsspec URL executors read remote segments from (default: the leader's ``remote_storage_uri``) |
+| ``remoteStorageOptions``                | LogStore: JSON object of fsspec options for it (default: the leader's ``remote_storage_options``); credentials are refused here: executors take them from their environment (``AWS_*``) or the provider's chain |
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from logstore.config import credential_keys
 from logstore.errors import InvalidTopicError, LogstoreError
 from logstore.model import EARLIEST, LATEST, TopicPartition, validate_topic_name
 
@@ -86,13 +89,16 @@ class ReadOptions:
     max_trigger_delay_ms: int = 15 * 60 * 1000
     read_mode: str = "auto"
     fetch_max_bytes: int = 64 * 1024 * 1024
+    remote_storage_uri: str | None = None
+    remote_storage_options: dict[str, Any] | None = None
 
 
-READ_MODES = ("auto", "fetch", "local")
+READ_MODES = ("auto", "fetch", "local", "remote")
 _COMMON = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "startingOffsets",
            "startingTimestamp", "startingOffsetsByTimestamp",
            "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition",
-           "failOnDataLoss", "includeHeaders", "readMode", "fetchMaxBytes")
+           "failOnDataLoss", "includeHeaders", "readMode", "fetchMaxBytes",
+           "remoteStorageUri", "remoteStorageOptions")
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 _STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$")
@@ -131,7 +137,41 @@ def parse_read_options(raw: Mapping[str, str], streaming: bool | None) -> ReadOp
         min_offsets_per_trigger=_positive_int(opts, "minOffsetsPerTrigger"),
         max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60 * 1000),
         read_mode=read_mode,
-        fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or 64 * 1024 * 1024)
+        fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or 64 * 1024 * 1024,
+        remote_storage_uri=_remote_storage_uri(opts),
+        remote_storage_options=_remote_storage_options(opts))
+
+
+def _remote_storage_uri(opts: Mapping[str, str]) -> str | None:
+    text = opts.get("remotestorageuri", "").strip()
+    if not text:
+        return None
+    scheme, sep, path = text.partition("://")
+    if not sep or not scheme or not path.strip("/"):
+        raise OptionError(f"remoteStorageUri must be an fsspec URL with a path, like "
+                          f"'s3://bucket/logstore' or 'file:///var/tier'; got {text!r}")
+    return text
+
+
+def _remote_storage_options(opts: Mapping[str, str]) -> dict[str, Any] | None:
+    """fsspec options as JSON; credentials are refused (Spark options show up in plans and
+    logs): executors find them in their environment or the provider's chain."""
+    text = opts.get("remotestorageoptions")
+    if text is None:
+        return None
+    try:  # the text is not echoed in errors: it might hold what must not be logged
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise OptionError(f"remoteStorageOptions is not JSON ({e.msg}); expected an object "
+                          'such as {"endpoint_url": "http://127.0.0.1:9000"}') from None
+    if not isinstance(parsed, dict):
+        raise OptionError("remoteStorageOptions must be a JSON object")
+    found = credential_keys(parsed, "remoteStorageOptions")
+    if found:
+        raise OptionError(f"{', '.join(found)} looks like a credential; credentials for remote "
+                          "storage come from the executors' environment (AWS_ACCESS_KEY_ID, "
+                          "...) or the provider's credential chain, never from options")
+    return parsed
 
 
 def _reject_unknown(raw: Mapping[str, str], known: tuple[str, ...], where: str) -> None:

@@ -8,6 +8,15 @@ records.
 
 Only committed data is planned: every range ends at or below the high watermark its leader
 reported while planning.
+
+Remote ranges (``readMode`` ``auto`` or ``remote``): the planner asks each leader for the
+FINISHED remote segments of the planned ranges (``list_remote_segments``) and cuts every piece
+at segment boundaries (``assign_sources``): a piece held by a remote segment is read by the
+executor straight from object storage, never through a broker. ``auto`` does so only below the
+leader's local log start offset (the rest is read from the local files or fetched); ``remote``
+reads everything from object storage, and a range that no FINISHED segment holds is an error
+naming the partition and the offsets. Where copies overlap (after a leader change) the newest
+segment holding an offset serves it, as on the broker.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -35,8 +44,18 @@ from logstore.messages.log import (
     LogDirPartition,
     PartitionPosition,
 )
+from logstore.messages.tiering import (
+    ListRemoteSegmentsRequest,
+    RemoteSegmentEntry,
+    RemoteSegmentsRange,
+)
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.rpc.client import BrokerConnection
+from logstore.tiering.metadata import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +73,32 @@ class PartitionInfo:
 
     tp: TopicPartition
     leader: str
-    log_start_offset: int
+    log_start_offset: int  # over both tiers
     high_watermark: int
     path: str | None = None
     incarnation: str | None = None
+    local_log_start_offset: int = -1  # -1: not told (the log start offset, then)
+
+    @property
+    def local_start(self) -> int:
+        return self.log_start_offset if self.local_log_start_offset < 0 \
+            else self.local_log_start_offset
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteStore:
+    """Where executors read remote segments: an fsspec URL and options (never credentials)."""
+
+    uri: str
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegments:
+    """What the leaders said about the remote tier of the planned partitions."""
+
+    store: RemoteStore | None
+    segments: dict[TopicPartition, list[RemoteLogSegmentMetadata]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +207,41 @@ class Planner:
             return conn.call(DescribeLogDirsRequest(
                 topic=topic, partitions=[tp.partition for tp in parts])).partitions
         return {tp: PartitionInfo(tp, address, e.log_start_offset, e.high_watermark, e.path,
-                                  e.incarnation)
+                                  e.incarnation, e.local_log_start_offset)
                 for address, tp, e in self._per_leader("describe_log_dirs", tps, ask)}
+
+    def remote_segments(self, spans: Mapping[TopicPartition, tuple[int, int]],
+                        strict: bool) -> RemoteSegments:
+        """The FINISHED remote segments holding offsets of each ``[start, end)`` span, and the
+        store to read them from (the options' ``remoteStorageUri``/``remoteStorageOptions``,
+        else what the leader uses). A leader's error raises when ``strict``; otherwise its
+        partition has no remote segments (and is fetched)."""
+        found: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
+        store: RemoteStore | None = None
+        for (leader, topic), parts in self._by_leader(spans).items():
+            conn = self.metadata.broker_connection(leader)
+            response = conn.call(ListRemoteSegmentsRequest(topic=topic, partitions=[
+                RemoteSegmentsRange(partition=tp.partition, start_offset=spans[tp][0],
+                                    end_offset=spans[tp][1]) for tp in parts]))
+            for e in response.partitions:
+                if strict:
+                    e.raise_error(f"list_remote_segments for {topic!r} on {conn.address}")
+                elif e.error() is not None:
+                    log.info("%s-%d: no remote segments listed (%s); fetching instead", topic,
+                             e.partition, e.error())
+                    continue
+                found[TopicPartition(topic, e.partition)] = [
+                    _segment_metadata(topic, e.partition, s) for s in e.segments]
+            store = store or self._store(response.remote_storage_uri,
+                                         response.remote_storage_options)
+        return RemoteSegments(store, found)
+
+    def _store(self, uri: str | None, options: dict[str, Any]) -> RemoteStore | None:
+        uri = self.options.remote_storage_uri or uri
+        if uri is None:
+            return None
+        chosen = self.options.remote_storage_options
+        return RemoteStore(uri, dict(options if chosen is None else chosen))
 
     def offsets_for_times(self, times: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """First offset with a timestamp >= the given one, or -1 when there is none."""
@@ -328,3 +402,70 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
                 counter += 1
         pieces = [p for _, _, p in heap]
     return sorted(pieces, key=lambda p: (p.tp, p.start))
+
+
+# -- remote ranges ---------------------------------------------------------------------------
+
+
+class RemoteRangeError(LogstoreError, RuntimeError):
+    """readMode=remote, but offsets of a range are in no FINISHED remote segment."""
+
+
+def _segment_metadata(topic: str, partition: int, e: RemoteSegmentEntry
+                      ) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        TopicIdPartition(topic, e.topic_id, partition), e.segment_id, e.base_offset,
+        e.end_offset, e.max_timestamp, e.size_bytes, e.leader_epoch,
+        tuple((int(x), int(y)) for x, y in e.epochs), RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+        0)
+
+
+def remote_spans(pieces: Sequence[OffsetRange], infos: Mapping[TopicPartition, PartitionInfo],
+                 read_mode: str) -> dict[TopicPartition, tuple[int, int]]:
+    """Per partition, the span of offsets whose remote segments the plan needs: below the
+    local log start offset with ``auto``, everything with ``remote``, nothing otherwise."""
+    spans: dict[TopicPartition, tuple[int, int]] = {}
+    for p in pieces:
+        end = p.end if read_mode == "remote" else min(p.end, infos[p.tp].local_start)
+        if read_mode not in ("auto", "remote") or end <= p.start:
+            continue
+        lo, hi = spans.get(p.tp, (p.start, end))
+        spans[p.tp] = (min(lo, p.start), max(hi, end))
+    return spans
+
+
+def assign_sources(pieces: Sequence[OffsetRange], infos: Mapping[TopicPartition, PartitionInfo],
+                   segments: Mapping[TopicPartition, Sequence[RemoteLogSegmentMetadata]],
+                   read_mode: str
+                   ) -> list[tuple[OffsetRange, RemoteLogSegmentMetadata | None]]:
+    """Each piece cut where its source changes: (range, the remote segment serving it) or
+    (range, None) for the local files or a fetch (see the module docstring)."""
+    out: list[tuple[OffsetRange, RemoteLogSegmentMetadata | None]] = []
+    for piece in pieces:
+        held = segments.get(piece.tp, ())
+        limit = piece.end if read_mode == "remote" else min(
+            piece.end, max(infos[piece.tp].local_start, piece.start))
+        pos = piece.start
+        while pos < limit:  # bounded: every step moves pos forward
+            segment = _holding(held, pos)
+            if segment is not None:
+                stop = min(segment.next_offset, limit)
+            else:
+                stop = min([m.base_offset for m in held if m.base_offset > pos] + [limit])
+                if read_mode == "remote":
+                    raise RemoteRangeError(
+                        f"{piece.tp}: readMode=remote, but offsets [{pos}, {stop}) are in no "
+                        "FINISHED remote segment (not copied yet, or deleted); read them with "
+                        "readMode=auto")
+            out.append((OffsetRange(piece.tp, pos, stop), segment))
+            pos = stop
+        if pos < piece.end:
+            out.append((OffsetRange(piece.tp, pos, piece.end), None))
+    return out
+
+
+def _holding(segments: Sequence[RemoteLogSegmentMetadata], offset: int
+             ) -> RemoteLogSegmentMetadata | None:
+    """The newest segment holding ``offset`` (copies overlap after a leader change)."""
+    found = [m for m in segments if m.base_offset <= offset <= m.end_offset]
+    return max(found, key=lambda m: m.base_offset) if found else None

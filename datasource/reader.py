@@ -1,9 +1,12 @@
 """Executor-side reading of one offset range as Arrow record batches in Spark's shape.
 
 Owns: choosing between the partition's segment files (when this executor sees the leader's
-disk, proven by the incarnation id the leader gave the planner) and Flight fetches from the
-leader; following leader moves; the failOnDataLoss rule at read time; coalescing small batches
-so Spark gets few, large ones. Must not: import pyspark or plan ranges.
+disk, proven by the incarnation id the leader gave the planner), the remote segment the planner
+assigned (read straight from object storage: only the projected columns' buffers for a
+projected read, else whole CRC-checked batches), and Flight fetches from the leader; following
+leader moves; the failOnDataLoss rule at read time (a missing or corrupt remote object is data
+loss); coalescing small batches so Spark gets few, large ones. Must not: import pyspark or plan
+ranges, or import fsspec (the tiering ObjectStore does).
 
 A task either yields every record of its range or fails: a broker that stays unreachable, a
 range that vanished with failOnDataLoss=true, or a high watermark that went back under the
@@ -18,24 +21,30 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
-from datasource.planning import DataLossError
-from datasource.schema import BatchConverter
+from datasource.planning import DataLossError, RemoteStore
+from datasource.schema import META_COLUMNS, BatchConverter
 from logstore.client.fetcher import fetch_request
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
+    CorruptRecordError,
     LogstoreError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
 from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
 from logstore.model import EARLIEST, LATEST, TopicPartition
-from logstore.records import FLAG_LOG_APPEND_TIME
+from logstore.records import FLAG_LOG_APPEND_TIME, BatchHeader
 from logstore.rpc.client import BrokerConnection, FetchedBatch
 from logstore.segments.file_reader import PartitionFiles
 from logstore.segments.format import INCARNATION_FILE
+from logstore.tiering.metadata import RemoteLogSegmentMetadata
+from logstore.tiering.projection import ProjectedSegmentReader
+from logstore.tiering.remote_reader import scan_segment
+from logstore.tiering.store import ObjectStore, RemoteObjectNotFoundError, RemoteStorageError
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +68,15 @@ class ReadTask:
     leader: str
     path: str | None = None
     incarnation: str | None = None
+    remote: RemoteSegmentRead | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegmentRead:
+    """The remote segment holding a task's whole range, and the store to read it from."""
+
+    segment: RemoteLogSegmentMetadata
+    store: RemoteStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +98,9 @@ def read_range(task: ReadTask, settings: ReadSettings) -> Iterator[pa.RecordBatc
 
 def _converted(task: ReadTask, settings: ReadSettings, converter: BatchConverter
                ) -> Iterator[pa.RecordBatch]:
+    if task.remote is not None:
+        yield from _RemoteRange(task, task.remote, settings, converter).read()
+        return
     position = task.start
     if task.path is not None and _use_files(task, settings):
         try:
@@ -113,6 +134,70 @@ def _use_files(task: ReadTask, settings: ReadSettings) -> bool:
             f"{task.tp}: readMode=local but {task.path} is not the leader's directory here "
             "(different machine, or the broker restarted); use readMode=auto or fetch")
     return False
+
+
+class _RemoteRange:
+    """One task's range read from its remote segment, retrying an unavailable store a bounded
+    number of times; a missing or corrupt object is data loss (failOnDataLoss)."""
+
+    def __init__(self, task: ReadTask, remote: RemoteSegmentRead, settings: ReadSettings,
+                 converter: BatchConverter) -> None:
+        self.task = task
+        self.remote = remote
+        self.settings = settings
+        self.converter = converter
+        self.position = task.start
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        from logstore.tiering.fsspec_store import FsspecObjectStore  # executors only
+
+        store = FsspecObjectStore(self.remote.store.uri, self.remote.store.options)
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                yield from self._batches(store)
+                return
+            except RemoteStorageError as e:
+                log.info("%s: remote read at offset %d failed (%s); retrying", self.task.tp,
+                         self.position, e.message)
+                last = e
+            except (CorruptRecordError, RemoteObjectNotFoundError) as e:
+                self._lost(e)
+                return
+            time.sleep(BACKOFF_S * (attempt + 1))  # back off before the next attempt
+        raise BrokerUnavailableError(
+            f"{self.task.tp}: could not read offsets [{self.position}, {self.task.end}) from "
+            f"the remote tier after {MAX_ATTEMPTS} attempts (last: {last})")
+
+    def _batches(self, store: ObjectStore) -> Iterator[pa.RecordBatch]:
+        """Converted batches from ``self.position`` on: the projected columns only when the
+        target needs fewer stored columns than the segment has, else whole checked batches."""
+        reader = ProjectedSegmentReader(store, self.remote.segment)
+        stored = reader.schema()
+        wanted = [f.name for f in self.settings.target if f.name not in META_COLUMNS]
+        if set(wanted) < set(stored.names):
+            for p in reader.read(wanted, self.position, self.task.end):
+                yield from self._convert(p.header, p.batch, p.offsets())
+        else:
+            for b in scan_segment(store, self.remote.segment, self.position, self.task.end):
+                yield from self._convert(b.header, b.record_batch(stored), b.offsets())
+
+    def _convert(self, header: BatchHeader, batch: pa.RecordBatch, offsets: np.ndarray
+                 ) -> Iterator[pa.RecordBatch]:
+        self.position = max(self.position, header.next_offset)
+        if header.is_control:
+            return
+        out = self.converter.convert(batch, offsets, bool(header.flags & FLAG_LOG_APPEND_TIME),
+                                     self.task.start, self.task.end)
+        if out is not None:
+            yield out
+
+    def _lost(self, error: LogstoreError) -> None:
+        lost = (f"{self.task.tp}: offsets [{self.position}, {self.task.end}) of the range "
+                f"[{self.task.start}, {self.task.end}) cannot be read from the remote tier: "
+                f"{error}")
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(f"{lost}; set failOnDataLoss=false to skip them") from error
+        log.warning("%s; skipping them (failOnDataLoss=false)", lost)
 
 
 def _fetched(task: ReadTask, settings: ReadSettings, converter: BatchConverter,
@@ -273,4 +358,5 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
-__all__ = ["BrokerUnavailableError", "ReadSettings", "ReadTask", "read_range"]
+__all__ = ["BrokerUnavailableError", "ReadSettings", "ReadTask", "RemoteSegmentRead",
+           "read_range"]

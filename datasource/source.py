@@ -49,11 +49,15 @@ from datasource.planning import (
     OffsetRange,
     PartitionInfo,
     Planner,
+    RemoteRangeError,
+    RemoteSegments,
+    assign_sources,
     check_range,
     narrow,
+    remote_spans,
     split_ranges,
 )
-from datasource.reader import ReadSettings, ReadTask, read_range
+from datasource.reader import ReadSettings, ReadTask, RemoteSegmentRead, read_range
 from datasource.schema import check_requested, source_arrow_schema
 from logstore.model import TopicPartition
 
@@ -124,13 +128,27 @@ class _ScanBase:
         if "headers" in self.settings.target.names and not self.options.include_headers:
             log.info("the schema names 'headers': reading them although includeHeaders=false")
 
-    def _tasks(self, ranges: list[OffsetRange], infos: dict[TopicPartition, PartitionInfo]
-               ) -> list[RangePartition]:
+    def _tasks(self, planner: Planner, ranges: list[OffsetRange],
+               infos: dict[TopicPartition, PartitionInfo]) -> list[RangePartition]:
+        """Input partitions, each read from one source: the remote segment holding it (see
+        planning.assign_sources), or the leader's files or fetches."""
         pieces = split_ranges(ranges, self.options.min_partitions,
                               self.options.max_records_per_partition)
-        return [RangePartition(ReadTask(r.tp, r.start, r.end, infos[r.tp].leader,
-                                        infos[r.tp].path, infos[r.tp].incarnation))
-                for r in pieces]
+        mode = self.options.read_mode
+        spans = remote_spans(pieces, infos, mode)
+        remote = planner.remote_segments(spans, strict=mode == "remote") if spans else \
+            RemoteSegments(None, {})
+        if mode == "remote" and remote.store is None and spans:
+            raise RemoteRangeError("readMode=remote, but no remote store is known: set the "
+                                   "remoteStorageUri option")
+        out = []
+        for r, segment in assign_sources(pieces, infos, remote.segments, mode):
+            info = infos[r.tp]
+            read = None if segment is None or remote.store is None else \
+                RemoteSegmentRead(segment, remote.store)
+            out.append(RangePartition(ReadTask(r.tp, r.start, r.end, info.leader, info.path,
+                                               info.incarnation, read)))
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
@@ -172,7 +190,7 @@ class LogStoreBatchReader(_ScanBase, DataSourceReader):
             return []
         ranges = narrow(ranges, self.constraints)
         ranges = narrow(ranges, self.constraints, self._timestamp_starts(planner, ranges))
-        return self._tasks(ranges, infos)
+        return self._tasks(planner, ranges, infos)
 
     def _timestamp_starts(self, planner: Planner, ranges: list[OffsetRange]
                           ) -> dict[TopicPartition, int] | None:
@@ -260,7 +278,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
             r = check_range(tp, s, e, infos[tp], self.options.fail_on_data_loss)
             if r is not None:
                 ranges.append(r)
-        return self._tasks(ranges, infos)
+        return self._tasks(self.planner, ranges, infos)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: as with Spark's Kafka source, progress lives in the checkpoint."""

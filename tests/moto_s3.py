@@ -7,13 +7,24 @@ the backlog) and ``start()`` again brings it back on the same port with the same
 objects (moto keeps them in this process). Credentials are dummy values in the environment,
 set by the fixture (``credentials_env``): never in a config file. Keep objects small: moto moves
 about 100-170 MB/s and re-reads whole objects to answer range reads.
+
+``bytes_sent`` counts the body bytes of every GET the server answered (a WSGI wrapper around
+moto's app): what readers, wherever they run, fetched from object storage.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from moto.moto_server.threaded_moto_server import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+    make_server,
+)
 from moto.server import ThreadedMotoServer
 
 CREDENTIALS_ENV = {
@@ -25,19 +36,51 @@ CREDENTIALS_ENV = {
 }
 
 
+class _CountingServer(ThreadedMotoServer):  # type: ignore[misc]
+    """moto's threaded server with its app wrapped to count the bytes of GET responses."""
+
+    def __init__(self, counter: Callable[[int], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._counter = counter
+
+    def _server_entry(self) -> None:
+        app = DomainDispatcherApplication(create_backend_app)
+        counter = self._counter
+
+        def counting(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+            body = app(environ, start_response)
+            if environ.get("REQUEST_METHOD") != "GET":
+                return body  # type: ignore[no-any-return]
+            chunks = list(body)
+            counter(sum(len(c) for c in chunks))
+            return chunks
+
+        self._server = make_server(self._ip_address, self._port, counting, True,
+                                   request_handler=MotoRequestHandler)
+        self._server_ready_event.set()
+        self._server.serve_forever()
+
+
 class MotoS3:
     """One moto S3 server on 127.0.0.1."""
 
     def __init__(self) -> None:
         self.port = 0
         self._server: ThreadedMotoServer | None = None
+        self._lock = threading.Lock()
+        self.bytes_sent = 0
+
+    def _count(self, n: int) -> None:
+        with self._lock:
+            self.bytes_sent += n
 
     @property
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> MotoS3:
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        server = _CountingServer(self._count, ip_address="127.0.0.1", port=self.port,
+                                 verbose=False)
         server.start()
         self.port = server.get_host_and_port()[1]
         self._server = server

@@ -8,6 +8,10 @@ reads run on, so a slow object store never blocks fetches of local data, and one
 several partitions' remote segments at once. Must not: import fsspec, decide which segments are
 readable (the ``RemoteSegmentLookup``, i.e. the RemoteLogManager, does), or skip anything.
 
+``scan_segment`` walks one remote segment's whole batches the same way, CRC-checked, for a
+reader that has no broker behind it (a Spark executor): sequential range reads of
+``scan_chunk_bytes`` through a private two-chunk cache.
+
 Errors, each naming topic, partition and offset:
 - no readable remote segment holds the offset: OffsetOutOfRangeError;
 - a batch fails its CRC, cannot be decoded, or does not fit where it lies, an object is
@@ -21,7 +25,7 @@ Errors, each naming topic, partition and offset:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,13 +36,20 @@ import pyarrow.ipc as ipc
 from logstore.errors import ApiError, CorruptRecordError, OffsetOutOfRangeError
 from logstore.model import TopicPartition
 from logstore.records import BatchHeader, StoredBatch, decode_message
-from logstore.segments.format import PREFIX_SIZE, SEGMENT_SUFFIX, peek_header
+from logstore.segments.format import INDEX_SUFFIX, PREFIX_SIZE, SEGMENT_SUFFIX, peek_header
 from logstore.tiering.metadata import RemoteLogSegmentMetadata
 from logstore.tiering.naming import segment_key
-from logstore.tiering.remote_cache import ChunkCache, RemoteIndexCache
+from logstore.tiering.remote_cache import (
+    ChunkCache,
+    RemoteIndexCache,
+    locate,
+    parse_offset_index,
+)
 from logstore.tiering.store import ObjectStore, RemoteObjectNotFoundError, RemoteStorageError
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 class RemoteSegmentLookup(Protocol):
@@ -147,6 +158,36 @@ class RemoteLogReader:
                 batches.append(reading.batch_at(position, header))
                 budget -= header.batch_size
             position += header.batch_size
+
+
+def scan_segment(store: ObjectStore, segment: RemoteLogSegmentMetadata, start_offset: int,
+                 end_offset: int, scan_chunk_bytes: int = DEFAULT_SCAN_CHUNK_BYTES
+                 ) -> Iterator[StoredBatch]:
+    """The CRC-checked batches of ``segment`` holding offsets in ``[start_offset,
+    end_offset)``, read straight from ``store`` in sequential ranges; CorruptRecordError
+    naming topic, partition and offset for a corrupt batch or a missing object."""
+    tp = TopicPartition(segment.partition.topic, segment.partition.partition)
+    request = RemoteFetchRequest(tp, start_offset, max_bytes=0)
+    reading = _SegmentRead(store, ChunkCache(2 * scan_chunk_bytes, scan_chunk_bytes), request,
+                           segment)
+    try:
+        entries = parse_offset_index(segment, store.read_object(segment_key(segment,
+                                                                            INDEX_SUFFIX)))
+        position, expected = locate(entries, segment, start_offset) or (
+            reading.data_start(), segment.base_offset)
+        first = True
+        while position < segment.size_bytes:
+            header = reading.header_at(position, expected, exact=first)
+            first, expected = False, header.next_offset
+            if header.base_offset >= end_offset:
+                return
+            if header.next_offset > start_offset:
+                yield reading.batch_at(position, header)
+            position += header.batch_size
+    except RemoteObjectNotFoundError as e:
+        raise CorruptRecordError(f"{tp}: offset {start_offset}: an object of "
+                                 f"{segment.describe()} is missing from the remote tier ({e})"
+                                 ) from e
 
 
 class _SegmentRead:
