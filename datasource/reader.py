@@ -169,12 +169,15 @@ class _RemoteRange:
             f"the remote tier after {MAX_ATTEMPTS} attempts (last: {last})")
 
     def _batches(self, store: ObjectStore) -> Iterator[pa.RecordBatch]:
-        """Converted batches from ``self.position`` on: the projected columns only when the
-        target needs fewer stored columns than the segment has, else whole checked batches."""
+        """Converted batches from ``self.position`` on. A projected read (the target leaves
+        out a stored column other than ``headers``, which a read without includeHeaders
+        always leaves out) fetches only the wanted columns' buffers; it checks each batch's
+        structure but cannot check its CRC, which covers the whole body. Any other read
+        fetches whole batches and checks their CRCs."""
         reader = ProjectedSegmentReader(store, self.remote.segment)
         stored = reader.schema()
         wanted = [f.name for f in self.settings.target if f.name not in META_COLUMNS]
-        if set(wanted) < set(stored.names):
+        if set(stored.names) - set(wanted) - {"headers"}:
             for p in reader.read(wanted, self.position, self.task.end):
                 yield from self._convert(p.header, p.batch, p.offsets())
         else:

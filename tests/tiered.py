@@ -67,15 +67,17 @@ def typed_batch(schema: pa.Schema, start: int, rows: int = ROWS) -> pa.RecordBat
 
 
 def produce(bootstrap: str, topic: str, batches: int, partition: int = 0, start: int = 0,
-            make: Callable[[int], pa.RecordBatch] = value_batch) -> int:
-    """Produce ``batches`` batches (acks=all) to one partition; returns the next record index."""
+            make: Callable[[int, int], pa.RecordBatch] = value_batch, rows: int = ROWS
+            ) -> int:
+    """Produce ``batches`` batches of ``rows`` (acks=all) to one partition, ``make(start,
+    rows)`` each; returns the next record index."""
     with bounded_producer(bootstrap, acks=-1, linger_ms=0) as producer:
-        futures = [producer.send_batch(topic, make(start + i * ROWS), partition=partition)
+        futures = [producer.send_batch(topic, make(start + i * rows, rows), partition=partition)
                    for i in range(batches)]
         producer.flush(60)
         for f in futures:
             f.result(timeout=60)
-    return start + batches * ROWS
+    return start + batches * rows
 
 
 def float_schema(columns: int) -> pa.Schema:
