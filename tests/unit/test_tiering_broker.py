@@ -1,0 +1,194 @@
+"""The broker's side of tiered storage, in-process over real parts: a ReplicaManager and a
+RemoteTier on a real LogManager in tmp_path, the embedded metadata store and a file:// object
+store, on a FakeClock (remote reads run on the reader's real threads). Retention over both
+tiers, the fetch paths below the local log start (consumers, followers, read_committed,
+several partitions at once within max_bytes), offsets over both tiers, and the follower's
+restart at a leader's local log start."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from logstore.broker.remote_tier import ReadCommittedRemoteError, RemoteTier
+from logstore.broker.replica_manager import READ_COMMITTED, FetchPartition, ReplicaManager
+from logstore.clock import FakeClock
+from logstore.config import BrokerConfig, TopicConfig
+from logstore.controller.local import METADATA_FILE, LocalMetadataStore
+from logstore.controller.store import PartitionState, TopicRecord
+from logstore.errors import OffsetMovedToTieredStorageError
+from logstore.model import EARLIEST, TopicPartition
+from logstore.records import DEFAULT_SCHEMA
+from logstore.replication.partition import Partition
+from logstore.segments.log_manager import LogManager
+from logstore.tiering.fsspec_store import FsspecObjectStore
+from logstore.tiering.log_view import LogTierView, local_log_config
+from tests.unit.segment_helpers import keyed, open_log
+from tests.unit.tiering_helpers import TOPIC_ID, TP, tiered
+
+TOPIC = "orders"
+RECORDS = 10  # per batch; one batch per segment
+
+
+@dataclass
+class Broker:
+    """A broker's storage and tiering, without its network."""
+
+    clock: FakeClock
+    config: TopicConfig
+    replicas: ReplicaManager
+    tier: RemoteTier
+    logs: LogManager
+
+    def partition(self, p: int = 0) -> Partition:
+        return self.replicas.partition(TopicPartition(TOPIC, p))
+
+    def produce_segments(self, count: int, p: int = 0) -> None:
+        part = self.partition(p)
+        for _ in range(count):
+            self.replicas.append_records(TopicPartition(TOPIC, p), keyed(
+                part.log.log_end_offset, RECORDS, self.clock), required_acks=1)
+            part.log.roll()
+
+    def tier_all(self, partitions: int = 1) -> None:
+        self.clock.advance(1)  # past local_retention_ms 0
+        for p in range(partitions):
+            self.tier.manager.run_task(TopicPartition(TOPIC, p))
+
+
+def _broker(tmp_path: Path, partitions: int = 1) -> Broker:
+    clock = FakeClock(10**12)
+    config = TopicConfig(remote_storage_enable=True, retention_ms=None, local_retention_ms=0)
+    broker_config = BrokerConfig(log_dirs=(str(tmp_path / "data"),),
+                                 remote_storage_uri=f"file://{tmp_path}/remote")
+    store = LocalMetadataStore(tmp_path / METADATA_FILE, 0)
+    store.start()
+    store.create_topic(TopicRecord(TOPIC, {p: (0,) for p in range(partitions)},
+                                   topic_id=TOPIC_ID),
+                       {p: PartitionState(0, 0, (0,)) for p in range(partitions)})
+    tier = RemoteTier(broker_config, FsspecObjectStore(broker_config.remote_storage_uri or ""),
+                      store, clock)
+    logs = LogManager([tmp_path / "data"], clock, lambda t: local_log_config(config))
+    replicas = ReplicaManager(0, logs, clock, tier=tier)
+    for p in range(partitions):
+        tp = TopicPartition(TOPIC, p)
+        replicas.make_leader(tp, local_log_config(config), DEFAULT_SCHEMA, 0, (0,), (0,))
+        tier.sync(replicas.partition(tp), config, TOPIC_ID, lambda: config)
+    return Broker(clock, config, replicas, tier, logs)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = _broker(tmp_path, partitions=3)
+    yield b
+    b.tier.close()
+
+
+def test_a_tiered_log_leaves_total_retention_to_the_tier_manager(tmp_path: Path) -> None:
+    """Goal: the LogManager's retention never deletes a tiered partition's uncopied segments,
+    while the tier manager applies total retention over both tiers. Method: the real Log
+    with ``local_log_config`` and a FakeClock; retention_ms 1 h; past it, the Log's own
+    retention deletes nothing; the tier manager copies, deletes locally (local retention 0),
+    and once past the total retention deletes remotely and moves the log start offset."""
+    config = TopicConfig(remote_storage_enable=True, retention_ms=3_600_000,
+                         local_retention_ms=0)
+    assert local_log_config(config).retention_ms is None
+    assert local_log_config(TopicConfig()).retention_ms == TopicConfig().retention_ms
+    t = tiered(tmp_path)
+    t.log.update_config(local_log_config(config))
+    t.produce_segments(3)
+    t.clock.advance(2 * 3_600_000)
+    assert t.log.delete_old_segments() == 0 and t.log.log_start_offset == 0
+    view = LogTierView(t.log, lambda: t.epochs, config=lambda: config)
+    t.rlm.on_become_leader(view, TOPIC_ID, 0)
+    t.rlm.run_task(TP)
+    assert t.rlm.log_start_offset(TP) == 30 == t.log.log_start_offset
+    assert t.objects() == []
+
+
+def test_a_consumer_fetch_below_the_local_log_start_reads_the_remote_tier(
+        broker: Broker) -> None:
+    """Goal: offsets whose local segments are gone are served from the remote tier with the
+    log start offset over both tiers; EARLIEST is that log start. Method: three segments
+    copied and deleted locally; fetch offset 5 and offset 15."""
+    broker.produce_segments(3)
+    broker.tier_all()
+    tp = TopicPartition(TOPIC, 0)
+    assert broker.partition().log.log_start_offset == 30
+    (r,) = broker.replicas.fetch([FetchPartition(tp, 5, 1 << 20)], 0, 1, 1 << 20)
+    assert r.error is None and r.batches[0].header.base_offset == 0
+    assert (r.log_start_offset, r.local_log_start_offset) == (0, 30)
+    assert broker.replicas.list_offset(tp, EARLIEST) == (0, -1)
+
+
+def test_a_follower_fetch_below_the_local_log_start_is_offset_moved_to_tiered_storage(
+        broker: Broker) -> None:
+    """Goal: followers never replicate the remote tier: their fetch below the leader's local
+    log start is OFFSET_MOVED_TO_TIERED_STORAGE carrying the local log start offset, and the
+    leader's epochs are there to rebuild from. Method: tier, then fetch as replica 1."""
+    broker.produce_segments(3)
+    broker.tier_all()
+    tp = TopicPartition(TOPIC, 0)
+    (r,) = broker.replicas.fetch([FetchPartition(tp, 0, 1 << 20)], 0, 1, 1 << 20,
+                                 replica_id=1)
+    assert isinstance(r.error, OffsetMovedToTieredStorageError)
+    assert "orders-0: offset 0 is below the leader's local log start offset 30" in str(r.error)
+    assert r.local_log_start_offset == 30
+    assert broker.replicas.leader_epochs(tp) == [(0, 0)]
+
+
+def test_a_read_committed_fetch_of_the_remote_tier_is_refused(broker: Broker) -> None:
+    """Goal: the explicit seam for transactions: read_committed never reaches the remote
+    tier unfiltered. Method: tier, then fetch offset 0 read_committed; offset 30 (local) is
+    served."""
+    broker.produce_segments(3)
+    broker.tier_all()
+    broker.produce_segments(1)  # offsets 30..39, local only
+    tp = TopicPartition(TOPIC, 0)
+    (r,) = broker.replicas.fetch([FetchPartition(tp, 0, 1 << 20)], 0, 1, 1 << 20,
+                                 isolation_level=READ_COMMITTED)
+    assert isinstance(r.error, ReadCommittedRemoteError) and "offset 0" in r.error.message
+    (ok,) = broker.replicas.fetch([FetchPartition(tp, 30, 1 << 20)], 0, 1, 1 << 20,
+                                  isolation_level=READ_COMMITTED)
+    assert ok.error is None and ok.batches[0].header.base_offset == 30
+
+
+def test_one_fetch_reads_several_partitions_remote_tiers_within_max_bytes(
+        broker: Broker) -> None:
+    """Goal: one fetch is served from several partitions' remote segments at once and with
+    its local partitions, and the whole response respects max_bytes (its first batch
+    whatever its size). Method: partitions 0 and 1 tiered, 2 local; fetch all three with a
+    max_bytes of one and a half batches, then a large one."""
+    for p in range(3):
+        broker.produce_segments(2, p)
+    broker.tier_all(2)
+    size = broker.partition(2).log.read(0, 1 << 20).batches[0].header.batch_size
+    requests = [FetchPartition(TopicPartition(TOPIC, p), 0, 1 << 20) for p in range(3)]
+    small = broker.replicas.fetch(requests, 0, 1, size + size // 2)
+    assert [len(r.batches) for r in small] == [1, 0, 0]
+    assert all(r.error is None for r in small)
+    large = broker.replicas.fetch(requests, 0, 1, 1 << 20)
+    assert [len(r.batches) for r in large] == [1, 1, 2]  # a remote read stays in its segment
+    assert [r.from_remote for r in large] == [True, True, False]
+
+
+def test_a_follower_restarts_at_the_leader_local_log_start_with_its_epochs(
+        tmp_path: Path) -> None:
+    """Goal: Kafka's OFFSET_MOVED_TO_TIERED_STORAGE handling on the follower: the log
+    restarts empty at the leader's local log start offset and the epoch cache holds the
+    leader's entries up to it; afterwards it follows the leader's local log start up to its
+    own high watermark. Method: a real Log and Partition following leader 1 at epoch 3."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, remote_storage_enable=True)
+    part = Partition(TopicPartition("topic", 0), log, 2, clock, lambda tp: None)
+    part.make_follower(1, 3, (1, 2))
+    assert not part.restart_at_leader_local_start(50, [(0, 0)], leader_epoch=2)  # stale
+    assert part.restart_at_leader_local_start(50, [(0, 0), (2, 40), (3, 60)], leader_epoch=3)
+    assert (log.log_start_offset, log.log_end_offset) == (50, 50)
+    assert [(e.epoch, e.start_offset) for e in part.epochs.entries] == [(0, 0), (2, 40)]
+    assert part.end_offset_for_epoch(0) == (0, 40)
+    part.follow_leader_local_log_start(55)  # nothing above its high watermark goes
+    assert log.log_start_offset == 50
