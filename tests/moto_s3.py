@@ -113,3 +113,27 @@ class MotoS3:
         boto3.client("s3", endpoint_url=self.endpoint_url,
                      region_name="us-east-1").create_bucket(Bucket=name)
         return name
+
+
+def serve_forever(ready: Any, counter: Any) -> None:
+    """Run a counting moto server in this (child) process until it is terminated: its port
+    goes into the queue ``ready``, the bytes of its GET responses into ``counter`` (a
+    ``multiprocessing.Value('q')``). For benchmarks, so that the server does not share a GIL
+    with the clients it is compared against."""
+    import logging
+    import os
+    import time
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    for name, value in CREDENTIALS_ENV.items():
+        os.environ.setdefault(name, value)
+
+    def add(n: int) -> None:
+        with counter.get_lock():
+            counter.value += n
+
+    server = _CountingServer(add, ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    ready.put(server.get_host_and_port()[1])
+    while True:
+        time.sleep(3600)

@@ -71,7 +71,9 @@ class RemoteTier:
         self.reader = RemoteLogReader(
             store, self.manager,
             RemoteIndexCache(cache_dir, config.remote_log_index_cache_bytes, store),
-            ChunkCache(config.remote_fetch_cache_bytes), config.remote_log_reader_threads)
+            ChunkCache(config.remote_fetch_cache_bytes, config.remote_fetch_chunk_bytes),
+            config.remote_log_reader_threads,
+            read_ahead=True)
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._cleaner: threading.Thread | None = None

@@ -10,8 +10,9 @@ which segment to read (``remote_reader.py`` does), or import fsspec.
 Why chunks in memory: a fetch reads a few consecutive batches, usually inside one chunk, and a
 consumer's next fetch continues in the same chunk, so aligned chunks turn many small reads into
 one range request (Redpanda's and Aiven's approach); memory rather than disk because the broker
-already keeps its hot local data in the page cache and chunks are short-lived. Two readers
-missing the same chunk at once may both fetch it (no single-flight): rare, and harmless.
+already keeps its hot local data in the page cache and chunks are short-lived. Readers
+missing the same chunk at once fetch it once (single flight): the reader's read-ahead and the
+fetch that wants the bytes meet on it all the time.
 
 Offset index file (``segments/format.py``'s layout, entries of 8 bytes):
 
@@ -27,6 +28,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 _INDEX_DTYPE = np.dtype([("relative_offset", "<i4"), ("position", "<i4")])
 _PARSED_KEPT = 64
-DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
+DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 class RemoteIndexCache:
@@ -146,40 +148,65 @@ class ChunkCache:
         self._chunk = chunk_bytes
         self._lock = threading.Lock()
         self._chunks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._loading: dict[tuple[str, int], Future[bytes]] = {}
         self._size = 0
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self._chunk
 
     @property
     def size_bytes(self) -> int:
         return self._size
 
-    def read(self, store: ObjectStore, key: str, object_size: int, start: int, end: int) -> bytes:
+    def read(self, store: ObjectStore, key: str, object_size: int, start: int, end: int
+             ) -> memoryview:
         """Bytes ``[start, end)`` of the object ``key`` of ``object_size`` bytes; fewer only
-        when the object is shorter than ``object_size`` says."""
+        when the object is shorter than ``object_size`` says. A range inside one chunk is a
+        view of it (no copy: copying is what a remote read mostly costs otherwise)."""
         end = min(end, object_size)
         parts = []
         for index in range(start // self._chunk, (max(end, start + 1) - 1) // self._chunk + 1):
             chunk = self._get(store, key, object_size, index)
             base = index * self._chunk
-            parts.append(chunk[max(start - base, 0): max(end - base, 0)])
+            parts.append(memoryview(chunk)[max(start - base, 0): max(end - base, 0)])
             if len(chunk) < min(self._chunk, object_size - base):
                 break  # the object is short: the caller reports it
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
 
     def _get(self, store: ObjectStore, key: str, object_size: int, index: int) -> bytes:
+        """The chunk, from the cache, from a read of it already under way (single flight: a
+        read-ahead and the read that wants its bytes fetch them once), or fetched now."""
         with self._lock:
             chunk = self._chunks.get((key, index))
             if chunk is not None:
                 self._chunks.move_to_end((key, index))
                 return chunk
+            loading = self._loading.get((key, index))
+            if loading is None:
+                self._loading[(key, index)] = Future()
+        if loading is not None:
+            return loading.result()  # raises what the read that loads it raised
+        return self._load(store, key, object_size, index)
+
+    def _load(self, store: ObjectStore, key: str, object_size: int, index: int) -> bytes:
         base = index * self._chunk
-        chunk = store.read_range(key, base, min(self._chunk, object_size - base))
+        try:
+            chunk = store.read_range(key, base, min(self._chunk, object_size - base))
+        except BaseException as e:
+            with self._lock:
+                waiting = self._loading.pop((key, index))
+            waiting.set_exception(e)
+            raise
         with self._lock:
+            waiting = self._loading.pop((key, index))
             if (key, index) not in self._chunks and len(chunk) <= self._capacity:
                 self._chunks[(key, index)] = chunk
                 self._size += len(chunk)
                 while self._size > self._capacity:
                     _, old = self._chunks.popitem(last=False)
                     self._size -= len(old)
+        waiting.set_result(chunk)
         return chunk
 
     def forget(self, key: str) -> None:

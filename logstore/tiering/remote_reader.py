@@ -5,8 +5,12 @@ offset: the byte position from the segment's offset index (``RemoteIndexCache``)
 through the ``ChunkCache``, each batch decoded and CRC-checked into the same ``StoredBatch``
 the local read path returns; and the bounded thread pool (``remote_log_reader_threads``) those
 reads run on, so a slow object store never blocks fetches of local data, and one fetch can read
-several partitions' remote segments at once. Must not: import fsspec, decide which segments are
-readable (the ``RemoteSegmentLookup``, i.e. the RemoteLogManager, does), or skip anything.
+several partitions' remote segments at once; after each read (with ``read_ahead``, as the
+broker runs it), a read-ahead of the next
+``max_bytes`` of the segment into the chunk cache on the same pool, so that the next fetch of
+a consumer reading forward finds its bytes there. Must not: import fsspec, decide which
+segments are readable (the ``RemoteSegmentLookup``, i.e. the RemoteLogManager, does), or skip
+anything.
 
 ``scan_segment`` walks one remote segment's whole batches the same way, CRC-checked, for a
 reader that has no broker behind it (a Spark executor): sequential range reads of
@@ -50,6 +54,8 @@ from logstore.tiering.store import ObjectStore, RemoteObjectNotFoundError, Remot
 logger = logging.getLogger(__name__)
 
 DEFAULT_SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+# A read also peeks at the header of the batch after its last one: read that far ahead too.
+READ_AHEAD_SLACK_BYTES = 64 * 1024
 
 
 class RemoteSegmentLookup(Protocol):
@@ -88,11 +94,13 @@ class RemoteLogReader:
     """Serves fetches from remote segments on ``threads`` threads."""
 
     def __init__(self, store: ObjectStore, lookup: RemoteSegmentLookup,
-                 index_cache: RemoteIndexCache, chunk_cache: ChunkCache, threads: int) -> None:
+                 index_cache: RemoteIndexCache, chunk_cache: ChunkCache, threads: int,
+                 read_ahead: bool = False) -> None:
         self._store = store
         self._lookup = lookup
         self._indexes = index_cache
         self._chunks = chunk_cache
+        self._read_ahead_on = read_ahead
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="remote-reader")
 
     def submit(self, request: RemoteFetchRequest) -> Future[RemoteFetchResult]:
@@ -114,7 +122,9 @@ class RemoteLogReader:
         if segment is None:
             raise OffsetOutOfRangeError(f"{tp}: offset {offset} is in no remote segment")
         try:
-            return RemoteFetchResult(tp, self._read_segment(request, segment), segment)
+            batches, position = self._read_segment(request, segment)
+            self._read_ahead(segment, position, request.max_bytes)
+            return RemoteFetchResult(tp, batches, segment)
         except RemoteObjectNotFoundError as e:
             self._chunks.forget(segment_key(segment, SEGMENT_SUFFIX))
             if self._lookup.find_remote_segment(tp, offset) != segment:
@@ -125,25 +135,26 @@ class RemoteLogReader:
         except RemoteStorageError as e:
             raise RemoteStorageError(f"{tp}: offset {offset}: {e.message}") from e
 
-    def _read_segment(self, request: RemoteFetchRequest,
-                      segment: RemoteLogSegmentMetadata) -> list[StoredBatch]:
-        """As a local read: a corrupt batch after good ones ends the read early, and the next
-        read, which starts at it, raises."""
+    def _read_segment(self, request: RemoteFetchRequest, segment: RemoteLogSegmentMetadata
+                      ) -> tuple[list[StoredBatch], int]:
+        """The batches, and the position after the last one. As a local read: a corrupt
+        batch after good ones ends the read early, and the next read, which starts at it,
+        raises."""
         reading = _SegmentRead(self._store, self._chunks, request, segment)
         position, expected = self._indexes.locate(segment, request.offset) or (
             reading.data_start(), segment.base_offset)
         batches: list[StoredBatch] = []
         try:
-            self._collect(reading, request, segment, position, expected, batches)
+            position = self._collect(reading, request, segment, position, expected, batches)
         except CorruptRecordError:
             if not batches:
                 raise
-        return batches
+        return batches, position
 
     @staticmethod
     def _collect(reading: _SegmentRead, request: RemoteFetchRequest,
                  segment: RemoteLogSegmentMetadata, position: int, expected: int,
-                 batches: list[StoredBatch]) -> None:
+                 batches: list[StoredBatch]) -> int:
         limit = segment.next_offset if request.max_offset is None else min(
             request.max_offset, segment.next_offset)
         budget, first = request.max_bytes, True
@@ -151,13 +162,44 @@ class RemoteLogReader:
             header = reading.header_at(position, expected, exact=first)
             first, expected = False, header.next_offset
             if header.base_offset >= limit:
-                return
+                break
             if header.next_offset > request.offset:
                 if header.batch_size > budget and (batches or not request.min_one):
-                    return
+                    break
                 batches.append(reading.batch_at(position, header))
                 budget -= header.batch_size
             position += header.batch_size
+        return position
+
+    def _read_ahead(self, segment: RemoteLogSegmentMetadata, position: int,
+                    max_bytes: int) -> None:
+        """Fetch what a consumer's next read will want (the next ``max_bytes`` from
+        ``position`` and the header after them; when that runs past the segment's end, the
+        next segment's index and first bytes) into the caches on the pool, so object-store
+        reads overlap the time the broker spends sending this read. Errors are left to the
+        read that needs the bytes."""
+        if not self._read_ahead_on:
+            return
+        end = min(position + max_bytes + READ_AHEAD_SLACK_BYTES, segment.size_bytes)
+        if end > position:
+            self._pool.submit(self._prefetch, segment, position, end).add_done_callback(_quiet)
+        if position + max_bytes <= segment.size_bytes:
+            return
+        tp = TopicPartition(segment.partition.topic, segment.partition.partition)
+        try:
+            following = self._lookup.find_remote_segment(tp, segment.next_offset)
+        except ApiError:
+            return
+        if following is not None and following.base_offset > segment.base_offset:
+            self._pool.submit(self._prefetch, following, 0, min(max_bytes, following.size_bytes),
+                              True).add_done_callback(_quiet)
+
+    def _prefetch(self, segment: RemoteLogSegmentMetadata, start: int, end: int,
+                  index: bool = False) -> None:
+        if index:
+            self._indexes.locate(segment, segment.base_offset)
+        self._chunks.read(self._store, segment_key(segment, SEGMENT_SUFFIX), segment.size_bytes,
+                          start, end)
 
 
 def scan_segment(store: ObjectStore, segment: RemoteLogSegmentMetadata, start_offset: int,
@@ -190,6 +232,12 @@ def scan_segment(store: ObjectStore, segment: RemoteLogSegmentMetadata, start_of
                                  ) from e
 
 
+def _quiet(future: Future[None]) -> None:
+    """A read-ahead's outcome is not needed; its failure shows in the read that needs it."""
+    if not future.cancelled() and future.exception() is not None:
+        logger.debug("read-ahead failed: %s", future.exception())
+
+
 class _SegmentRead:
     """One request's reads of one remote segment object, with its error context."""
 
@@ -201,7 +249,7 @@ class _SegmentRead:
         self._segment = segment
         self._key = segment_key(segment, SEGMENT_SUFFIX)
 
-    def _bytes(self, start: int, end: int) -> bytes:
+    def _bytes(self, start: int, end: int) -> memoryview:
         data = self._chunks.read(self._store, self._key, self._segment.size_bytes, start, end)
         if len(data) < min(end, self._segment.size_bytes) - start:
             self._chunks.forget(self._key)

@@ -12,7 +12,7 @@ One task run, in order:
 1. (first run of a leadership) read the partition's entries; FINISHED segments outside the
    leader's epoch lineage are deleted, the rest are readable;
 2. copy candidates oldest first: COPY_SEGMENT_STARTED entry, every file under a fresh segment
-   id, COPY_SEGMENT_FINISHED entry. On failure the objects uploaded so far are deleted, the
+   id (uploaded concurrently), COPY_SEGMENT_FINISHED entry. On failure the objects uploaded so far are deleted, the
    entry is taken to DELETE_SEGMENT_FINISHED if possible, and the task retries with backoff;
    nothing local is deleted;
 3. delete local segments that are copied and past local retention;
@@ -39,6 +39,7 @@ import math
 import threading
 import uuid
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -67,6 +68,7 @@ logger = logging.getLogger(__name__)
 
 S = RemoteLogSegmentState
 DEFAULT_ORPHAN_GRACE_MS = 15 * 60_000
+UPLOAD_THREADS = 8  # the files of one segment go up together (at most 7 of them)
 
 
 class RemoteLogMetadataStore(Protocol):
@@ -184,6 +186,8 @@ class RemoteLogManager:
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
+        self._uploads = ThreadPoolExecutor(max_workers=UPLOAD_THREADS,
+                                           thread_name_prefix="remote-upload")
 
     # -- leadership ------------------------------------------------------------------------
 
@@ -271,6 +275,7 @@ class RemoteLogManager:
             for task in self._tasks.values():
                 task.stopped = True
             self._tasks.clear()
+        self._uploads.shutdown(wait=True, cancel_futures=True)
 
     def _loop(self) -> None:
         while not self._closing.is_set():
@@ -419,15 +424,24 @@ class RemoteLogManager:
 
     def _upload(self, task: _Task, started: RemoteLogSegmentMetadata, segment: LocalSegment,
                 uploaded: list[str]) -> None:
-        for suffix, path in task.log.segment_files(segment).items():
-            if task.stopped:
-                raise _Stopped()
-            key = segment_key(started, suffix)
-            uploaded.append(key)
-            self._limiter.spend(self._store.put_file(key, path))
-        key = segment_key(started, EPOCH_CHECKPOINT_SUFFIX)
-        uploaded.append(key)
-        self._store.put_bytes(key, epoch_checkpoint(started.segment_leader_epochs))
+        """Every file of the segment at once (the sidecars' requests hide behind the segment
+        file's); ``uploaded`` gets every key first, so a failure cleans them all up."""
+        if task.stopped:
+            raise _Stopped()
+        files = {segment_key(started, suffix): path
+                 for suffix, path in task.log.segment_files(segment).items()}
+        checkpoint = segment_key(started, EPOCH_CHECKPOINT_SUFFIX)
+        uploaded += [*files, checkpoint]
+        lineage = epoch_checkpoint(started.segment_leader_epochs)
+        futures = [self._uploads.submit(self._store.put_file, key, path)
+                   for key, path in files.items()]
+        futures.append(self._uploads.submit(self._put_bytes, checkpoint, lineage))
+        wait(futures)
+        self._limiter.spend(sum(f.result() for f in futures))  # the first failure raises
+
+    def _put_bytes(self, key: str, data: bytes) -> int:
+        self._store.put_bytes(key, data)
+        return len(data)
 
     def _abandon_copy(self, task: _Task, started: RemoteLogSegmentMetadata,
                       uploaded: list[str], error: BaseException) -> None:

@@ -182,3 +182,19 @@ def test_reads_of_other_partitions_are_refused_as_out_of_range(tmp_path: Path) -
     with pytest.raises(OffsetOutOfRangeError, match="orders-1: offset 0"):
         reader.read(RemoteFetchRequest(TopicPartition("orders", 1), 0, 100))
     reader.close()
+
+
+def test_read_ahead_fetches_the_next_read_into_the_cache(tmp_path: Path) -> None:
+    """Goal: with read-ahead (as the broker runs the reader), a consumer's next forward read
+    of a segment finds its bytes cached. Method: small chunks; read the first batches of a
+    segment; wait until the pool has done the read-ahead; the next read from where the first
+    ended fetches nothing from the store."""
+    t = _copied(tmp_path)
+    reader = RemoteLogReader(t.store, t.rlm, RemoteIndexCache(t.root / "ic", 1 << 20, t.store),
+                             ChunkCache(1 << 20, 256), 1, read_ahead=True)
+    first = reader.read(RemoteFetchRequest(TP, 0, 1500))  # one ~1.3 KB batch
+    reader.submit(RemoteFetchRequest(TP, 0, 1)).result(30)  # after the read-ahead (one thread)
+    before = t.store.bytes_read
+    second = reader.read(RemoteFetchRequest(TP, first.batches[-1].header.next_offset, 1500))
+    assert second.batches and t.store.bytes_read == before
+    reader.close()
