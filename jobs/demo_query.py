@@ -4,13 +4,16 @@
 ``logstore.demo_steps`` (pyproject.toml), so the core demo never imports this edge.
 
 Owns: one batch query over a topic (rows and value bytes per partition) and its timing, and the
-demo step around it: a local[2] session (one given, or its own, stopped afterwards), a cold run
-and a timed warm run, and the per-partition table. Must not: start brokers or write data.
+demo steps around it: a local[2] session (one given, or its own, stopped afterwards), a cold run
+and a timed warm run, and the per-partition table; ``SparkRemoteStep`` (entry point
+``spark_remote``) runs it with ``readMode=remote`` over the remote-only range of the demo's
+tiered topic. Must not: start brokers or write data.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import time
 from dataclasses import dataclass
 from typing import IO, Any
@@ -26,13 +29,14 @@ class QueryResult:
     table: str  # the per-partition result, as Spark's show() prints it
 
 
-def count_topic(spark: Any, bootstrap: str, topic: str) -> QueryResult:
-    """``count`` and ``sum(length(key) + length(value))`` per partition, earliest to latest."""
+def count_topic(spark: Any, bootstrap: str, topic: str, **options: str) -> QueryResult:
+    """``count`` and ``sum(length(key) + length(value))`` per partition, earliest to latest
+    (or as ``options`` say)."""
     from pyspark.sql import functions as F
 
     began = time.perf_counter()
     df = (spark.read.format("logstore").option("bootstrap.servers", bootstrap)
-          .option("subscribe", topic).load())
+          .option("subscribe", topic).options(**options).load())
     per_partition = (df.groupBy("partition")
                      .agg(F.count("*").alias("records"),
                           F.sum(F.coalesce(F.length("key"), F.lit(0))
@@ -55,6 +59,8 @@ class SparkStep:
     runs twice and the second, warm run is the phase's time."""
 
     reads_as = "read by Spark"
+    phase = "spark read (format logstore)"
+    title = "spark.read.format('logstore') over the demo topic"
 
     def __init__(self, spark: Any = None) -> None:
         if spark is None and importlib.util.find_spec("pyspark") is None:
@@ -65,12 +71,12 @@ class SparkStep:
     def run(self, bootstrap: str, topic: str, expected: int, out: IO[str]) -> Phase:
         from jobs.session import local_session
 
-        print("\nspark.read.format('logstore') over the demo topic (starting local[2] Spark)...",
-              file=out, flush=True)
+        print(f"\n{self.title} (starting local[2] Spark)...", file=out, flush=True)
         session = local_session("logstore-demo") if self._spark is None else self._spark
         try:
-            cold = count_topic(session, bootstrap, topic)  # pays Python-worker start-up
-            result = count_topic(session, bootstrap, topic)
+            options = self.options(bootstrap, topic)
+            cold = count_topic(session, bootstrap, topic, **options)  # pays worker start-up
+            result = count_topic(session, bootstrap, topic, **options)
         finally:
             if self._spark is None:
                 session.stop()
@@ -80,5 +86,26 @@ class SparkStep:
               file=out, flush=True)
         if result.rows != expected:
             print(f"FAILED: Spark read {result.rows:,} records, expected {expected:,}", file=out)
-        return Phase("spark read (format logstore)", result.rows, result.payload_bytes,
-                     result.seconds)
+        return Phase(self.phase, result.rows, result.payload_bytes, result.seconds)
+
+    def options(self, bootstrap: str, topic: str) -> dict[str, str]:
+        return {}
+
+
+class SparkRemoteStep(SparkStep):
+    """The same query with ``readMode=remote`` over the part of a tiered topic that only the
+    remote tier holds (up to each partition's local log start offset): executors read the
+    segments from object storage themselves, never through the broker."""
+
+    reads_as = "by Spark straight from object storage"
+    phase = "spark read (remote tier)"
+    title = "spark.read.format('logstore').option('readMode', 'remote') over the tiered topic"
+
+    def options(self, bootstrap: str, topic: str) -> dict[str, str]:
+        from logstore import Admin
+
+        with Admin(bootstrap) as admin:
+            parts = admin.describe_topics([topic], include_log_tiers=True)[0].partitions
+        ends = {str(p.partition): p.log_tiers.local_log_start_offset if p.log_tiers else 0
+                for p in parts}
+        return {"readMode": "remote", "endingOffsets": json.dumps({topic: ends})}

@@ -25,12 +25,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from logstore.demo_tiered import RemoteStore
 
 TOPIC = "demo"
 PARTITIONS = 4
@@ -77,37 +80,57 @@ def load_step(name: str) -> DemoStep | None:
 
 
 def run_demo(records: int = 1_000_000, per_record: int = 100_000,
-             out: IO[str] | None = None, steps: Sequence[DemoStep] = ()) -> int:
-    """Run every phase against an embedded broker, then each of ``steps``; 0 when every
-    record came back, through the consumer and through each step."""
+             out: IO[str] | None = None, steps: Sequence[DemoStep] = (),
+             tier_steps: Sequence[DemoStep] = (), tiered: bool = True) -> int:
+    """Run every phase against an embedded broker, then each of ``steps``; then (``tiered``)
+    the tiered phases and each of ``tier_steps`` on the remote-only range of the tiered
+    topic; 0 when every record came back, through the consumer and through each step."""
+    from logstore.demo_tiered import TIERED_MIN_RECORDS, TIERED_TOPIC, remote_store, run_tiered
+
     out = out or sys.stdout
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     expected = records + per_record
-    with tempfile.TemporaryDirectory(prefix="logstore-demo-") as tmp, _embedded_broker(tmp) as port:
+    with tempfile.TemporaryDirectory(prefix="logstore-demo-") as tmp, \
+            remote_store(tmp, tiered) as remote, _embedded_broker(tmp, remote) as port:
         bootstrap = f"127.0.0.1:{port}"
         print(f"demo broker on {bootstrap}, data in {tmp}", file=out, flush=True)
         _create_topic(bootstrap)
         phases = [_produce_columnar(bootstrap, records), _produce_per_record(bootstrap, per_record)]
-        checked = [_consume_all(bootstrap, expected)]
-        checked += [step.run(bootstrap, TOPIC, expected, out) for step in steps]
-    _print_summary(phases + checked, out)
-    wrong = [p for p in checked if p.records != expected]
+        checked = [(_consume_all(bootstrap, expected), expected)]
+        checked += [(step.run(bootstrap, TOPIC, expected, out), expected) for step in steps]
+        tier_report = ""
+        if remote is not None:
+            print(f"\ntiered topic '{TIERED_TOPIC}' copied to {remote.describe}", file=out,
+                  flush=True)
+            tier_phases, remote_checked = run_tiered(
+                bootstrap, max(records // 5, TIERED_MIN_RECORDS), tier_steps, out)
+            phases += tier_phases
+            checked += remote_checked
+            tier_report = (f"; {remote_checked[0][1]:,} records read back from the remote "
+                           "tier by a consumer" + "".join(f" and {s.reads_as}"
+                                                          for s in tier_steps))
+    _print_summary(phases + [p for p, _ in checked], out)
+    wrong = [(p, n) for p, n in checked if p.records != n]
     if wrong:
-        print(f"FAILED: produced {expected:,} records but {wrong[0].name} read "
-              f"{wrong[0].records:,}", file=out, flush=True)
+        print(f"FAILED: {wrong[0][0].name} read {wrong[0][0].records:,} records, expected "
+              f"{wrong[0][1]:,}", file=out, flush=True)
         return 1
     print(f"OK: all {expected:,} records consumed back"
-          f"{''.join(f' and {step.reads_as}' for step in steps)}", file=out, flush=True)
+          f"{''.join(f' and {step.reads_as}' for step in steps)}{tier_report}", file=out,
+          flush=True)
     return 0
 
 
 @contextmanager
-def _embedded_broker(data_dir: str) -> Iterator[int]:
+def _embedded_broker(data_dir: str, remote: RemoteStore | None = None) -> Iterator[int]:
     from logstore.config import BrokerConfig
     from logstore.main import build_broker
 
+    tiering: dict[str, Any] = {} if remote is None else {
+        "remote_storage_uri": remote.url, "remote_storage_options": remote.options,
+        "remote_log_manager_task_interval_ms": 200}
     broker = build_broker(BrokerConfig(broker_id=0, listener="127.0.0.1:0",
-                                       log_dirs=(data_dir,)))
+                                       log_dirs=(data_dir,), **tiering))
     broker.start()
     serving = threading.Thread(target=broker.serve, name="demo-broker", daemon=True)
     serving.start()

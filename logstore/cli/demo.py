@@ -8,9 +8,12 @@ starts. Must not: hold the demo itself (``logstore.demo``) or import the step's 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from logstore.cli.arguments import non_negative
+
+if TYPE_CHECKING:
+    from logstore.demo import DemoStep
 
 
 def register(commands: Any) -> None:
@@ -20,19 +23,27 @@ def register(commands: Any) -> None:
     demo.add_argument("--per-record", type=non_negative, default=100_000,
                       help="records produced one send() at a time (default 100000)")
     demo.add_argument("--no-spark", action="store_true",
-                      help="skip the final spark.read.format('logstore') query")
+                      help="skip the final spark.read.format('logstore') queries")
+    demo.add_argument("--no-tiering", action="store_true",
+                      help="skip the tiered topic (copied to S3 on moto, or a file:// dir)")
     demo.set_defaults(run=_cmd_demo)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from logstore.demo import DEMO_STEPS_GROUP, DemoStep, load_step, run_demo
+    from logstore.demo import run_demo
 
-    steps: list[DemoStep] = []
-    if not args.no_spark:
-        step = load_step("spark")
-        if step is None:
-            raise ValueError(f"the installed logstore declares no demo step 'spark' (entry point "
-                             f"group {DEMO_STEPS_GROUP}): reinstall it (make install, or pip "
-                             "install -e '.[spark]'), or run logstore demo --no-spark")
-        steps.append(step)
-    return run_demo(records=args.records, per_record=args.per_record, steps=steps)
+    steps = [] if args.no_spark else [_step("spark")]
+    tier_steps = [] if args.no_spark or args.no_tiering else [_step("spark_remote")]
+    return run_demo(records=args.records, per_record=args.per_record, steps=steps,
+                    tier_steps=tier_steps, tiered=not args.no_tiering)
+
+
+def _step(name: str) -> DemoStep:
+    from logstore.demo import DEMO_STEPS_GROUP, load_step
+
+    step = load_step(name)
+    if step is None:
+        raise ValueError(f"the installed logstore declares no demo step {name!r} (entry point "
+                         f"group {DEMO_STEPS_GROUP}): reinstall it (make install, or pip "
+                         "install -e '.[spark]'), or run logstore demo --no-spark")
+    return step

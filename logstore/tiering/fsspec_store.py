@@ -119,6 +119,11 @@ class FsspecObjectStore:
         # memory:// registers a file as soon as it is opened (outside fsspec transactions).
         return "memory" in self._fs.protocol
 
+    def ensure_root(self) -> None:
+        """Create the store's root if it is missing (an S3 bucket, a local directory); for
+        demos and tests, since a production bucket is provisioned by its owner."""
+        self._call("creation of the root", "", self._fs.makedirs, self._root, exist_ok=True)
+
     def put_bytes(self, key: str, data: bytes) -> None:
         self._call("upload", key, self._fs.pipe_file, self._path(key), data)
 
