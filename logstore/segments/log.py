@@ -542,21 +542,14 @@ class Log:
         with self._lock:
             if self._closed:
                 return [], self._flusher.generation
-            chosen = []
-            segments = self._state.segments
-            for seg, following in zip(segments, segments[1:], strict=False):
-                if seg.max_timestamp > horizon or following.base_offset > self._last_stable_offset:
-                    break
+            chosen = self._state.sealed_below(self._last_stable_offset, horizon)
+            for seg in chosen:
                 seg.acquire()
-                chosen.append(seg)
             return chosen, self._flusher.generation
 
     def dirty_ratio(self) -> float:
         """Share of the sealed bytes at or after ``cleaned_until`` (not compacted yet)."""
-        sealed = self._state.segments[:-1]
-        total = sum(s.size - s.data_start for s in sealed)
-        dirty = sum(s.size - s.data_start for s in sealed if s.base_offset >= self.cleaned_until)
-        return dirty / total if total else 0.0
+        return self._state.dirty_ratio(self.cleaned_until)
 
     def swap_cleaned_segment(self, old: LogSegment, new: LogSegment, generation: int,
                              commit: Callable[[LogSegment, LogSegment], None]) -> bool:
@@ -577,14 +570,7 @@ class Log:
 
     def segments_info(self) -> list[dict[str, Any]]:
         """base_offset, next_offset, size_bytes, path, sealed and max_timestamp per segment."""
-        segments = self._state.segments
-        infos = []
-        for seg, following in zip(segments, segments[1:] + (None,), strict=True):
-            next_offset = self._log_end_offset if following is None else following.base_offset
-            infos.append({"base_offset": seg.base_offset, "next_offset": next_offset,
-                          "size_bytes": seg.size, "path": seg.path, "sealed": following is not None,
-                          "max_timestamp": seg.max_timestamp})
-        return infos
+        return self._state.info(self._log_end_offset)
 
     def close(self) -> None:
         """Flush, seal the active segment's indexes, snapshot producer state, close files."""

@@ -15,6 +15,7 @@ import logging
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +53,33 @@ class SegmentList:
         """The aborted transactions overlapping [start, end), in marker order."""
         return collect_aborted((s.txn_index.entries() for s in self.from_offset(start)),
                                start, end)
+
+    def sealed_below(self, offset: int, max_timestamp: int) -> list[LogSegment]:
+        """The oldest sealed segments lying wholly below ``offset`` whose records are all
+        stamped at or before ``max_timestamp``."""
+        chosen = []
+        for seg, following in zip(self.segments, self.segments[1:], strict=False):
+            if seg.max_timestamp > max_timestamp or following.base_offset > offset:
+                break
+            chosen.append(seg)
+        return chosen
+
+    def dirty_ratio(self, cleaned_until: int) -> float:
+        """Share of the sealed bytes at or after ``cleaned_until``."""
+        sealed = self.segments[:-1]
+        total = sum(s.size - s.data_start for s in sealed)
+        dirty = sum(s.size - s.data_start for s in sealed if s.base_offset >= cleaned_until)
+        return dirty / total if total else 0.0
+
+    def info(self, log_end_offset: int) -> list[dict[str, Any]]:
+        """base_offset, next_offset, size_bytes, path, sealed and max_timestamp per segment."""
+        infos = []
+        for seg, following in zip(self.segments, self.segments[1:] + (None,), strict=True):
+            next_offset = log_end_offset if following is None else following.base_offset
+            infos.append({"base_offset": seg.base_offset, "next_offset": next_offset,
+                          "size_bytes": seg.size, "path": seg.path, "sealed": following is not None,
+                          "max_timestamp": seg.max_timestamp})
+        return infos
 
 
 def read_log(state: SegmentList, offset: int, max_bytes: int, limit: int, min_one: bool,
