@@ -15,7 +15,9 @@ Rules (``check``), for a leader batch of producer ``pid`` with ``epoch``, sequen
 - ``epoch`` below the producer's epoch: InvalidProducerEpochError;
 - ``epoch`` above it: the sequence must start at 0, else OutOfOrderSequenceError;
 - same epoch: a batch equal to one of the last five is a duplicate (the original metadata is
-  returned and nothing is written); otherwise ``first`` must follow the last sequence;
+  returned and nothing is written); otherwise ``first`` must follow the last sequence, if one
+  is known (as in Kafka, a producer whose epoch only a marker wrote, or whose batches
+  retention took, may go on from any sequence);
 - a non-transactional batch from a producer with an open transaction: InvalidTxnStateError.
 
 Transactions (``update``): a transactional batch of a producer with no open transaction opens
@@ -168,9 +170,9 @@ class ProducerStateManager:
             return None
         duplicate = entry.find_duplicate(base_sequence, last_sequence(base_sequence,
                                                                       record_count - 1))
-        if duplicate is not None:
+        if duplicate is not None or entry.last_seq is None:
             return duplicate
-        expected = 0 if entry.last_seq is None else (entry.last_seq + 1) % SEQUENCE_MODULUS
+        expected = (entry.last_seq + 1) % SEQUENCE_MODULUS
         if base_sequence != expected:
             raise OutOfOrderSequenceError(
                 f"{self.tp}: producer {producer_id} epoch {epoch} sent sequence {base_sequence}, "
