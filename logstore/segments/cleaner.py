@@ -16,7 +16,10 @@ Rules:
 - transactions (txn_cleaning.py): batches of aborted transactions are removed whole; a marker
   is dropped once no batch of its transaction is left and it is older than
   ``now - delete_retention_ms``; an aborted-transaction index entry stays exactly as long as
-  data of its transaction may be in the log;
+  data of its transaction may be in the log. Before a cleaned segment that drops markers is
+  swapped in, the producer snapshots at or below the last dropped marker are deleted: such a
+  snapshot may hold that marker's transaction open, and a reload from it would then find no
+  marker to close it (a hanging transaction pinning the LSO forever);
 - records keep their offsets: a batch with gaps sets FLAG_HAS_OFFSET_DELTAS; its header keeps
   the producer fields, and its last offset (base_sequence is shifted with the base offset so
   that the producer's last sequence is unchanged); batches left empty are dropped; untouched
@@ -36,7 +39,7 @@ import logging
 import os
 from dataclasses import dataclass, fields, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -100,7 +103,10 @@ def compact_log(log: Log, now_ms: int) -> CompactionStats:
         latest = latest_offsets(log, segments, aborted)
         stats, txns = CompactionStats(), CleanedTxnState(aborted)
         for seg in segments:
-            cleaned, seg_stats = clean_segment(log, seg, latest, now_ms, txns)
+            cleaned, seg_stats, last_dropped_marker = clean_segment(log, seg, latest, now_ms,
+                                                                    txns)
+            if last_dropped_marker is not None:
+                log.producer_state.delete_snapshots_through(last_dropped_marker)
             if not log.swap_cleaned_segment(seg, cleaned, generation, commit_swap):
                 logger.info("%s: log changed during compaction; discarding %s", tp, cleaned.path)
                 cleaned.delete()
@@ -173,8 +179,14 @@ class _CleanedBatch:
     txn_index_entry: TxnIndexEntry | None = None
 
 
+class CleanedSegment(NamedTuple):
+    segment: LogSegment  # the X.arrow.cleaned copy, sealed and fsynced
+    stats: CompactionStats
+    last_dropped_marker: int | None  # offset of the last transaction marker it dropped
+
+
 def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
-                  txns: CleanedTxnState) -> tuple[LogSegment, CompactionStats]:
+                  txns: CleanedTxnState) -> CleanedSegment:
     """Write the cleaned copy of ``seg`` as ``X.arrow.cleaned`` with its indexes (indexed,
     sealed, fsynced). ``txns`` carries the transaction state from the previous segments."""
     config = log.config
@@ -182,8 +194,11 @@ def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
                             config.segment_index_bytes, suffix=CLEANED_SUFFIX)
     horizon = now_ms - config.delete_retention_ms
     stats = CompactionStats(segments_cleaned=1, bytes_before=seg.size)
+    last_dropped_marker = None
     for batch in segment_batches(seg):
         cleaned = _clean_any_batch(log, batch, latest, horizon, txns)
+        if cleaned.markers_dropped:
+            last_dropped_marker = batch.header.base_offset
         kept = 0
         if cleaned.header is not None and cleaned.data is not None:
             out.append(cleaned.data, cleaned.header, config.index_interval_bytes, now_ms)
@@ -198,7 +213,8 @@ def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
     out.seal()
     out.fsync()
     out.dirty = False
-    return out, stats + CompactionStats(bytes_after=out.size)
+    return CleanedSegment(out, stats + CompactionStats(bytes_after=out.size),
+                          last_dropped_marker)
 
 
 def _clean_any_batch(log: Log, batch: StoredBatch, latest: np.ndarray, horizon: int,

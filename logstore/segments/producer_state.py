@@ -46,7 +46,13 @@ from logstore.errors import (
     OutOfOrderSequenceError,
 )
 from logstore.records import FLAG_LOG_APPEND_TIME, BatchHeader, ControlType, EndTxnMarker
-from logstore.segments.format import SNAPSHOT_SUFFIX, atomic_write, file_name, parse_file_name
+from logstore.segments.format import (
+    SNAPSHOT_SUFFIX,
+    atomic_write,
+    file_name,
+    fsync_dir,
+    parse_file_name,
+)
 from logstore.segments.txn_index import TxnIndexEntry
 
 logger = logging.getLogger(__name__)
@@ -291,6 +297,16 @@ class ProducerStateManager:
         for found in self.snapshot_offsets():
             if found > offset:
                 self._path(found).unlink(missing_ok=True)
+
+    def delete_snapshots_through(self, offset: int) -> None:
+        """Durably delete the snapshots at or below ``offset``. The cleaner calls it before it
+        drops a transaction marker at ``offset``: such a snapshot may hold that transaction
+        open, and nothing after it would close it any more."""
+        doomed = [found for found in self.snapshot_offsets() if found <= offset]
+        for found in doomed:
+            self._path(found).unlink(missing_ok=True)
+        if doomed:
+            fsync_dir(self.dir)
 
     def delete_all_snapshots(self) -> None:
         self.delete_snapshots_above(-1)

@@ -166,7 +166,7 @@ def test_interrupted_swap_installs_the_cleaned_txn_index(tmp_path: Path) -> None
     seg = log._state.segments[0]
     aborted = log.collect_aborted_transactions(0, seg.next_offset)
     latest = latest_offsets(log, [seg], aborted)
-    cleaned, _ = clean_segment(log, seg, latest, clock.time_ms(), CleanedTxnState(aborted))
+    cleaned = clean_segment(log, seg, latest, clock.time_ms(), CleanedTxnState(aborted)).segment
     assert len(cleaned.txn_index) == 0           # this pass drops the entry
     os.replace(cleaned.path, seg.path.with_name(seg.path.name + fmt.SWAP_SUFFIX))
     abandon(log)
@@ -176,3 +176,31 @@ def test_interrupted_swap_installs_the_cleaned_txn_index(tmp_path: Path) -> None
     assert index_entries(log) == []
     log.update_high_watermark(log.log_end_offset)
     assert committed(log) == [(0, b"a"), (6, b"c"), (7, b"d")]
+
+
+def test_dropping_a_marker_deletes_the_snapshots_that_hold_its_transaction_open(
+        tmp_path: Path) -> None:
+    """Goal: once compaction drops a COMMIT marker, no reload can start from a producer
+    snapshot taken inside that transaction (it would find the transaction open and no marker
+    to end it: a hanging transaction pinning the LSO). Method: a transaction across a roll
+    (snapshot at 1 holds it open), its record shadowed; two compaction passes drop its data
+    then its marker; reopen unclean from a recovery point that would load that snapshot."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, cleanup_policy="compact", delete_retention_ms=RETENTION_MS)
+    p = Producer(log, 1)
+    p.send([b"k"])                                           # 0: the transaction opens
+    log.roll()                                               # snapshot at 1: open since 0
+    p.end(COMMIT)                                            # 1
+    log.append_as_leader(make_batch([b"k"], clock=clock))    # 2 shadows offset 0
+    log.roll()                                               # snapshot at 3
+    log.update_high_watermark(log.log_end_offset)
+    assert log.producer_state.snapshot_offsets() == [1, 3]
+    assert log.compact().markers_dropped == 0               # the data goes, the marker stays
+    later = clock.time_ms() + RETENTION_MS + 1
+    assert log.compact(now_ms=later).markers_dropped == 1
+    assert log.producer_state.snapshot_offsets() == [3]
+    abandon(log)
+    log = reopen(log, clock, clean=False, recovery_point=1)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.producer_state.open_transactions == {}
+    assert log.last_stable_offset == log.log_end_offset == 3
