@@ -2,7 +2,7 @@
 
 Goal: under any interleaving of transactional appends by several producers, commits, aborts
 (with and without an open transaction), non-transactional appends, epoch bumps, rolls, high
-watermark moves, flushes, truncations, retention and clean or unclean restarts:
+watermark moves, flushes, truncations, retention, compaction and clean or unclean restarts:
 - LSO <= HW, and the LSO is the first offset of the earliest transaction that is open or whose
   marker the HW has not passed (as far as the reloaded producer state can know), else the HW;
 - read_committed below the LSO, filtered as a client does (per fetch response, with and without
@@ -10,7 +10,10 @@ watermark moves, flushes, truncations, retention and clean or unclean restarts:
   every committed and non-transactional record exactly once, in offset order; so does the file
   reader given the LSO;
 - the aborted-transaction indexes hold exactly the aborted transactions with data whose markers
-  are in the log, each in the segment holding its marker.
+  are in the log, each in the segment holding its marker;
+- compaction (keys are unique, so only transactions give it work) removes nothing at or after
+  the LSO, no data but that of aborted transactions, and no marker whose transaction still has
+  data; later restarts replay the compacted log to the same state.
 Method: a hypothesis rule-based state machine over a real log directory with tiny segments;
 the invariants are checked after every step. Hypothesis prints the failing steps.
 """
@@ -37,7 +40,8 @@ from logstore.records import DEFAULT_SCHEMA, FLAG_TRANSACTIONAL
 from logstore.segments.log import Log
 
 CONFIG = TopicConfig(segment_bytes=3_000, index_interval_bytes=700, segment_index_bytes=48,
-                     retention_ms=5_000)
+                     retention_ms=5_000, cleanup_policy="compact,delete",
+                     delete_retention_ms=1_000)
 PRODUCERS = st.sampled_from([1, 2, 3])
 
 
@@ -51,6 +55,7 @@ class Txn:
     # from which first offset: a reload knows only those completed after its snapshot (_reloaded)
     tracked: bool = True
     tracked_first: int = 0
+    marker_gone: bool = False  # compaction dropped the marker
 
 
 @dataclass
@@ -59,6 +64,7 @@ class Batch:
     keys: list[bytes]
     txn: int | None = None      # index into TxnLogModel.txns, for transactional data
     control: bool = False
+    closes: int | None = None   # for a marker: the transaction it closed, if any
 
     @property
     def next(self) -> int:
@@ -131,7 +137,7 @@ class TxnLogModel(RuleBasedStateMachine):
         p = self.producers[pid]
         info = self.log.append_control_marker(pid, p.epoch, COMMIT if commit else ABORT, 0)
         assert info.first_offset == self.leo
-        self.batches.append(Batch(self.leo, [b"marker"], control=True))
+        self.batches.append(Batch(self.leo, [b"marker"], control=True, closes=p.open_txn))
         if p.open_txn is not None:
             txn = self.txns[p.open_txn]
             txn.marker, txn.aborted = self.leo, not commit
@@ -197,6 +203,24 @@ class TxnLogModel(RuleBasedStateMachine):
         self.log_start = self.log.log_start_offset
         self.hw = max(self.hw, self.log_start)
         self.batches = [b for b in self.batches if b.base >= self.log_start]
+
+    @rule()
+    def compact(self) -> None:
+        lso = self.log.last_stable_offset
+        self.log.compact()
+        left = {b.header.base_offset
+                for b in self.log.read(self.log_start, 1 << 30).batches}
+        gone = [b for b in self.batches if b.base not in left]
+        self.batches = [b for b in self.batches if b.base in left]
+        data_left = {b.txn for b in self.batches if b.txn is not None}
+        for b in gone:
+            assert b.next <= lso, f"compaction removed offset {b.base} at/after the LSO {lso}"
+            if b.control:
+                assert b.closes not in data_left, f"marker {b.base} dropped before its data"
+                if b.closes is not None:
+                    self.txns[b.closes].marker_gone = True
+            else:
+                assert b.txn is not None and self.txns[b.txn].aborted, f"removed {b.base}"
 
     @rule(clean=st.booleans())
     def restart(self, clean: bool) -> None:
@@ -287,6 +311,9 @@ class TxnLogModel(RuleBasedStateMachine):
         got = {(pid, last): first for pid, first, last in index_entries(self.log)}
         for i, txn in enumerate(self.txns):
             if not txn.aborted or txn.marker is None or txn.marker < first_base:
+                continue
+            if txn.marker_gone:
+                assert (txn.producer_id, txn.marker) not in got
                 continue
             found = got.pop((txn.producer_id, txn.marker), None)
             if i in data:
