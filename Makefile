@@ -1,6 +1,8 @@
 # make demo / make test work on a fresh machine with Python 3.11+ and Java 17: both create
-# .venv and install the package with its test extra first. The install is redone only when
-# pyproject.toml changes (the stamp file .venv/.installed is older than it).
+# .venv and install the package with every extra first (test; spark: pyspark, which also ships
+# the ZooKeeper jar the tests run; tiering: fsspec/s3fs); the broker alone needs none of them.
+# The install is redone only when pyproject.toml changes (the stamp file .venv/.installed is
+# older than it).
 
 SHELL := bash
 BOOT_PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
@@ -23,7 +25,7 @@ $(PY):
 install: $(STAMP)
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --config-settings editable_mode=compat -e '.[test]'
+	$(PY) -m pip install --config-settings editable_mode=compat -e '.[test,spark,tiering]'
 	touch $(STAMP)
 
 demo: install
@@ -33,8 +35,10 @@ demo: install
 test: install
 	PYSPARK_PYTHON="$(abspath $(PY))" $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
+# ruff over everything; mypy --strict over the core and the Spark source (the typed layers).
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy --strict logstore datasource
 
 bench: install
 	$(PY) benchmarks/produce_consume.py $(BENCH_ARGS)

@@ -31,11 +31,11 @@ from typing import Any
 
 import orjson
 
-from logstore.errors import InvalidTopicError
+from logstore.errors import InvalidTopicError, LogstoreError
 from logstore.model import EARLIEST, LATEST, TopicPartition, validate_topic_name
 
 
-class OptionError(ValueError):
+class OptionError(LogstoreError, ValueError):
     """A bad ``logstore`` source or sink option; the message names the option."""
 
 

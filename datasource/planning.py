@@ -17,22 +17,34 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 import pyarrow as pa
 
 from datasource.options import OffsetSpec, OptionError, ReadOptions, Subscription
 from logstore.client.metadata import ClusterMetadata
-from logstore.errors import ApiError, UnknownTopicOrPartitionError
+from logstore.errors import ApiError, LogstoreError, UnknownTopicOrPartitionError
+from logstore.messages.log import (
+    AwaitHighWatermarksRequest,
+    DescribeLogDirsRequest,
+    ListOffsetsPartition,
+    ListOffsetsPartitionResult,
+    ListOffsetsRequest,
+    LogDirPartition,
+    PartitionPosition,
+)
 from logstore.model import EARLIEST, LATEST, TopicPartition
-from logstore.rpc.client import raise_first_error
+from logstore.rpc.client import BrokerConnection
 
 log = logging.getLogger(__name__)
 
+# A per-partition entry of a response the planner asks each leader for.
+E = TypeVar("E", LogDirPartition, ListOffsetsPartitionResult)
 
-class DataLossError(RuntimeError):
+
+class DataLossError(LogstoreError, RuntimeError):
     """Offsets a read needs are no longer in the log (and failOnDataLoss is true)."""
 
 
@@ -97,7 +109,7 @@ class Planner:
         sub = self.options.subscription
         if sub.assigned:
             return sorted(tp for tp in sub.assigned if self._exists(tp, missing_ok))
-        out = []
+        out: list[TopicPartition] = []
         for topic in self.topics(sub, missing_ok):
             info = self.metadata.topic(topic)
             out.extend(TopicPartition(topic, p) for p in sorted(info.partitions))
@@ -149,15 +161,22 @@ class Planner:
 
     def describe(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionInfo]:
         """Log start offset, high watermark and file location of each partition."""
-        return {tp: PartitionInfo(tp, address, e["log_start_offset"], e["high_watermark"],
-                                  e.get("path"), e.get("incarnation"))
-                for address, tp, e in self._per_leader("describe_log_dirs",
-                                                       {tp: tp.partition for tp in tps})}
+        def ask(conn: BrokerConnection, topic: str, parts: list[TopicPartition]
+                ) -> list[LogDirPartition]:
+            return conn.call(DescribeLogDirsRequest(
+                topic=topic, partitions=[tp.partition for tp in parts])).partitions
+        return {tp: PartitionInfo(tp, address, e.log_start_offset, e.high_watermark, e.path,
+                                  e.incarnation)
+                for address, tp, e in self._per_leader("describe_log_dirs", tps, ask)}
 
     def offsets_for_times(self, times: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """First offset with a timestamp >= the given one, or -1 when there is none."""
-        return {tp: e["offset"] for _, tp, e in self._per_leader("list_offsets", {
-            tp: {"partition": tp.partition, "timestamp": ts} for tp, ts in times.items()})}
+        def ask(conn: BrokerConnection, topic: str, parts: list[TopicPartition]
+                ) -> list[ListOffsetsPartitionResult]:
+            return conn.call(ListOffsetsRequest(topic=topic, partitions=[
+                ListOffsetsPartition(partition=tp.partition, timestamp=times[tp])
+                for tp in parts])).partitions
+        return {tp: e.offset for _, tp, e in self._per_leader("list_offsets", times, ask)}
 
     def await_data(self, positions: dict[TopicPartition, int], max_wait_ms: int) -> None:
         """Return once some partition has records at or past its position, or after about
@@ -166,37 +185,41 @@ class Planner:
         if not positions:  # nothing to long-poll on (a pattern that matches no topic yet)
             time.sleep(max_wait_ms / 1000.0)
             return
-        groups: dict[tuple[int, str], list[dict[str, int]]] = defaultdict(list)
         try:
-            for tp, offset in positions.items():
-                groups[(self.metadata.leader(tp), tp.topic)].append(
-                    {"partition": tp.partition, "offset": offset})
+            groups = self._by_leader(positions)
             deadline = time.monotonic() + max_wait_ms / 1000.0
             for (leader, topic), parts in groups.items():
                 wait_ms = int((deadline - time.monotonic()) * 1000) // max(len(groups), 1)
-                response = self.metadata.broker_connection(leader).action(
-                    "await_high_watermarks",
-                    {"topic": topic, "partitions": parts, "max_wait_ms": max(wait_ms, 0)})
-                offsets = {p["partition"]: p["offset"] for p in parts}
-                if any(e["high_watermark"] > offsets[e["partition"]]
-                       for e in response["partitions"]):
+                response = self.metadata.broker_connection(leader).call(
+                    AwaitHighWatermarksRequest(topic=topic, max_wait_ms=max(wait_ms, 0),
+                                               partitions=[PartitionPosition(
+                                                   partition=tp.partition, offset=positions[tp])
+                                                   for tp in parts]))
+                if any(e.high_watermark > positions[TopicPartition(topic, e.partition)]
+                       for e in response.partitions):
                     return
         except ApiError as e:
             log.info("waiting for new data failed (%s); polling instead", e)
 
-    def _per_leader(self, action: str, entries: dict[TopicPartition, Any]
-                    ) -> Iterator[tuple[str, TopicPartition, dict[str, Any]]]:
-        """(leader address, partition, response entry) for ``action`` sent with the given
-        per-partition entries, one request per (leader, topic); the first error raises."""
-        groups: dict[tuple[int, str], list[Any]] = defaultdict(list)
-        for tp, entry in entries.items():
-            groups[(self.metadata.leader(tp), tp.topic)].append(entry)
-        for (leader, topic), parts in groups.items():
+    def _by_leader(self, tps: Iterable[TopicPartition]
+                   ) -> dict[tuple[int, str], list[TopicPartition]]:
+        groups: dict[tuple[int, str], list[TopicPartition]] = defaultdict(list)
+        for tp in tps:
+            groups[(self.metadata.leader(tp), tp.topic)].append(tp)
+        return groups
+
+    def _per_leader(self, action: str, tps: Iterable[TopicPartition],
+                    ask: Callable[[BrokerConnection, str, list[TopicPartition]], Sequence[E]]
+                    ) -> Iterator[tuple[str, TopicPartition, E]]:
+        """(leader address, partition, response entry) for ``action``, asked by ``ask`` of
+        each leader for its partitions of one topic; the first error raises."""
+        for (leader, topic), parts in self._by_leader(tps).items():
             conn = self.metadata.broker_connection(leader)
-            response = conn.action(action, {"topic": topic, "partitions": parts})
-            raise_first_error(response["partitions"], f"{action} for {topic!r} on {conn.address}")
-            for e in response["partitions"]:
-                yield conn.address, TopicPartition(topic, e["partition"]), e
+            entries = ask(conn, topic, parts)
+            for e in entries:
+                e.raise_error(f"{action} for {topic!r} on {conn.address}")
+            for e in entries:
+                yield conn.address, TopicPartition(topic, e.partition), e
 
     def resolve(self, spec: OffsetSpec, infos: dict[TopicPartition, PartitionInfo],
                 side: str) -> dict[TopicPartition, int]:
@@ -288,7 +311,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
                  max_records: int | None) -> list[OffsetRange]:
     """Cut ranges to at most ``max_records`` each, then halve the largest until there are
     ``min_partitions`` (ranges of one record are not cut). Order: by partition, then offset."""
-    pieces = []
+    pieces: list[OffsetRange] = []
     for r in ranges:
         step = max_records or max(r.size, 1)
         pieces.extend(OffsetRange(r.tp, s, min(s + step, r.end))
@@ -305,7 +328,3 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
                 counter += 1
         pieces = [p for _, _, p in heap]
     return sorted(pieces, key=lambda p: (p.tp, p.start))
-
-
-def describe_error(e: ApiError) -> str:
-    return f"[{e.code.name}] {e.message}"

@@ -22,17 +22,18 @@ import pyarrow as pa
 
 from datasource.planning import DataLossError
 from datasource.schema import BatchConverter
+from logstore.client.fetcher import fetch_request
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
-    NetworkError,
+    LogstoreError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
+from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.records import FLAG_LOG_APPEND_TIME
-from logstore.rpc.client import BrokerConnection
-from logstore.rpc.codec import error_from_fields
+from logstore.rpc.client import BrokerConnection, FetchedBatch
 from logstore.segments.file_reader import PartitionFiles
 from logstore.segments.format import INCARNATION_FILE
 
@@ -44,7 +45,7 @@ MAX_ATTEMPTS = 6               # per fetch, across leader moves and network erro
 BACKOFF_S = 0.2
 
 
-class BrokerUnavailableError(RuntimeError):
+class BrokerUnavailableError(LogstoreError, RuntimeError):
     """The leader of a partition could not be reached while reading a range."""
 
 
@@ -80,7 +81,7 @@ def read_range(task: ReadTask, settings: ReadSettings) -> Iterator[pa.RecordBatc
 def _converted(task: ReadTask, settings: ReadSettings, converter: BatchConverter
                ) -> Iterator[pa.RecordBatch]:
     position = task.start
-    if _use_files(task, settings):
+    if task.path is not None and _use_files(task, settings):
         try:
             for schema, stored in PartitionFiles(task.path).read(position, task.end):
                 position = stored.header.next_offset
@@ -132,7 +133,7 @@ def _fetched(task: ReadTask, settings: ReadSettings, converter: BatchConverter,
         fetcher.close()
 
 
-class _HighWatermarkBehind(Exception):
+class _HighWatermarkBehind(LogstoreError):
     """The leader's high watermark is below the range's end: a new leader may not have caught
     up with the high watermark yet (asked again), or the log was truncated (data loss)."""
 
@@ -151,7 +152,7 @@ class _Fetcher:
         self.address = task.leader
         self._conn: BrokerConnection | None = None
 
-    def fetch(self, position: int) -> tuple[list, int]:
+    def fetch(self, position: int) -> tuple[list[FetchedBatch], int]:
         """(batches, next position) from ``position``; raises when the range cannot be read."""
         last: Exception | None = None
         for attempt in range(MAX_ATTEMPTS):
@@ -163,7 +164,7 @@ class _Fetcher:
                 last = e
                 self._reconnect(NotLeaderOrFollowerError("high watermark behind the range"))
             except ApiError as e:
-                if not (e.retriable or isinstance(e, NetworkError)):
+                if not e.retriable:
                     raise
                 last = e
                 self._reconnect(e)
@@ -174,20 +175,18 @@ class _Fetcher:
             f"{self.task.tp}: could not read offsets [{position}, {self.task.end}) from the "
             f"leader after {MAX_ATTEMPTS} attempts (last: {last})")
 
-    def _fetch_once(self, position: int) -> tuple[list, int]:
+    def _fetch_once(self, position: int) -> tuple[list[FetchedBatch], int]:
         tp = self.task.tp
-        request = {"topic": tp.topic, "max_wait_ms": 0, "max_bytes": self.settings.fetch_max_bytes,
-                   "partitions": [{"partition": tp.partition, "offset": position,
-                                   "end_offset": self.task.end,
-                                   "max_bytes": self.settings.fetch_max_bytes}]}
-        response = self._connection().fetch(request)
-        summary = response.partitions.get(tp.partition, {})
-        err = error_from_fields(summary)
-        if err is not None:
-            raise err
+        max_bytes = self.settings.fetch_max_bytes
+        response = self._connection().fetch(fetch_request(
+            tp.topic, {tp.partition: position}, max_wait_ms=0, max_bytes=max_bytes,
+            partition_max_bytes=max_bytes, end_offset=self.task.end))
+        summary = response.partitions.get(tp.partition)
+        if summary is not None:
+            summary.raise_error()
         batches = [b for b in response.batches if b.partition == tp.partition]
         if not batches:
-            hw = summary.get("high_watermark", -1)
+            hw = -1 if summary is None else summary.high_watermark
             if hw < self.task.end:
                 raise _HighWatermarkBehind(hw)
             return [], self.task.end  # no record lives in [position, end): a compaction gap
@@ -245,12 +244,10 @@ class _Fetcher:
 
 def _list_offset(conn: BrokerConnection, tp: TopicPartition, spec: int) -> int:
     """The log start offset (EARLIEST) or high watermark (LATEST) of ``tp``."""
-    entry = conn.action("list_offsets", {"topic": tp.topic, "partitions": [
-        {"partition": tp.partition, "timestamp": spec}]})["partitions"][0]
-    err = error_from_fields(entry)
-    if err is not None:
-        raise err
-    return int(entry["offset"])
+    entry = conn.call(ListOffsetsRequest(topic=tp.topic, partitions=[
+        ListOffsetsPartition(partition=tp.partition, timestamp=spec)])).partitions[0]
+    entry.raise_error()
+    return entry.offset
 
 
 def _coalesce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

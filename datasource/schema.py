@@ -26,6 +26,7 @@ from functools import lru_cache
 import numpy as np
 import pyarrow as pa
 
+from logstore.errors import LogstoreError
 from logstore.records import RESERVED_COLUMNS, topic_schema
 
 # Columns computed from the batch rather than stored in it.
@@ -34,7 +35,7 @@ TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 
 
-class SchemaError(ValueError):
+class SchemaError(LogstoreError, ValueError):
     """A requested column the topic does not have, or with the wrong type."""
 
 
@@ -68,8 +69,8 @@ def check_requested(requested: pa.Schema, available: pa.Schema, topics: list[str
 def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
     """Widening the timestamp unit, nested fields made nullable (a DDL schema's
     ``struct<x: int>`` for a non-null ``x``) and similar lossless casts Arrow does for us."""
-    return (pa.types.is_timestamp(src) and pa.types.is_timestamp(dst)) or \
-        dst.equals(_nullable_inside(src))
+    return bool((pa.types.is_timestamp(src) and pa.types.is_timestamp(dst))
+                or dst.equals(_nullable_inside(src)))
 
 
 def _nullable_inside(t: pa.DataType) -> pa.DataType:

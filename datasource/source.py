@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -205,7 +205,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
             self._planner = Planner(self.options)
         return self._planner
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         infos = self._current()
         return to_json_offsets(self.planner.resolve(self.options.starting, infos, "starting"))
 
@@ -219,7 +219,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
             return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         # An idle stream long-polls the leaders for up to IDLE_POLL_INTERVAL_S before asking
         # for offsets again: no tight loop while idle, no delay when a record arrives, and
         # never ``start`` answered unasked (Spark would take it as "no new data", and
@@ -241,7 +241,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
             self._last_batch_at = now
         return to_json_offsets(end)
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, stop = from_json_offsets(start), from_json_offsets(end)
         infos = self._settled(lambda: self.planner.describe(stop), stop)
         ranges = []
@@ -262,7 +262,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
                 ranges.append(r)
         return self._tasks(ranges, infos)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: as with Spark's Kafka source, progress lives in the checkpoint."""
 
     def stop(self) -> None:
@@ -358,7 +358,7 @@ def to_json_offsets(offsets: dict[TopicPartition, int]) -> dict[str, dict[str, i
     return out
 
 
-def from_json_offsets(offsets: dict) -> dict[TopicPartition, int]:
+def from_json_offsets(offsets: dict[str, Any]) -> dict[TopicPartition, int]:
     return {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items()
             for p, o in parts.items()}
 
@@ -369,7 +369,7 @@ def constraints_from(filters: list[Filter]) -> Constraints:
     """The conjunction of the filters on partition, offset and timestamp (others ignored)."""
     c = Constraints()
     for f in filters:
-        attribute = getattr(f, "attribute", ())  # Not(...) has none: it narrows nothing here
+        attribute: tuple[str, ...] = getattr(f, "attribute", ())  # Not(...) has none
         column = attribute[0] if len(attribute) == 1 else None
         if column == "partition":
             c = _partition_filter(c, f)
@@ -392,8 +392,9 @@ def _partition_filter(c: Constraints, f: Filter) -> Constraints:
 
 
 def _offset_filter(c: Constraints, f: Filter) -> Constraints:
-    values = list(f.value) if isinstance(f, In) else [getattr(f, "value", None)]
-    if not values or not all(_int(v) for v in values):
+    raw = list(f.value) if isinstance(f, In) else [getattr(f, "value", None)]
+    values = [v for v in raw if _int(v)]
+    if not values or len(values) != len(raw):
         return c
     lo, hi = min(values), max(values)
     bounds = {EqualTo: (lo, hi + 1), In: (lo, hi + 1), GreaterThan: (lo + 1, None),
@@ -431,7 +432,7 @@ def _epoch_ms(value: Any) -> int | None:
     return None
 
 
-def _int(v: Any) -> bool:
+def _int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

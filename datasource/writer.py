@@ -89,12 +89,12 @@ class LogStoreWriter(DataSourceArrowWriter):
             producer.close()
         return LogStoreCommitMessage(records, tuple(sorted(topics)))
 
-    def commit(self, messages: list[LogStoreCommitMessage | None]) -> None:
-        total = sum(m.records for m in messages if m is not None)
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        total = sum(m.records for m in _ours(messages))
         log.info("wrote %d records to %s", total, self.topic or "the rows' topics")
 
-    def abort(self, messages: list[LogStoreCommitMessage | None]) -> None:
-        written = sum(m.records for m in messages if m is not None)
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        written = sum(m.records for m in _ours(messages))
         log.warning("write to %s failed; %d records of the tasks that succeeded stay in the "
                     "log (the logstore sink delivers at least once)",
                     self.topic or "the rows' topics", written)
@@ -165,13 +165,19 @@ def _headers_like(t: pa.DataType) -> bool:
     if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
         return False
     item = t.value_type
-    return pa.types.is_struct(item) and [f.name for f in item] == ["key", "value"] and \
-        pa.types.is_string(item.field("key").type) and _binary_like(item.field("value").type)
+    return bool(pa.types.is_struct(item) and [f.name for f in item] == ["key", "value"]
+                and pa.types.is_string(item.field("key").type)
+                and _binary_like(item.field("value").type))
 
 
 def _binary_like(t: pa.DataType) -> bool:
-    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_string(t) or \
-        pa.types.is_large_string(t)
+    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_string(t)
+                or pa.types.is_large_string(t))
+
+
+def _ours(messages: list[WriterCommitMessage | None]) -> list[LogStoreCommitMessage]:
+    """The commit messages of the tasks that succeeded (Spark passes None for the others)."""
+    return [m for m in messages if isinstance(m, LogStoreCommitMessage)]
 
 
 def route(batch: pa.RecordBatch, topic: str | None

@@ -11,12 +11,18 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from logstore.client import Admin, Consumer, NewTopic, Producer
+    from logstore.client import Admin, Consumer, Producer
     from logstore.errors import ApiError, ErrorCode, LogstoreError
-    from logstore.model import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+    from logstore.model import (
+        ConsumerRecord,
+        NewTopic,
+        OffsetAndTimestamp,
+        RecordMetadata,
+        TopicPartition,
+    )
 
 _EXPORTS = {
-    "Admin": "logstore.client", "Consumer": "logstore.client", "NewTopic": "logstore.client",
+    "Admin": "logstore.client", "Consumer": "logstore.client", "NewTopic": "logstore.model",
     "Producer": "logstore.client", "ApiError": "logstore.errors", "ErrorCode": "logstore.errors",
     "LogstoreError": "logstore.errors", "ConsumerRecord": "logstore.model",
     "OffsetAndTimestamp": "logstore.model", "RecordMetadata": "logstore.model",

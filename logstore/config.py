@@ -1,7 +1,8 @@
 """Broker and topic configuration.
 
 Owns: the declared config keys (type, default, validator, doc) for the broker and topic scopes,
-and parsing of broker TOML files. Unknown keys are rejected with a message naming the key and
+the rules that tie topic keys to each other and to the broker (tiered storage), and parsing of
+broker TOML files. Unknown keys are rejected with a message naming the key and
 the file. Topic config keys accept Kafka's dotted spelling too (``retention.ms`` is
 ``retention_ms``). Must not: read files at import time or hold a module-level config object.
 """
@@ -9,6 +10,7 @@ the file. Topic config keys accept Kafka's dotted spelling too (``retention.ms``
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,12 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 DEFAULT_LISTENER = "127.0.0.1:9092"
 EMBEDDED_OFFSETS_PARTITIONS = 8
 CLUSTER_OFFSETS_PARTITIONS = 50
+# local_retention_ms / local_retention_bytes: -2 means "the same as the total retention" (Kafka).
+USE_TOTAL_RETENTION = -2
+# Keys of remote_storage_options that would carry credentials: those come from the environment
+# or the provider's credential chain, never from conf/.
+_CREDENTIAL_WORDS = ("secret", "password", "token", "credential", "access_key", "account_key")
+_CREDENTIAL_KEYS = ("key", "username", "sas", "aws_access_key_id")
 
 
 def _positive(v: Any) -> bool:
@@ -44,8 +52,12 @@ def _boolean(v: Any) -> bool:
     return isinstance(v, bool)
 
 
-def _one_of(choices: tuple[str, ...]):  # noqa: ANN202
+def _one_of(choices: tuple[str, ...]) -> Callable[[Any], bool]:
     return lambda v: v in choices
+
+
+def _local_retention(v: Any) -> bool:
+    return v is None or v == USE_TOTAL_RETENTION or _non_negative(v)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +82,26 @@ class TopicConfig:
     compression_type: str = "none"
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    # Tiered storage (Kafka's names). With remote_storage_enable, retention_ms / retention_bytes
+    # are the total retention across both tiers and local_retention_* bound the local tier only
+    # (-2: the same as the total; None: unlimited).
+    remote_storage_enable: bool = False
+    local_retention_ms: int | None = USE_TOTAL_RETENTION
+    local_retention_bytes: int | None = USE_TOTAL_RETENTION
+
+    @property
+    def effective_local_retention_ms(self) -> int | None:
+        """local_retention_ms with -2 resolved to retention_ms (None: unlimited)."""
+        if self.local_retention_ms == USE_TOTAL_RETENTION:
+            return self.retention_ms
+        return self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int | None:
+        """local_retention_bytes with -2 resolved to retention_bytes (None: unlimited)."""
+        if self.local_retention_bytes == USE_TOTAL_RETENTION:
+            return self.retention_bytes
+        return self.local_retention_bytes
 
     @property
     def compact(self) -> bool:
@@ -104,6 +136,9 @@ _TOPIC_VALIDATORS = {
     "compression_type": _one_of(COMPRESSION_TYPES),
     "min_insync_replicas": _positive,
     "unclean_leader_election_enable": _boolean,
+    "remote_storage_enable": _boolean,
+    "local_retention_ms": _local_retention,
+    "local_retention_bytes": _local_retention,
 }
 
 
@@ -141,9 +176,41 @@ def _coerce(name: str, value: Any) -> Any:
             value = float(text) if isinstance(default, float) else int(text)
         except ValueError:
             return value
-    if name in ("retention_ms", "retention_bytes") and value == -1:
+    if name in ("retention_ms", "retention_bytes", "local_retention_ms",
+                "local_retention_bytes") and value == -1:
         return None
     return value
+
+
+def validate_tiering(topic: str, config: TopicConfig, remote_storage_uri: str | None,
+                     previous: TopicConfig | None = None) -> None:
+    """The rules that tie a topic's tiered-storage keys to the rest of its config and to the
+    broker: no tiering of compacted topics (as in Kafka), no tiering without a remote store, no
+    switching tiering off once on (its remote segments would become unreadable), and local
+    retention within the total. Raises InvalidConfigError naming the topic and the settings."""
+    if previous is not None and previous.remote_storage_enable and not config.remote_storage_enable:
+        raise InvalidConfigError(
+            f"topic {topic!r}: remote_storage_enable cannot be switched off once on; the "
+            "segments already in the remote tier would become unreadable")
+    if not config.remote_storage_enable:
+        return
+    if config.compact:
+        raise InvalidConfigError(
+            f"topic {topic!r}: remote_storage_enable=true cannot be combined with "
+            f"cleanup_policy={config.cleanup_policy!r}: tiered storage does not support "
+            "compacted topics; use cleanup_policy='delete' or remote_storage_enable=false")
+    if not remote_storage_uri:
+        raise InvalidConfigError(
+            f"topic {topic!r}: remote_storage_enable=true needs remote_storage_uri in the "
+            "broker config, which is not set")
+    for local, total in (("local_retention_ms", "retention_ms"),
+                         ("local_retention_bytes", "retention_bytes")):
+        local_value, total_value = getattr(config, local), getattr(config, total)
+        if (local_value is not None and local_value != USE_TOTAL_RETENTION
+                and total_value is not None and local_value > total_value):
+            raise InvalidConfigError(
+                f"topic {topic!r}: {local}={local_value} is larger than {total}={total_value}; "
+                "the local tier cannot keep more than the total retention")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +239,17 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    # Tiered storage (Kafka's names, see tiering/). remote_storage_uri None: tiering is off.
+    # remote_storage_options go to fsspec as they are (endpoint_url, client_kwargs...);
+    # credentials come from the environment or the provider's chain, never from here.
+    remote_storage_uri: str | None = None
+    remote_storage_options: dict[str, Any] = field(default_factory=dict)
+    remote_log_manager_task_interval_ms: int = 30_000
+    remote_log_manager_copy_max_bytes_per_second: int | None = None
+    remote_log_reader_threads: int = 10
+    remote_log_index_cache_bytes: int = GiB
+    # In memory: chunks of remote segments that fetches read (see tiering/remote_reader.py).
+    remote_fetch_cache_bytes: int = 256 * MiB
 
     @property
     def offsets_partitions(self) -> int:
@@ -202,10 +280,19 @@ _BROKER_TYPES: dict[str, tuple[type, ...]] = {
     "offsets_topic_segment_bytes": (int,), "offsets_retention_minutes": (int,),
     "group_initial_rebalance_delay_ms": (int,), "group_min_session_timeout_ms": (int,),
     "group_max_session_timeout_ms": (int,),
+    "remote_storage_uri": (str,), "remote_storage_options": (dict,),
+    "remote_log_manager_task_interval_ms": (int,),
+    "remote_log_manager_copy_max_bytes_per_second": (int,),
+    "remote_log_reader_threads": (int,), "remote_log_index_cache_bytes": (int,),
+    "remote_fetch_cache_bytes": (int,),
 }
 _POSITIVE_BROKER_KEYS = ("offsets_topic_num_partitions", "offsets_topic_replication_factor",
                          "offsets_topic_segment_bytes", "offsets_retention_minutes",
-                         "group_min_session_timeout_ms", "group_max_session_timeout_ms")
+                         "group_min_session_timeout_ms", "group_max_session_timeout_ms",
+                         "remote_log_manager_task_interval_ms",
+                         "remote_log_manager_copy_max_bytes_per_second",
+                         "remote_log_reader_threads", "remote_log_index_cache_bytes",
+                         "remote_fetch_cache_bytes")
 
 
 def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> BrokerConfig:
@@ -236,11 +323,37 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
             raise ConfigError(f"{source}: {key} must be positive")
     if values.get("group_initial_rebalance_delay_ms", 0) < 0:
         raise ConfigError(f"{source}: group_initial_rebalance_delay_ms must be >= 0")
+    _check_remote_storage(values, source)
     try:
         validate_topic_config(values.get("topic_defaults", {}))
     except InvalidConfigError as e:
         raise ConfigError(f"{source}: topic_defaults: {e.message}") from None
     return BrokerConfig(**values)
+
+
+def _check_remote_storage(values: dict[str, Any], source: str) -> None:
+    uri = values.get("remote_storage_uri")
+    if uri is not None:
+        scheme, sep, path = uri.partition("://")
+        if not sep or not scheme or not path.strip("/"):
+            raise ConfigError(f"{source}: remote_storage_uri must be an fsspec URL with a path, "
+                              f"like 's3://bucket/logstore' or 'file:///var/tier'; got {uri!r}")
+    found = _credential_keys(values.get("remote_storage_options", {}), "remote_storage_options")
+    if found:
+        raise ConfigError(f"{source}: {', '.join(found)} looks like a credential; credentials "
+                          "for remote storage come from the environment or the provider's "
+                          "credential chain, never from the config file")
+
+
+def _credential_keys(options: dict[str, Any], where: str) -> list[str]:
+    found = []
+    for key, value in options.items():
+        lowered = str(key).lower()
+        if lowered in _CREDENTIAL_KEYS or any(w in lowered for w in _CREDENTIAL_WORDS):
+            found.append(f"{where}.{key}")
+        if isinstance(value, dict):
+            found += _credential_keys(value, f"{where}.{key}")
+    return found
 
 
 def _check_listener(listener: str, source: str) -> None:

@@ -2,13 +2,16 @@
 
 A broker in a temporary directory on 127.0.0.1 (a free port), a topic ``demo`` with 4
 partitions, records produced columnar with ``send_batch`` (10k-row Arrow batches) and one at a
-time with ``send``, all consumed back with ``poll_arrow`` and counted, then read again by Spark
-with ``spark.read.format("logstore")`` (per-partition counts); progress bars on stderr and a
-throughput table on stdout. Exits non-zero when a count is wrong.
+time with ``send``, all consumed back with ``poll_arrow`` and counted, then read again by each
+``DemoStep`` given (``make demo`` has one: Spark's ``spark.read.format("logstore")``,
+per-partition counts); progress bars on stderr and a throughput table on stdout. Exits non-zero
+when a count is wrong.
 
-Owns: the demo's phases and its report. Must not: reach into broker internals beyond starting
-and stopping one embedded Broker; it uses the public client API like any application, and
-pyspark only through ``jobs/``.
+Owns: the demo's phases, its report, and finding steps installed under the entry-point group
+``logstore.demo_steps`` (the Spark step is ``jobs.demo_query:SparkStep``, declared in
+pyproject.toml). Must not: reach into broker internals beyond starting and stopping one
+embedded Broker (it uses the public client API like any application), or import ``jobs/``,
+``datasource/`` or pyspark: the core knows a step only by its entry-point name.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from importlib.metadata import entry_points
+from typing import IO, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +39,7 @@ VALUE_BYTES = 100
 KEY_SPACE = 1_000_000  # keys are key-0 .. key-999999
 CONSUME_STALL_S = 30.0  # give up when no record arrives for this long
 MB = 1_000_000
+DEMO_STEPS_GROUP = "logstore.demo_steps"
 
 log = logging.getLogger(__name__)
 
@@ -52,31 +57,47 @@ class Phase:
                 f"{self.records / secs:>13,.0f} {self.payload_bytes / secs / MB:>8.1f}")
 
 
+class DemoStep(Protocol):
+    """A phase run after the demo's own, against the live broker, that must read every record
+    of the topic (``reads_as`` completes the final line: "consumed back and read by Spark")."""
+
+    reads_as: str
+
+    def run(self, bootstrap: str, topic: str, expected: int, out: IO[str]) -> Phase: ...
+
+
+def load_step(name: str) -> DemoStep | None:
+    """The step installed as entry point ``name`` of ``logstore.demo_steps``, made with no
+    arguments, or None when the installed package declares none by that name."""
+    found = entry_points(group=DEMO_STEPS_GROUP, name=name)
+    if not found:
+        return None
+    step: DemoStep = next(iter(found)).load()()
+    return step
+
+
 def run_demo(records: int = 1_000_000, per_record: int = 100_000,
-             out: IO[str] | None = None, spark: Any = None, with_spark: bool = True) -> int:
-    """Run every phase against an embedded broker; 0 when every record came back, through
-    the consumer and (``with_spark``) through Spark, in ``spark`` or a session of its own."""
+             out: IO[str] | None = None, steps: Sequence[DemoStep] = ()) -> int:
+    """Run every phase against an embedded broker, then each of ``steps``; 0 when every
+    record came back, through the consumer and through each step."""
     out = out or sys.stdout
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    expected = records + per_record
     with tempfile.TemporaryDirectory(prefix="logstore-demo-") as tmp, _embedded_broker(tmp) as port:
         bootstrap = f"127.0.0.1:{port}"
         print(f"demo broker on {bootstrap}, data in {tmp}", file=out, flush=True)
         _create_topic(bootstrap)
         phases = [_produce_columnar(bootstrap, records), _produce_per_record(bootstrap, per_record)]
-        consumed = _consume_all(bootstrap, records + per_record)
-        phases.append(consumed)
-        if with_spark:
-            phases.append(spark_phase(bootstrap, TOPIC, records + per_record, out, spark))
-    _print_summary(phases, out)
-    expected = records + per_record
-    wrong = [p for p in phases if p.name.startswith(("consume", "spark")) and
-             p.records != expected]
+        checked = [_consume_all(bootstrap, expected)]
+        checked += [step.run(bootstrap, TOPIC, expected, out) for step in steps]
+    _print_summary(phases + checked, out)
+    wrong = [p for p in checked if p.records != expected]
     if wrong:
         print(f"FAILED: produced {expected:,} records but {wrong[0].name} read "
               f"{wrong[0].records:,}", file=out, flush=True)
         return 1
     print(f"OK: all {expected:,} records consumed back"
-          f"{' and read by Spark' if with_spark else ''}", file=out, flush=True)
+          f"{''.join(f' and {step.reads_as}' for step in steps)}", file=out, flush=True)
     return 0
 
 
@@ -219,33 +240,3 @@ def _print_summary(phases: list[Phase], out: IO[str]) -> None:
     print("", header, "-" * len(header), *(p.row() for p in phases), sep="\n", file=out)
     print(f"(MB/s counts key and value bytes; values are {VALUE_BYTES} bytes; "
           f"topic '{TOPIC}' has {PARTITIONS} partitions, acks=1)", file=out, flush=True)
-
-
-# -- Spark read -------------------------------------------------------------------------------
-
-
-def spark_phase(bootstrap: str, topic: str, expected: int, out: IO[str],
-                spark: Any = None) -> Phase:
-    """``spark.read.format("logstore")`` over the whole topic, grouped by partition, in a
-    local[2] session (``spark``, or a new one that is stopped afterwards). The session start
-    is not timed; the query runs twice and the second, warm run is the phase's time."""
-    from jobs.demo_query import count_topic
-    from jobs.session import local_session
-
-    print("\nspark.read.format('logstore') over the demo topic (starting local[2] Spark)...",
-          file=out, flush=True)
-    own = spark is None
-    session = local_session("logstore-demo") if own else spark
-    try:
-        cold = count_topic(session, bootstrap, topic)  # pays Python-worker start-up
-        result = count_topic(session, bootstrap, topic)
-    finally:
-        if own:
-            session.stop()
-    print(result.table, file=out, flush=True)
-    print(f"(the first run of the query took {cold.seconds:.1f} s, most of it Spark starting "
-          f"its Python workers; the table's time is the second run)", file=out, flush=True)
-    if result.rows != expected:
-        print(f"FAILED: Spark read {result.rows:,} records, expected {expected:,}", file=out)
-    return Phase("spark read (format logstore)", result.rows, result.payload_bytes,
-                 result.seconds)

@@ -80,7 +80,8 @@ class ConfigError(LogstoreError, ValueError):
 
 
 class ApiError(LogstoreError):
-    """An error with a wire code. The message should name the topic, partition or offset at fault."""
+    """An error with a wire code. The message should name the topic, partition, offset or key
+    at fault."""
 
     code: ClassVar[ErrorCode] = ErrorCode.UNKNOWN_SERVER_ERROR
     retriable: ClassVar[bool] = False
@@ -94,140 +95,418 @@ class ApiError(LogstoreError):
         return f"[{self.code.name}] {self.message}"
 
 
-def _api_error(
-    name: str, code: ErrorCode, doc: str, retriable: bool = False, refresh: bool = False
-) -> type[ApiError]:
-    cls = type(name, (ApiError,), {"code": code, "retriable": retriable, "refresh_metadata": refresh,
-                                   "__doc__": doc})
-    return cls
+# One class per wire code (error_class maps a code back to its class). Flags follow
+# Kafka's: ``retriable`` where a later attempt can succeed, ``refresh_metadata`` where the
+# client's idea of who leads or coordinates is what went wrong.
 
 
-# One class per wire code. Defined by a table so that the flags sit next to the code.
-UnknownServerError = _api_error("UnknownServerError", ErrorCode.UNKNOWN_SERVER_ERROR,
-                                "An unexpected error on the broker; see its log.")
-OffsetOutOfRangeError = _api_error("OffsetOutOfRangeError", ErrorCode.OFFSET_OUT_OF_RANGE,
-                                   "The requested offset is outside the partition's valid range.")
-CorruptRecordError = _api_error("CorruptRecordError", ErrorCode.CORRUPT_MESSAGE,
-                                "A batch failed its CRC check or could not be decoded.")
-UnknownTopicOrPartitionError = _api_error(
-    "UnknownTopicOrPartitionError", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    "The topic or partition does not exist on this broker.", retriable=True, refresh=True)
-InvalidFetchSizeError = _api_error("InvalidFetchSizeError", ErrorCode.INVALID_FETCH_SIZE,
-                                   "max_bytes of a fetch must be positive.")
-LeaderNotAvailableError = _api_error(
-    "LeaderNotAvailableError", ErrorCode.LEADER_NOT_AVAILABLE,
-    "The partition has no leader right now (an election is in progress).", retriable=True,
-    refresh=True)
-NotLeaderOrFollowerError = _api_error(
-    "NotLeaderOrFollowerError", ErrorCode.NOT_LEADER_OR_FOLLOWER,
-    "This broker does not lead the partition; refresh metadata and retry.", retriable=True,
-    refresh=True)
-RequestTimedOutError = _api_error("RequestTimedOutError", ErrorCode.REQUEST_TIMED_OUT,
-                                  "The request did not complete in time.", retriable=True)
-BrokerNotAvailableError = _api_error("BrokerNotAvailableError", ErrorCode.BROKER_NOT_AVAILABLE,
-                                     "The broker could not be reached.", retriable=True,
-                                     refresh=True)
-MessageTooLargeError = _api_error("MessageTooLargeError", ErrorCode.MESSAGE_TOO_LARGE,
-                                  "A batch is larger than the topic's max_message_bytes.")
-StaleControllerEpochError = _api_error("StaleControllerEpochError",
-                                       ErrorCode.STALE_CONTROLLER_EPOCH,
-                                       "The request came from a controller that was replaced.")
-NetworkError = _api_error("NetworkError", ErrorCode.NETWORK_EXCEPTION,
-                          "The connection to the broker failed.", retriable=True, refresh=True)
-CoordinatorLoadInProgressError = _api_error(
-    "CoordinatorLoadInProgressError", ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    "The coordinator is still loading its state.", retriable=True)
-CoordinatorNotAvailableError = _api_error(
-    "CoordinatorNotAvailableError", ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    "The coordinator is not available.", retriable=True, refresh=True)
-NotCoordinatorError = _api_error("NotCoordinatorError", ErrorCode.NOT_COORDINATOR,
-                                 "This broker is not the coordinator.", retriable=True,
-                                 refresh=True)
-InvalidTopicError = _api_error("InvalidTopicError", ErrorCode.INVALID_TOPIC_EXCEPTION,
-                               "The topic name is not valid.")
-RecordListTooLargeError = _api_error("RecordListTooLargeError", ErrorCode.RECORD_LIST_TOO_LARGE,
-                                     "The request is larger than the broker accepts.")
-NotEnoughReplicasError = _api_error(
-    "NotEnoughReplicasError", ErrorCode.NOT_ENOUGH_REPLICAS,
-    "Fewer in-sync replicas than min_insync_replicas.", retriable=True)
-NotEnoughReplicasAfterAppendError = _api_error(
-    "NotEnoughReplicasAfterAppendError", ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    "The batch was written but the ISR shrank below min_insync_replicas.", retriable=True)
-InvalidRequiredAcksError = _api_error("InvalidRequiredAcksError", ErrorCode.INVALID_REQUIRED_ACKS,
-                                      "acks must be 0, 1 or -1 (all).")
-IllegalGenerationError = _api_error("IllegalGenerationError", ErrorCode.ILLEGAL_GENERATION,
-                                    "The group generation is stale.")
-InconsistentGroupProtocolError = _api_error(
-    "InconsistentGroupProtocolError", ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-    "The member's protocols do not match the group's.")
-InvalidGroupIdError = _api_error("InvalidGroupIdError", ErrorCode.INVALID_GROUP_ID,
-                                 "The group id is not valid.")
-UnknownMemberIdError = _api_error("UnknownMemberIdError", ErrorCode.UNKNOWN_MEMBER_ID,
-                                  "The member id is not known to the group.")
-InvalidSessionTimeoutError = _api_error("InvalidSessionTimeoutError",
-                                        ErrorCode.INVALID_SESSION_TIMEOUT,
-                                        "The session timeout is out of the allowed range.")
-RebalanceInProgressError = _api_error("RebalanceInProgressError", ErrorCode.REBALANCE_IN_PROGRESS,
-                                      "The group is rebalancing; rejoin.")
-InvalidCommitOffsetSizeError = _api_error(
-    "InvalidCommitOffsetSizeError", ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
-    "The offset commit's metadata is larger than offset_metadata_max_bytes.")
-InvalidTimestampError = _api_error("InvalidTimestampError", ErrorCode.INVALID_TIMESTAMP,
-                                   "A record timestamp is not acceptable.")
-UnsupportedVersionError = _api_error("UnsupportedVersionError", ErrorCode.UNSUPPORTED_VERSION,
-                                     "The broker does not support this request.")
-TopicAlreadyExistsError = _api_error("TopicAlreadyExistsError", ErrorCode.TOPIC_ALREADY_EXISTS,
-                                     "The topic already exists.")
-InvalidPartitionsError = _api_error("InvalidPartitionsError", ErrorCode.INVALID_PARTITIONS,
-                                    "The partition count is not valid.")
-InvalidReplicationFactorError = _api_error(
-    "InvalidReplicationFactorError", ErrorCode.INVALID_REPLICATION_FACTOR,
-    "The replication factor is not valid for this cluster.")
-InvalidReplicaAssignmentError = _api_error(
-    "InvalidReplicaAssignmentError", ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-    "The replica assignment is not valid.")
-InvalidConfigError = _api_error("InvalidConfigError", ErrorCode.INVALID_CONFIG,
-                                "A topic config key or value is not valid.")
-NotControllerError = _api_error("NotControllerError", ErrorCode.NOT_CONTROLLER,
-                                "This broker is not the controller.", retriable=True, refresh=True)
-InvalidRequestError = _api_error("InvalidRequestError", ErrorCode.INVALID_REQUEST,
-                                 "The request is malformed.")
-OutOfOrderSequenceError = _api_error(
-    "OutOfOrderSequenceError", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-    "A producer batch arrived with a sequence gap; the producer resends in order.",
-    retriable=True)
-DuplicateSequenceError = _api_error("DuplicateSequenceError", ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
-                                    "The batch was already written.")
-InvalidProducerEpochError = _api_error("InvalidProducerEpochError",
-                                       ErrorCode.INVALID_PRODUCER_EPOCH,
-                                       "The producer was fenced by a newer epoch.")
-InvalidTxnStateError = _api_error("InvalidTxnStateError", ErrorCode.INVALID_TXN_STATE,
-                                  "The transaction is not in a state that allows this.")
-InvalidProducerIdMappingError = _api_error(
-    "InvalidProducerIdMappingError", ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-    "The producer id is not known.")
-ConcurrentTransactionsError = _api_error(
-    "ConcurrentTransactionsError", ErrorCode.CONCURRENT_TRANSACTIONS,
-    "Another transaction for this id is completing.", retriable=True)
-KafkaStorageError = _api_error("KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR,
-                               "The broker's disk failed for this partition.", retriable=True,
-                               refresh=True)
-NonEmptyGroupError = _api_error("NonEmptyGroupError", ErrorCode.NON_EMPTY_GROUP,
-                                "The group has active members.")
-GroupIdNotFoundError = _api_error("GroupIdNotFoundError", ErrorCode.GROUP_ID_NOT_FOUND,
-                                  "The group does not exist.")
-FencedLeaderEpochError = _api_error("FencedLeaderEpochError", ErrorCode.FENCED_LEADER_EPOCH,
-                                    "The request's leader epoch is older than the broker's.",
-                                    retriable=True, refresh=True)
-UnknownLeaderEpochError = _api_error("UnknownLeaderEpochError", ErrorCode.UNKNOWN_LEADER_EPOCH,
-                                     "The request's leader epoch is newer than the broker's.",
-                                     retriable=True, refresh=True)
-MemberIdRequiredError = _api_error("MemberIdRequiredError", ErrorCode.MEMBER_ID_REQUIRED,
-                                   "Rejoin with the member id given.")
-FencedInstanceIdError = _api_error("FencedInstanceIdError", ErrorCode.FENCED_INSTANCE_ID,
-                                   "Another member with this group_instance_id joined.")
-InvalidRecordError = _api_error("InvalidRecordError", ErrorCode.INVALID_RECORD,
-                                "A record or batch does not match the topic's schema.")
+class UnknownServerError(ApiError):
+    """An unexpected error on the broker; see its log."""
+
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+    retriable = False
+    refresh_metadata = False
+
+
+class OffsetOutOfRangeError(ApiError):
+    """The requested offset is outside the partition's valid range."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+    retriable = False
+    refresh_metadata = False
+
+
+class CorruptRecordError(ApiError):
+    """A batch failed its CRC check or could not be decoded."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
+    retriable = False
+    refresh_metadata = False
+
+
+class UnknownTopicOrPartitionError(ApiError):
+    """The topic or partition does not exist on this broker."""
+
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    retriable = True
+    refresh_metadata = True
+
+
+class InvalidFetchSizeError(ApiError):
+    """max_bytes of a fetch must be positive."""
+
+    code = ErrorCode.INVALID_FETCH_SIZE
+    retriable = False
+    refresh_metadata = False
+
+
+class LeaderNotAvailableError(ApiError):
+    """The partition has no leader right now (an election is in progress)."""
+
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+    retriable = True
+    refresh_metadata = True
+
+
+class NotLeaderOrFollowerError(ApiError):
+    """This broker does not lead the partition; refresh metadata and retry."""
+
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    retriable = True
+    refresh_metadata = True
+
+
+class RequestTimedOutError(ApiError):
+    """The request did not complete in time."""
+
+    code = ErrorCode.REQUEST_TIMED_OUT
+    retriable = True
+    refresh_metadata = False
+
+
+class BrokerNotAvailableError(ApiError):
+    """The broker could not be reached."""
+
+    code = ErrorCode.BROKER_NOT_AVAILABLE
+    retriable = True
+    refresh_metadata = True
+
+
+class ReplicaNotAvailableError(ApiError):
+    """A replica of the partition is not available on this broker; refresh metadata and retry."""
+
+    code = ErrorCode.REPLICA_NOT_AVAILABLE
+    retriable = True
+    refresh_metadata = True
+
+
+class MessageTooLargeError(ApiError):
+    """A batch is larger than the topic's max_message_bytes."""
+
+    code = ErrorCode.MESSAGE_TOO_LARGE
+    retriable = False
+    refresh_metadata = False
+
+
+class StaleControllerEpochError(ApiError):
+    """The request came from a controller that was replaced."""
+
+    code = ErrorCode.STALE_CONTROLLER_EPOCH
+    retriable = False
+    refresh_metadata = False
+
+
+class NetworkError(ApiError):
+    """The connection to the broker failed."""
+
+    code = ErrorCode.NETWORK_EXCEPTION
+    retriable = True
+    refresh_metadata = True
+
+
+class CoordinatorLoadInProgressError(ApiError):
+    """The coordinator is still loading its state."""
+
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    retriable = True
+    refresh_metadata = False
+
+
+class CoordinatorNotAvailableError(ApiError):
+    """The coordinator is not available."""
+
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    retriable = True
+    refresh_metadata = True
+
+
+class NotCoordinatorError(ApiError):
+    """This broker is not the coordinator."""
+
+    code = ErrorCode.NOT_COORDINATOR
+    retriable = True
+    refresh_metadata = True
+
+
+class InvalidTopicError(ApiError):
+    """The topic name is not valid."""
+
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
+    retriable = False
+    refresh_metadata = False
+
+
+class RecordListTooLargeError(ApiError):
+    """The request is larger than the broker accepts."""
+
+    code = ErrorCode.RECORD_LIST_TOO_LARGE
+    retriable = False
+    refresh_metadata = False
+
+
+class NotEnoughReplicasError(ApiError):
+    """Fewer in-sync replicas than min_insync_replicas."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+    retriable = True
+    refresh_metadata = False
+
+
+class NotEnoughReplicasAfterAppendError(ApiError):
+    """The batch was written but the ISR shrank below min_insync_replicas."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    retriable = True
+    refresh_metadata = False
+
+
+class InvalidRequiredAcksError(ApiError):
+    """acks must be 0, 1 or -1 (all)."""
+
+    code = ErrorCode.INVALID_REQUIRED_ACKS
+    retriable = False
+    refresh_metadata = False
+
+
+class IllegalGenerationError(ApiError):
+    """The group generation is stale."""
+
+    code = ErrorCode.ILLEGAL_GENERATION
+    retriable = False
+    refresh_metadata = False
+
+
+class InconsistentGroupProtocolError(ApiError):
+    """The member's protocols do not match the group's."""
+
+    code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidGroupIdError(ApiError):
+    """The group id is not valid."""
+
+    code = ErrorCode.INVALID_GROUP_ID
+    retriable = False
+    refresh_metadata = False
+
+
+class UnknownMemberIdError(ApiError):
+    """The member id is not known to the group."""
+
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidSessionTimeoutError(ApiError):
+    """The session timeout is out of the allowed range."""
+
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
+    retriable = False
+    refresh_metadata = False
+
+
+class RebalanceInProgressError(ApiError):
+    """The group is rebalancing; rejoin."""
+
+    code = ErrorCode.REBALANCE_IN_PROGRESS
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidCommitOffsetSizeError(ApiError):
+    """The offset commit's metadata is larger than offset_metadata_max_bytes."""
+
+    code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidTimestampError(ApiError):
+    """A record timestamp is not acceptable."""
+
+    code = ErrorCode.INVALID_TIMESTAMP
+    retriable = False
+    refresh_metadata = False
+
+
+class UnsupportedVersionError(ApiError):
+    """The broker does not support this request."""
+
+    code = ErrorCode.UNSUPPORTED_VERSION
+    retriable = False
+    refresh_metadata = False
+
+
+class TopicAlreadyExistsError(ApiError):
+    """The topic already exists."""
+
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidPartitionsError(ApiError):
+    """The partition count is not valid."""
+
+    code = ErrorCode.INVALID_PARTITIONS
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidReplicationFactorError(ApiError):
+    """The replication factor is not valid for this cluster."""
+
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidReplicaAssignmentError(ApiError):
+    """The replica assignment is not valid."""
+
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidConfigError(ApiError):
+    """A topic config key or value is not valid."""
+
+    code = ErrorCode.INVALID_CONFIG
+    retriable = False
+    refresh_metadata = False
+
+
+class NotControllerError(ApiError):
+    """This broker is not the controller."""
+
+    code = ErrorCode.NOT_CONTROLLER
+    retriable = True
+    refresh_metadata = True
+
+
+class InvalidRequestError(ApiError):
+    """The request is malformed."""
+
+    code = ErrorCode.INVALID_REQUEST
+    retriable = False
+    refresh_metadata = False
+
+
+class OutOfOrderSequenceError(ApiError):
+    """A producer batch arrived with a sequence gap; the producer resends in order."""
+
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    retriable = True
+    refresh_metadata = False
+
+
+class DuplicateSequenceError(ApiError):
+    """The batch was already written."""
+
+    code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidProducerEpochError(ApiError):
+    """The producer was fenced by a newer epoch."""
+
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidTxnStateError(ApiError):
+    """The transaction is not in a state that allows this."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidProducerIdMappingError(ApiError):
+    """The producer id is not known."""
+
+    code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    retriable = False
+    refresh_metadata = False
+
+
+class ConcurrentTransactionsError(ApiError):
+    """Another transaction for this id is completing."""
+
+    code = ErrorCode.CONCURRENT_TRANSACTIONS
+    retriable = True
+    refresh_metadata = False
+
+
+class KafkaStorageError(ApiError):
+    """The broker's disk failed for this partition."""
+
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+    retriable = True
+    refresh_metadata = True
+
+
+class NonEmptyGroupError(ApiError):
+    """The group has active members."""
+
+    code = ErrorCode.NON_EMPTY_GROUP
+    retriable = False
+    refresh_metadata = False
+
+
+class GroupIdNotFoundError(ApiError):
+    """The group does not exist."""
+
+    code = ErrorCode.GROUP_ID_NOT_FOUND
+    retriable = False
+    refresh_metadata = False
+
+
+class FencedLeaderEpochError(ApiError):
+    """The request's leader epoch is older than the broker's."""
+
+    code = ErrorCode.FENCED_LEADER_EPOCH
+    retriable = True
+    refresh_metadata = True
+
+
+class UnknownLeaderEpochError(ApiError):
+    """The request's leader epoch is newer than the broker's."""
+
+    code = ErrorCode.UNKNOWN_LEADER_EPOCH
+    retriable = True
+    refresh_metadata = True
+
+
+class MemberIdRequiredError(ApiError):
+    """Rejoin with the member id given."""
+
+    code = ErrorCode.MEMBER_ID_REQUIRED
+    retriable = False
+    refresh_metadata = False
+
+
+class FencedInstanceIdError(ApiError):
+    """Another member with this group_instance_id joined."""
+
+    code = ErrorCode.FENCED_INSTANCE_ID
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidRecordError(ApiError):
+    """A record or batch does not match the topic's schema."""
+
+    code = ErrorCode.INVALID_RECORD
+    retriable = False
+    refresh_metadata = False
+
 
 _BY_CODE: dict[int, type[ApiError]] = {
     cls.code: cls for cls in list(globals().values())
@@ -238,9 +517,3 @@ _BY_CODE: dict[int, type[ApiError]] = {
 def error_class(code: int) -> type[ApiError]:
     """The exception class for a wire code (unknown codes map to UnknownServerError)."""
     return _BY_CODE.get(code, UnknownServerError)
-
-
-def raise_for_code(code: int, message: str = "") -> None:
-    """Raise the exception for ``code`` unless it is NONE."""
-    if code != ErrorCode.NONE:
-        raise error_class(code)(message)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from logstore.errors import InvalidPartitionsError, InvalidTopicError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -24,6 +28,18 @@ class TopicPartition(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create: what ``Admin.create_topics`` sends and ``TopicController`` decides on.
+    ``value_schema`` makes the topic typed (an Arrow schema of the value's columns)."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int = 1
+    config: dict[str, Any] = field(default_factory=dict)
+    value_schema: pa.Schema | None = None
 
 
 class OffsetAndTimestamp(NamedTuple):

@@ -54,9 +54,10 @@ from __future__ import annotations
 import base64
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import crc32c
 import numpy as np
@@ -64,6 +65,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from logstore.errors import CorruptRecordError, InvalidRecordError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 HEADER_KEY = b"logstore.batch"
 OFFSET_DELTAS_KEY = b"logstore.offset_deltas"
@@ -245,9 +249,6 @@ class BatchHeader:
             raise CorruptRecordError("batch header has a bad magic")
         return cls(*fields[1:])
 
-    def with_base_offset(self, base_offset: int) -> BatchHeader:
-        return replace(self, base_offset=base_offset)
-
 
 @dataclass(frozen=True, slots=True)
 class StoredBatch:
@@ -294,8 +295,7 @@ def _schema_message_size(schema: pa.Schema) -> int:
 
 def schema_message(schema: pa.Schema) -> bytes:
     """The IPC schema message that opens every segment file of a topic with this schema."""
-    data: bytes = schema.serialize().to_pybytes()
-    return data
+    return bytes(schema.serialize().to_pybytes())
 
 
 def encode_batch(
@@ -336,8 +336,7 @@ def patch_base_offset(message: memoryview, base_offset: int) -> None:
     struct.pack_into("<q", message, at + len(MAGIC), base_offset)
 
 
-def _batch_crc(header_prefix: memoryview | bytes, deltas: bytes,
-               body: memoryview | pa.Buffer) -> int:
+def _batch_crc(header_prefix: memoryview | bytes, deltas: bytes, body: Buffer) -> int:
     crc = crc32c.crc32c(header_prefix)
     if deltas:
         crc = crc32c.crc32c(deltas, crc)

@@ -16,17 +16,19 @@ from typing import Protocol
 import pyarrow as pa
 
 from logstore.broker.cluster import ClusterHandlers, ConnectionFactory, Peers
+from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.broker.group_handlers import GroupHandlers, ReplicaOffsetsLog
 from logstore.broker.handlers import RequestHandlers
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.clock import Clock, SystemClock
 from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.cluster_controller import ClusterController
-from logstore.controller.controller import TopicController
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState
+from logstore.controller.topics import TopicController
 from logstore.errors import ApiError
-from logstore.groups.coordinator import GroupConfig, GroupCoordinator
+from logstore.groups.coordinator import GroupConfig
+from logstore.messages.cluster import ControlledShutdownRequest
 from logstore.model import TopicPartition
 from logstore.records import topic_schema
 from logstore.replication.fetcher import FetcherManager
@@ -101,7 +103,7 @@ class Broker:
         self.handlers = RequestHandlers(config.broker_id, self.store, self.controller,
                                         self.replicas, ProducerIdAllocator(self.store))
         self.groups = self._group_handlers(config)
-        self.handlers.add_actions(self.groups.actions())
+        self.handlers.add_routes(self.groups.routes())
         self.server: Server | None = None
         self._sync_lock = threading.RLock()
         self._stopping = threading.Event()
@@ -118,11 +120,10 @@ class Broker:
                                        self.config.replica_lag_time_max_ms)
         cluster = ClusterHandlers(self.config.broker_id, self.cluster_controller, self.replicas,
                                   self._apply_state)
-        for name, fn in cluster.actions.items():
-            self.handlers.register(name, fn)
+        self.handlers.add_routes(cluster.routes())
 
     def _group_handlers(self, config: BrokerConfig) -> GroupHandlers:
-        coordinator = GroupCoordinator(
+        coordinator = GroupCoordinatorService(
             ReplicaOffsetsLog(self.replicas, self.store),
             GroupConfig(group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                         group_min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -224,12 +225,12 @@ class Broker:
         assert self.peers is not None
         while time.monotonic() < deadline:
             try:
-                resp = self.peers.to_controller("controlled_shutdown",
-                                                {"broker_id": self.config.broker_id})
-                if not resp.get("remaining"):
+                resp = self.peers.to_controller(
+                    ControlledShutdownRequest(broker_id=self.config.broker_id))
+                if not resp.remaining:
                     log.info("broker %d: controlled shutdown done", self.config.broker_id)
                     return
-                log.info("broker %d: still leads %s", self.config.broker_id, resp["remaining"])
+                log.info("broker %d: still leads %s", self.config.broker_id, resp.remaining)
             except ApiError as e:
                 log.info("broker %d: controlled shutdown: %s", self.config.broker_id, e)
             time.sleep(CONTROLLED_SHUTDOWN_RETRY_S)

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.controller.cluster_controller import ClusterController
@@ -23,19 +23,32 @@ from logstore.controller.store import MetadataStore, PartitionState
 from logstore.errors import (
     ApiError,
     BrokerNotAvailableError,
-    InvalidRequestError,
     NotControllerError,
     StaleControllerEpochError,
 )
+from logstore.messages import Message, Request, Route, error_kw
+from logstore.messages.cluster import (
+    AlterIsrRequest,
+    AlterIsrResponse,
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+    EpochEndOffset,
+    LeaderAndIsrPartition,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+    PartitionResult,
+)
 from logstore.model import TopicPartition
 from logstore.replication.fetcher import LeaderConnection
-from logstore.wire import error_fields, field
 
 log = logging.getLogger(__name__)
 
 NOTIFY_TIMEOUT_S = 5.0
 CONTROLLER_TIMEOUT_S = 10.0
 
+R = TypeVar("R", bound=Message)
 # "host:port" -> a connection to that broker (rpc.client.BrokerConnection).
 ConnectionFactory = Callable[[str], LeaderConnection]
 # (topic, partition, state, replicas): make this broker leader or follower as the state says.
@@ -63,24 +76,24 @@ class Peers:
                 conn = self._conns[address] = self._connect(address)
             return conn
 
-    def to_controller(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+    def to_controller(self, request: Request[R]) -> R:
         controller = self._store.controller_id()
         conn = None if controller is None else self.get(controller)
         if conn is None:
             raise NotControllerError("no controller is known right now")
-        return conn.action(action, body, timeout_s=CONTROLLER_TIMEOUT_S)
+        return conn.call(request, timeout_s=CONTROLLER_TIMEOUT_S)
 
-    def notify(self, broker_id: int, body: dict[str, Any]) -> None:
+    def notify(self, broker_id: int, request: LeaderAndIsrRequest) -> None:
         """Send ``leader_and_isr`` without waiting: a broker that misses it learns the same
         states from its own metadata watches."""
-        self._pool.submit(self._notify, broker_id, body)
+        self._pool.submit(self._notify, broker_id, request)
 
-    def _notify(self, broker_id: int, body: dict[str, Any]) -> None:
+    def _notify(self, broker_id: int, request: LeaderAndIsrRequest) -> None:
         try:
             conn = self.get(broker_id)
             if conn is None:
                 raise BrokerNotAvailableError(f"broker {broker_id} is not registered")
-            conn.action("leader_and_isr", body, timeout_s=NOTIFY_TIMEOUT_S)
+            conn.call(request, timeout_s=NOTIFY_TIMEOUT_S)
         except ApiError as e:
             log.info("leader_and_isr to broker %d failed: %s", broker_id, e)
         except Exception:  # boundary: a background send logs
@@ -108,61 +121,52 @@ class ClusterHandlers:
         self._lock = threading.Lock()
         self._controller_epoch = 0
 
-    @property
-    def actions(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
-        return {"leader_and_isr": self.leader_and_isr, "alter_isr": self.alter_isr,
-                "controlled_shutdown": self.controlled_shutdown,
-                "offsets_for_leader_epoch": self.offsets_for_leader_epoch}
+    def routes(self) -> list[Route[Any, Any]]:
+        return [Route(LeaderAndIsrRequest, self.leader_and_isr),
+                Route(AlterIsrRequest, self.alter_isr),
+                Route(ControlledShutdownRequest, self.controlled_shutdown),
+                Route(OffsetsForLeaderEpochRequest, self.offsets_for_leader_epoch)]
 
-    def leader_and_isr(self, req: dict[str, Any]) -> dict[str, Any]:
+    def leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
         """The controller's word on partitions this broker hosts."""
-        epoch = field(req, "controller_epoch", int, "leader_and_isr")
         with self._lock:
-            if epoch < self._controller_epoch:
+            if req.controller_epoch < self._controller_epoch:
                 raise StaleControllerEpochError(
-                    f"controller epoch {epoch} is older than {self._controller_epoch}")
-            self._controller_epoch = epoch
+                    f"controller epoch {req.controller_epoch} is older than "
+                    f"{self._controller_epoch}")
+            self._controller_epoch = req.controller_epoch
+        return LeaderAndIsrResponse(partitions=[self._apply(p) for p in req.partitions])
+
+    def _apply(self, p: LeaderAndIsrPartition) -> PartitionResult:
+        state = PartitionState(p.leader, p.leader_epoch, tuple(p.isr), p.controller_epoch)
+        try:
+            self._apply_state(TopicPartition(p.topic, p.partition), state, tuple(p.replicas))
+        except ApiError as e:
+            return PartitionResult(topic=p.topic, partition=p.partition, **error_kw(e))
+        return PartitionResult(topic=p.topic, partition=p.partition)
+
+    def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
+        """A leader's proposal of a new ISR (answered when this broker is the controller)."""
+        state = self._controller.alter_isr(req.broker_id, req.topic, req.partition,
+                                           req.leader_epoch, tuple(req.isr))
+        return AlterIsrResponse(leader_epoch=state.leader_epoch, isr=list(state.isr))
+
+    def controlled_shutdown(self, req: ControlledShutdownRequest) -> ControlledShutdownResponse:
+        """A stopping broker asks this one, the controller, to move its leaderships away."""
+        return ControlledShutdownResponse(
+            remaining=self._controller.controlled_shutdown(req.broker_id))
+
+    def offsets_for_leader_epoch(self, req: OffsetsForLeaderEpochRequest
+                                 ) -> OffsetsForLeaderEpochResponse:
+        """Where an epoch ends in this leader's log."""
         out = []
-        for entry in field(req, "partitions", list, "leader_and_isr"):
-            if not isinstance(entry, dict):
-                raise InvalidRequestError("leader_and_isr: partitions must be objects")
-            tp = TopicPartition(field(entry, "topic", str, "leader_and_isr"),
-                                field(entry, "partition", int, "leader_and_isr"))
-            try:
-                self._apply_state(tp, PartitionState.from_json(entry),
-                                  tuple(field(entry, "replicas", list, "leader_and_isr")))
-                out.append({"topic": tp.topic, "partition": tp.partition, **error_fields(None)})
-            except ApiError as e:
-                out.append({"topic": tp.topic, "partition": tp.partition, **error_fields(e)})
-        return {"partitions": out}
-
-    def alter_isr(self, req: dict[str, Any]) -> dict[str, Any]:
-        what = "alter_isr"
-        state = self._controller.alter_isr(
-            field(req, "broker_id", int, what), field(req, "topic", str, what),
-            field(req, "partition", int, what), field(req, "leader_epoch", int, what),
-            tuple(field(req, "isr", list, what)))
-        return {**error_fields(None), "leader_epoch": state.leader_epoch, "isr": list(state.isr)}
-
-    def controlled_shutdown(self, req: dict[str, Any]) -> dict[str, Any]:
-        remaining = self._controller.controlled_shutdown(
-            field(req, "broker_id", int, "controlled_shutdown"))
-        return {**error_fields(None), "remaining": remaining}
-
-    def offsets_for_leader_epoch(self, req: dict[str, Any]) -> dict[str, Any]:
-        what = "offsets_for_leader_epoch"
-        topic = field(req, "topic", str, what)
-        out = []
-        for p in field(req, "partitions", list, what):
-            if not isinstance(p, dict):
-                raise InvalidRequestError(f"{what}: partitions must be objects")
-            entry: dict[str, Any] = {"partition": field(p, "partition", int, what)}
+        for p in req.partitions:
             try:
                 epoch, end = self._replicas.offsets_for_leader_epoch(
-                    TopicPartition(topic, entry["partition"]), field(p, "leader_epoch", int, what),
-                    field(p, "current_leader_epoch", int, what, default=-1))
-                entry.update(error_fields(None), leader_epoch=epoch, end_offset=end)
+                    TopicPartition(req.topic, p.partition), p.leader_epoch,
+                    p.current_leader_epoch)
+                out.append(EpochEndOffset(partition=p.partition, leader_epoch=epoch,
+                                          end_offset=end))
             except ApiError as e:
-                entry.update(error_fields(e), leader_epoch=-1, end_offset=-1)
-            out.append(entry)
-        return {"topic": topic, "partitions": out}
+                out.append(EpochEndOffset(partition=p.partition, **error_kw(e)))
+        return OffsetsForLeaderEpochResponse(topic=req.topic, partitions=out)

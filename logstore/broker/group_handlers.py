@@ -1,13 +1,14 @@
-"""DoAction handlers of the group protocol, and the coordinator's access to the offsets log.
+"""Typed handlers of the group protocol, and the coordinator's access to the offsets log.
 
-Owns: parsing and answering find_coordinator, join_group, sync_group, heartbeat, leave_group,
-offset_commit, offset_fetch, list_groups, describe_groups and delete_groups (an error code per
-entry: one bad partition or group never fails the others), creating ``__consumer_offsets`` on
+Owns: the Routes of find_coordinator, join_group, sync_group, heartbeat, leave_group,
+offset_commit, offset_fetch, list_groups, describe_groups and delete_groups, each taking its
+typed request (``messages/groups.py``) and answering its typed response, with an error code per
+entry (one bad partition or group never fails the others); creating ``__consumer_offsets`` on
 first use (compacted; ``offsets_topic_num_partitions``; replication factor
-``offsets_topic_replication_factor`` capped to the live brokers), and ``ReplicaOffsetsLog``,
-which reads and appends its partitions through the replica manager. The join and sync "long
-polls" wait here on the coordinator's futures. Must not: hold group state (the coordinator
-does) or touch the transport.
+``offsets_topic_replication_factor`` capped to the live brokers); and ``ReplicaOffsetsLog``,
+which reads and appends its partitions through the replica manager (the ``CoordinatorLog``
+seam). The join and sync "long polls" wait here on the coordinator's futures. Must not: hold
+group state (``group_coordinator.py`` and ``groups/`` do) or touch the transport.
 """
 
 from __future__ import annotations
@@ -15,27 +16,51 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.broker.replica_manager import ReplicaManager
-from logstore.controller.controller import NewTopicRequest, TopicController
 from logstore.controller.store import MetadataStore
+from logstore.controller.topics import TopicController
 from logstore.errors import (
     ApiError,
     CoordinatorNotAvailableError,
-    InvalidRequestError,
     RebalanceInProgressError,
     TopicAlreadyExistsError,
     UnknownServerError,
 )
-from logstore.groups.coordinator import CommitEntry, GroupCoordinator
 from logstore.groups.offsets import partition_for
-from logstore.model import OFFSETS_TOPIC, TopicPartition
+from logstore.messages import ErrorFields, Route, error_kw
+from logstore.messages.groups import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    GroupDescription,
+    GroupResult,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from logstore.model import OFFSETS_TOPIC, NewTopic, TopicPartition
 from logstore.records import DEFAULT_SCHEMA
-from logstore.wire import error_fields, field
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +68,12 @@ READ_CHUNK_BYTES = 8 * 1024 * 1024
 APPEND_TIMEOUT_MS = 30_000
 WAIT_SLACK_S = 5.0
 
+E = TypeVar("E", bound=ErrorFields)
+T = TypeVar("T")
+
 
 class ReplicaOffsetsLog:
-    """``OffsetsLog`` over the partitions of ``__consumer_offsets`` this broker hosts."""
+    """``CoordinatorLog`` over the partitions of ``__consumer_offsets`` this broker hosts."""
 
     def __init__(self, replicas: ReplicaManager, store: MetadataStore) -> None:
         self._replicas = replicas
@@ -85,7 +113,7 @@ class ReplicaOffsetsLog:
 
 
 class GroupHandlers:
-    def __init__(self, coordinator: GroupCoordinator, store: MetadataStore,
+    def __init__(self, coordinator: GroupCoordinatorService, store: MetadataStore,
                  controller: TopicController, num_partitions: int,
                  replication_factor: int, segment_bytes: int) -> None:
         self.coordinator = coordinator
@@ -95,27 +123,32 @@ class GroupHandlers:
         self._replication_factor = replication_factor
         self._segment_bytes = segment_bytes
 
-    def actions(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
-        return {"find_coordinator": self.find_coordinator, "join_group": self.join_group,
-                "sync_group": self.sync_group, "heartbeat": self.heartbeat,
-                "leave_group": self.leave_group, "offset_commit": self.offset_commit,
-                "offset_fetch": self.offset_fetch, "list_groups": self.list_groups,
-                "describe_groups": self.describe_groups, "delete_groups": self.delete_groups}
+    def routes(self) -> list[Route[Any, Any]]:
+        return [Route(FindCoordinatorRequest, self.find_coordinator),
+                Route(JoinGroupRequest, self.join_group),
+                Route(SyncGroupRequest, self.sync_group),
+                Route(HeartbeatRequest, self.heartbeat),
+                Route(LeaveGroupRequest, self.leave_group),
+                Route(OffsetCommitRequest, self.offset_commit),
+                Route(OffsetFetchRequest, self.offset_fetch),
+                Route(ListGroupsRequest, self.list_groups),
+                Route(DescribeGroupsRequest, self.describe_groups),
+                Route(DeleteGroupsRequest, self.delete_groups)]
 
     # -- coordinator lookup ------------------------------------------------------------------
 
-    def find_coordinator(self, req: dict[str, Any]) -> dict[str, Any]:
-        return _answer(lambda: self._find(field(req, "group_id", str, "find_coordinator")))
+    def find_coordinator(self, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
+        return _answer(FindCoordinatorResponse, lambda: self._find(req.group_id))
 
-    def _find(self, group_id: str) -> dict[str, Any]:
+    def _find(self, group_id: str) -> FindCoordinatorResponse:
         partition = partition_for(group_id, self._ensure_offsets_topic())
         state = self._store.partition_states(OFFSETS_TOPIC).get(partition)
         broker = self._store.brokers().get(state.leader) if state else None
         if broker is None:
             raise CoordinatorNotAvailableError(
                 f"{OFFSETS_TOPIC}-{partition} (group {group_id!r}) has no leader")
-        return {"node_id": broker.broker_id, "host": broker.host, "port": broker.port,
-                "partition": partition}
+        return FindCoordinatorResponse(node_id=broker.broker_id, host=broker.host,
+                                       port=broker.port, partition=partition)
 
     def _ensure_offsets_topic(self) -> int:
         record = self._store.topics().get(OFFSETS_TOPIC)
@@ -123,7 +156,7 @@ class GroupHandlers:
             return record.num_partitions
         live = len(self._store.brokers())
         with contextlib.suppress(TopicAlreadyExistsError):  # another broker was first
-            self._controller.create_topic(NewTopicRequest(
+            self._controller.create_topic(NewTopic(
                 OFFSETS_TOPIC, self._num_partitions,
                 max(1, min(self._replication_factor, live)),
                 config={"cleanup_policy": "compact", "segment_bytes": self._segment_bytes,
@@ -133,114 +166,65 @@ class GroupHandlers:
 
     # -- membership --------------------------------------------------------------------------
 
-    def join_group(self, req: dict[str, Any]) -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            w = "join_group"
-            rebalance_ms = field(req, "rebalance_timeout_ms", int, w, default=300_000)
-            protocols = [(field(p, "name", str, w), p.get("metadata"))
-                         for p in _objects(req, "protocols", w)]
-            future = self.coordinator.join_group(
-                field(req, "group_id", str, w), field(req, "member_id", str, w, default=""),
-                field(req, "group_instance_id", str, w, default=None),
-                field(req, "client_id", str, w, default=""),
-                field(req, "session_timeout_ms", int, w),
-                rebalance_ms, field(req, "protocol_type", str, w, default="consumer"),
-                protocols)
-            return _wait(future, rebalance_ms).to_json()
-        return _answer(run)
+    def join_group(self, req: JoinGroupRequest) -> JoinGroupResponse:
+        return _answer(JoinGroupResponse, lambda: _wait(self.coordinator.join_group(req),
+                                                        req.rebalance_timeout_ms))
 
-    def sync_group(self, req: dict[str, Any]) -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            w = "sync_group"
-            future = self.coordinator.sync_group(
-                field(req, "group_id", str, w), field(req, "member_id", str, w),
-                field(req, "generation_id", int, w),
-                field(req, "assignments", dict, w, default=None))
-            return {"assignment": _wait(future, field(req, "timeout_ms", int, w,
-                                                      default=300_000))}
-        return _answer(run)
+    def sync_group(self, req: SyncGroupRequest) -> SyncGroupResponse:
+        return _answer(SyncGroupResponse, lambda: SyncGroupResponse(
+            assignment=_wait(self.coordinator.sync_group(req), req.timeout_ms)))
 
-    def heartbeat(self, req: dict[str, Any]) -> dict[str, Any]:
-        return _answer(lambda: self.coordinator.heartbeat(
-            field(req, "group_id", str, "heartbeat"), field(req, "member_id", str, "heartbeat"),
-            field(req, "generation_id", int, "heartbeat")) or {})
+    def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
+        return _answer(HeartbeatResponse, lambda: self.coordinator.heartbeat(req))
 
-    def leave_group(self, req: dict[str, Any]) -> dict[str, Any]:
-        return _answer(lambda: self.coordinator.leave_group(
-            field(req, "group_id", str, "leave_group"),
-            field(req, "member_id", str, "leave_group", default=""),
-            field(req, "group_instance_id", str, "leave_group", default=None)) or {})
+    def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
+        return _answer(LeaveGroupResponse, lambda: self.coordinator.leave_group(req))
 
     # -- offsets -----------------------------------------------------------------------------
 
-    def offset_commit(self, req: dict[str, Any]) -> dict[str, Any]:
-        w = "offset_commit"
-        try:
-            entries = [CommitEntry(TopicPartition(field(e, "topic", str, w),
-                                                  field(e, "partition", int, w)),
-                                   field(e, "offset", int, w),
-                                   field(e, "metadata", str, w, default=""))
-                       for e in _objects(req, "offsets", w)]
-            errors = self.coordinator.offset_commit(
-                field(req, "group_id", str, w), field(req, "member_id", str, w, default=""),
-                field(req, "generation_id", int, w, default=-1), entries)
-        except ApiError as e:
-            return error_fields(e)
-        return {**error_fields(None), "offsets": [
-            {"topic": tp.topic, "partition": tp.partition, **error_fields(err)}
-            for tp, err in errors.items()]}
+    def offset_commit(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
+        return _answer(OffsetCommitResponse, lambda: self.coordinator.offset_commit(req))
 
-    def offset_fetch(self, req: dict[str, Any]) -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            w = "offset_fetch"
-            wanted = req.get("partitions")
-            tps = None if wanted is None else [
-                TopicPartition(field(e, "topic", str, w), field(e, "partition", int, w))
-                for e in _objects(req, "partitions", w)]
-            found = self.coordinator.offset_fetch(field(req, "group_id", str, w), tps)
-            return {"offsets": [{"topic": tp.topic, "partition": tp.partition,
-                                 "offset": om.offset, "metadata": om.metadata,
-                                 "commit_timestamp": om.commit_timestamp}
-                                for tp, om in sorted(found.items())]}
-        return _answer(run)
+    def offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        return _answer(OffsetFetchResponse, lambda: self.coordinator.offset_fetch(req))
 
     # -- admin -------------------------------------------------------------------------------
 
-    def list_groups(self, req: dict[str, Any]) -> dict[str, Any]:
-        return {**error_fields(None), "groups": self.coordinator.list_groups()}
+    def list_groups(self, req: ListGroupsRequest) -> ListGroupsResponse:
+        return _answer(ListGroupsResponse, self.coordinator.list_groups)
 
-    def describe_groups(self, req: dict[str, Any]) -> dict[str, Any]:
-        ids = field(req, "group_ids", list, "describe_groups")
-        return {"groups": [{"group_id": g, **_answer(
-            lambda g=g: self.coordinator.describe_group(g))} for g in ids]}
+    def describe_groups(self, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        return DescribeGroupsResponse(groups=[self._describe(g) for g in req.group_ids])
 
-    def delete_groups(self, req: dict[str, Any]) -> dict[str, Any]:
-        ids = field(req, "group_ids", list, "delete_groups")
-        return {"groups": [{"group_id": g, **_answer(
-            lambda g=g: self.coordinator.delete_group(g) or {})} for g in ids]}
+    def _describe(self, group_id: str) -> GroupDescription:
+        return _answer(GroupDescription, lambda: self.coordinator.describe_group(group_id),
+                       group_id=group_id)
+
+    def delete_groups(self, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
+        return DeleteGroupsResponse(groups=[self._delete(g) for g in req.group_ids])
+
+    def _delete(self, group_id: str) -> GroupResult:
+        def delete() -> GroupResult:
+            self.coordinator.delete_group(group_id)
+            return GroupResult(group_id=group_id)
+        return _answer(GroupResult, delete, group_id=group_id)
 
 
-def _objects(req: dict[str, Any], name: str, what: str) -> list[dict[str, Any]]:
-    items = field(req, name, list, what)
-    if not all(isinstance(e, dict) for e in items):
-        raise InvalidRequestError(f"{what}: every entry of {name!r} must be an object")
-    return items
-
-
-def _wait(future: Any, timeout_ms: int) -> Any:
+def _wait(future: Future[T], timeout_ms: int) -> T:
     try:
-        return future.result(timeout=timeout_ms / 1000.0 + WAIT_SLACK_S)
+        return future.result(timeout=max(timeout_ms / 1000.0 + WAIT_SLACK_S, 0.0))
     except FutureTimeout:
         raise RebalanceInProgressError("the rebalance did not complete in time; rejoin") \
             from None
 
 
-def _answer(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``fn``'s fields plus error fields; an ApiError becomes this entry's code."""
+def _answer(response_type: type[E], fn: Callable[[], E], **fields: Any) -> E:
+    """``fn``'s response; an ApiError becomes this entry's code (``fields`` fill the entry's
+    required fields)."""
     try:
-        return {**error_fields(None), **fn()}
+        return fn()
     except ApiError as e:
-        return error_fields(e)
+        return response_type(**fields, **error_kw(e))
     except Exception as e:  # boundary: report, never crash the broker
         log.exception("group request failed")
-        return error_fields(UnknownServerError(f"{type(e).__name__}: {e}"))
+        return response_type(**fields, **error_kw(UnknownServerError(f"{type(e).__name__}: {e}")))

@@ -59,6 +59,16 @@ class PartitionFetchResult:
         return sum(b.header.batch_size for b in self.batches)
 
 
+@dataclass(frozen=True, slots=True)
+class LogDir:
+    """Where a led partition's files are, and its offsets now."""
+
+    path: str
+    incarnation: str  # the log manager's: proves a reader sees this broker's disk
+    log_start_offset: int
+    high_watermark: int
+
+
 @dataclass
 class FetchStats:
     """Counters of what fetches served (approximate under concurrency: for tests and tools)."""
@@ -195,7 +205,7 @@ class ReplicaManager:
 
     def _read_once(self, requests: list[FetchPartition], max_bytes: int, isolation_level: int,
                    replica_id: int) -> list[PartitionFetchResult]:
-        results = []
+        results: list[PartitionFetchResult] = []
         budget = max_bytes
         for req in requests:
             result = self._read_partition(req, budget, isolation_level, replica_id,
@@ -252,15 +262,14 @@ class ReplicaManager:
 
     # -- log directories ---------------------------------------------------------------------
 
-    def describe_log_dir(self, tp: TopicPartition) -> dict[str, object]:
+    def describe_log_dir(self, tp: TopicPartition) -> LogDir:
         """Where a led partition's files are, for readers on this machine (file_reader.py):
         its directory, the log manager's incarnation id, and its offsets now."""
         p = self.partition(tp)
         if not p.is_leader:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
-        return {"path": str(p.log.dir.resolve()), "incarnation": self._logs.incarnation,
-                "log_start_offset": p.log.log_start_offset,
-                "high_watermark": p.log.high_watermark}
+        return LogDir(str(p.log.dir.resolve()), self._logs.incarnation,
+                      p.log.log_start_offset, p.log.high_watermark)
 
     # -- list offsets ------------------------------------------------------------------------
 

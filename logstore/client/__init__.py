@@ -6,12 +6,13 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from logstore.model import NewTopic
+
 if TYPE_CHECKING:
     from logstore.client.admin import (
         Admin,
         BrokerDescription,
         ClusterDescription,
-        NewTopic,
         PartitionDescription,
         TopicDescription,
     )
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from logstore.client.producer import Producer
 
 _EXPORTS = {"Admin": "admin", "BrokerDescription": "admin", "ClusterDescription": "admin",
-            "NewTopic": "admin", "PartitionDescription": "admin", "TopicDescription": "admin",
+            "PartitionDescription": "admin", "TopicDescription": "admin",
             "Consumer": "consumer", "Producer": "producer"}
 
 __all__ = ["Admin", "BrokerDescription", "ClusterDescription", "Consumer", "NewTopic",

@@ -8,26 +8,37 @@ per-topic). Must not: reach into broker internals.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from logstore.client.group import GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import GroupIdNotFoundError, NonEmptyGroupError
-from logstore.model import OffsetAndMetadata, TopicPartition
+from logstore.messages import ErrorFields
+from logstore.messages.groups import (
+    ConsumerProtocolAssignment,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
+)
+from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
+from logstore.messages.topics import (
+    AlterConfigsRequest,
+    CreatableTopic,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    MetadataRequest,
+    PartitionCount,
+    TopicConfigChange,
+)
+from logstore.model import NewTopic, OffsetAndMetadata, TopicPartition
 from logstore.records import decode_schema, encode_schema
-from logstore.rpc.codec import error_from_fields
-
-
-@dataclass(frozen=True)
-class NewTopic:
-    name: str
-    num_partitions: int
-    replication_factor: int = 1
-    config: dict[str, Any] = field(default_factory=dict)
-    value_schema: pa.Schema | None = None
 
 
 @dataclass(frozen=True)
@@ -94,50 +105,45 @@ class Admin:
 
     def describe_cluster(self) -> ClusterDescription:
         """The registered brokers, sorted by id, and the controller, as one broker sees them."""
-        response = self._metadata.request("metadata", {"topics": []})
-        brokers = sorted((BrokerDescription(b["broker_id"], b["host"], b["port"], b.get("rack"))
-                          for b in response["brokers"]), key=lambda b: b.broker_id)
-        return ClusterDescription(brokers, response.get("controller_id"))
+        response = self._metadata.call(MetadataRequest(topics=[]))
+        brokers = sorted((BrokerDescription(b.broker_id, b.host, b.port, b.rack)
+                          for b in response.brokers), key=lambda b: b.broker_id)
+        return ClusterDescription(brokers, response.controller_id)
 
     def create_topics(self, topics: list[NewTopic]) -> None:
-        body = {"topics": [{"name": t.name, "num_partitions": t.num_partitions,
-                            "replication_factor": t.replication_factor, "config": t.config,
-                            "value_schema": encode_schema(t.value_schema)} for t in topics]}
-        self._check(self._metadata.request("create_topics", body)["topics"])
+        _raise_first(self._metadata.call(CreateTopicsRequest(topics=[CreatableTopic(
+            name=t.name, num_partitions=t.num_partitions,
+            replication_factor=t.replication_factor, config=t.config,
+            value_schema=encode_schema(t.value_schema)) for t in topics])).topics)
 
     def delete_topics(self, names: list[str]) -> None:
-        self._check(self._metadata.request("delete_topics", {"topics": list(names)})["topics"])
+        _raise_first(self._metadata.call(DeleteTopicsRequest(topics=list(names))).topics)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
-        response = self._metadata.request("metadata", {"topics": None})
-        return sorted(t["name"] for t in response["topics"]
-                      if include_internal or not t.get("internal"))
+        response = self._metadata.call(MetadataRequest(topics=None))
+        return sorted(t.name for t in response.topics if include_internal or not t.internal)
 
     def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
-        response = self._metadata.request("metadata", {"topics": names})
-        self._check(response["topics"])
-
+        response = self._metadata.call(MetadataRequest(topics=names))
+        _raise_first(response.topics)
         return [TopicDescription(
-            t["name"],
-            [PartitionDescription(p["partition"], p["leader"], p["replicas"], p["isr"])
-             for p in t["partitions"]],
-            t.get("internal", False), decode_schema(t.get("value_schema")))
-            for t in response["topics"]]
+            t.name, [PartitionDescription(p.partition, p.leader, p.replicas, p.isr)
+                     for p in t.partitions],
+            t.internal, decode_schema(t.value_schema)) for t in response.topics]
 
     def create_partitions(self, counts: dict[str, int]) -> None:
-        body = {"topics": [{"name": n, "count": c} for n, c in counts.items()]}
-        self._check(self._metadata.request("create_partitions", body)["topics"])
+        _raise_first(self._metadata.call(CreatePartitionsRequest(topics=[
+            PartitionCount(name=n, count=c) for n, c in counts.items()])).topics)
 
     def describe_configs(self, names: list[str]) -> dict[str, dict[str, Any]]:
-        response = self._metadata.request("describe_configs", {"topics": list(names)})
-        self._check(response["topics"])
-        return {t["name"]: t["config"] for t in response["topics"]}
+        response = self._metadata.call(DescribeConfigsRequest(topics=list(names)))
+        _raise_first(response.topics)
+        return {t.name: t.config for t in response.topics}
 
     def alter_configs(self, configs: dict[str, dict[str, Any]], incremental: bool = True
                       ) -> None:
-        body = {"incremental": incremental,
-                "topics": [{"name": n, "config": c} for n, c in configs.items()]}
-        self._check(self._metadata.request("alter_configs", body)["topics"])
+        _raise_first(self._metadata.call(AlterConfigsRequest(incremental=incremental, topics=[
+            TopicConfigChange(name=n, config=c) for n, c in configs.items()])).topics)
 
     def list_offsets(self, partitions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Offsets for EARLIEST (-2), LATEST (-1) or a timestamp, per partition."""
@@ -145,10 +151,10 @@ class Admin:
         for tp, spec in partitions.items():
             tp = TopicPartition(*tp)
             conn = self._metadata.leader_connection(tp)
-            entry = conn.action("list_offsets", {"topic": tp.topic, "partitions": [
-                {"partition": tp.partition, "timestamp": spec}]})["partitions"][0]
-            self._check([entry])
-            out[tp] = entry["offset"]
+            (entry,) = conn.call(ListOffsetsRequest(topic=tp.topic, partitions=[
+                ListOffsetsPartition(partition=tp.partition, timestamp=spec)])).partitions
+            entry.raise_error()
+            out[tp] = entry.offset
         return out
 
     # -- consumer groups ---------------------------------------------------------------------
@@ -159,24 +165,20 @@ class Admin:
         self._metadata.refresh([])
         found: dict[str, GroupListing] = {}
         for broker_id in sorted(self._metadata.brokers()):
-            response = self._metadata.broker_connection(broker_id).action("list_groups", {})
-            for g in response.get("groups", []):
-                found[g["group_id"]] = GroupListing(g["group_id"], g["state"],
-                                                    g["protocol_type"])
+            response = self._metadata.broker_connection(broker_id).call(ListGroupsRequest())
+            for g in response.groups:
+                found[g.group_id] = GroupListing(g.group_id, g.state, g.protocol_type)
         return sorted(found.values(), key=lambda g: g.group_id)
 
     def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
         out = []
         for group_id in group_ids:
-            (g,) = self._group(group_id).call("describe_groups",
-                                              {"group_ids": [group_id]})["groups"]
-            self._check([g])
+            (g,) = self._group(group_id).call(DescribeGroupsRequest(group_ids=[group_id])).groups
+            g.raise_error()
             out.append(GroupDescription(
-                g["group_id"], g["state"], g["protocol_type"], g["protocol"],
-                g["generation_id"], [MemberDescription(
-                    m["member_id"], m["group_instance_id"], m["client_id"],
-                    [TopicPartition(t, p) for t, p in m["assignment"].get("partitions", [])])
-                    for m in g["members"]]))
+                g.group_id, g.state, g.protocol_type, g.protocol, g.generation_id,
+                [MemberDescription(m.member_id, m.group_instance_id, m.client_id,
+                                   _assigned(m.assignment)) for m in g.members]))
         return out
 
     def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -202,9 +204,9 @@ class Admin:
         """Delete empty groups and their offsets (tombstones in __consumer_offsets)."""
         entries = []
         for group_id in group_ids:
-            entries += self._group(group_id).call("delete_groups",
-                                                  {"group_ids": [group_id]})["groups"]
-        self._check(entries)
+            entries += self._group(group_id).call(DeleteGroupsRequest(group_ids=[group_id])).groups
+        for entry in entries:
+            entry.raise_error()
 
     def _group(self, group_id: str) -> GroupMember:
         return GroupMember(self._metadata, GroupSettings(group_id))
@@ -218,9 +220,17 @@ class Admin:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @staticmethod
-    def _check(entries: list[dict[str, Any]]) -> None:
-        for entry in entries:
-            err = error_from_fields(entry)
-            if err is not None:
-                raise err
+
+def _assigned(assignment: Any) -> list[TopicPartition]:
+    """A member's partitions (none if its group's protocol is not the consumer's)."""
+    try:
+        decoded = msgspec.convert(assignment or {}, ConsumerProtocolAssignment)
+    except msgspec.ValidationError:
+        return []
+    return [TopicPartition(t, p) for t, p in decoded.partitions]
+
+
+def _raise_first(entries: Iterable[ErrorFields]) -> None:
+    """Raise the error of the first entry that carries one (its message names the entity)."""
+    for entry in entries:
+        entry.raise_error()

@@ -174,7 +174,7 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
-        return self.batch.num_rows
+        return int(self.batch.num_rows)
 
     def complete(self, base_offset: int, error: ApiError | None = None) -> None:
         if self.chunk is not None and self.rows is not None:

@@ -1,9 +1,9 @@
-"""The consumer: assigned partitions, positions, fetching and decoding into records or Arrow.
+"""The consumer: assigned partitions, positions, polling, and its group membership.
 
-Fetches go to each partition's leader, one request per (broker, topic), and the next fetch for
-the same partitions is sent as soon as one returns, so decoding overlaps the network. ``poll``
-returns ConsumerRecords; ``poll_arrow`` returns one pyarrow Table per partition with ``offset``
-and ``partition`` columns appended, without touching records one at a time. With ``group_id``
+Fetching is the fetcher's (``client/fetcher.py``): one request per (leader, topic), the next
+sent as soon as one returns, so decoding overlaps the network. ``poll`` returns
+ConsumerRecords; ``poll_arrow`` returns one pyarrow Table per partition with ``offset`` and
+``partition`` columns appended, without touching records one at a time. With ``group_id``
 and ``subscribe``, the partitions come from the group (``client/group.py``): rebalances run
 inside ``poll()`` (eager strategies revoke everything first; cooperative-sticky revokes only what
 moves and rejoins), with the listener's callbacks and auto-commit on this thread, and committed
@@ -16,15 +16,13 @@ import logging
 import re
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from itertools import repeat
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
+from logstore.client.fetcher import FetchConfig, Fetcher, MiB, to_records
 from logstore.client.group import REJOIN_CODES, GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
@@ -41,15 +39,11 @@ from logstore.model import (
     OffsetAndTimestamp,
     TopicPartition,
 )
-from logstore.rpc.client import FetchResponse
-from logstore.rpc.codec import error_from_fields
 
 log = logging.getLogger(__name__)
 
-MiB = 1024 * 1024
 _RESET = {"earliest": EARLIEST, "latest": LATEST, "none": None}
 
-_Group = tuple[int, str]  # (leader broker id, topic)
 REBALANCE_ATTEMPTS = 10
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], Exception | None], None]
 
@@ -96,18 +90,13 @@ class Consumer:
         self._listener: Any = None
         self._commit_pool: ThreadPoolExecutor | None = None
         self._reset = _RESET[auto_offset_reset]
-        self._fetch_max_bytes = fetch_max_bytes
-        self._partition_max_bytes = max_partition_fetch_bytes
-        self._min_bytes = fetch_min_bytes
-        self._max_wait_ms = fetch_max_wait_ms
+        self._fetcher = Fetcher(self._metadata, FetchConfig(
+            fetch_max_bytes, max_partition_fetch_bytes, fetch_min_bytes, fetch_max_wait_ms),
+            self._out_of_range)
         self.max_poll_records = max_poll_records
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
-        self._fetch_offsets: dict[TopicPartition, int] = {}  # next offset to fetch (buffer end)
         self._paused: set[TopicPartition] = set()
-        self._buffer: dict[TopicPartition, deque[tuple[pa.RecordBatch, np.ndarray]]] = {}
-        self._inflight: dict[_Group, tuple[dict[TopicPartition, int], Future]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="logstore-fetch")
         self._wakeup = threading.Event()
         self._rotation = 0
         self._closed = False
@@ -121,10 +110,8 @@ class Consumer:
         self._assignment = list(dict.fromkeys(tps))
         keep = set(self._assignment)
         self._positions = {tp: o for tp, o in self._positions.items() if tp in keep}
-        self._buffer = {tp: b for tp, b in self._buffer.items() if tp in keep}
-        self._fetch_offsets = {tp: o for tp, o in self._fetch_offsets.items() if tp in keep}
+        self._fetcher.retain(keep)
         self._paused &= keep
-        self._inflight.clear()
 
     def subscribe(self, topics: Iterable[str] | str | None = None, pattern: str | None = None,
                   listener: Any = None) -> None:
@@ -188,10 +175,10 @@ class Consumer:
     # -- offsets lookups ---------------------------------------------------------------------
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: o for tp, (o, _) in self._list_offsets(partitions, EARLIEST).items()}
+        return {tp: o for tp, (o, _) in self._fetcher.list_offsets(partitions, EARLIEST).items()}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: o for tp, (o, _) in self._list_offsets(partitions, LATEST).items()}
+        return {tp: o for tp, (o, _) in self._fetcher.list_offsets(partitions, LATEST).items()}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]
                           ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
@@ -199,40 +186,10 @@ class Consumer:
         for tp, ts in timestamps.items():
             if not isinstance(ts, int) or ts < 0:
                 raise ValueError(f"{tp}: timestamp must be a non-negative int (ms), got {ts!r}")
-            (offset, found_ts), = self._list_offsets([tp], ts).values()
+            (offset, found_ts), = self._fetcher.list_offsets([tp], ts).values()
             out[TopicPartition(*tp)] = OffsetAndTimestamp(offset, found_ts) if offset >= 0 \
                 else None
         return out
-
-    def _list_offsets(self, partitions: Iterable[TopicPartition], timestamp: int
-                      ) -> dict[TopicPartition, tuple[int, int]]:
-        out = {}
-        for tp in partitions:
-            tp = TopicPartition(*tp)
-            response = self._with_leader_retry(tp, lambda conn, tp=tp: conn.action(
-                "list_offsets", {"topic": tp.topic, "partitions": [
-                    {"partition": tp.partition, "timestamp": timestamp}]}))
-            entry = response["partitions"][0]
-            err = error_from_fields(entry)
-            if err is not None:
-                raise err
-            out[tp] = (entry["offset"], entry["timestamp"])
-        return out
-
-    def _with_leader_retry(self, tp: TopicPartition, call: Any, attempts: int = 5) -> Any:
-        for attempt in range(attempts):
-            try:
-                result = call(self._metadata.leader_connection(tp))
-                entries = result.get("partitions", [])
-                err = error_from_fields(entries[0]) if entries else None
-                if err is None or not err.refresh_metadata or attempt == attempts - 1:
-                    return result
-            except ApiError as e:
-                if not e.retriable or attempt == attempts - 1:
-                    raise
-            self._metadata.refresh([tp.topic])
-            time.sleep(0.05 * (attempt + 1))  # backoff between leader lookups
-        raise AssertionError("unreachable")
 
     # -- polling -----------------------------------------------------------------------------
 
@@ -240,7 +197,7 @@ class Consumer:
              ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records from assigned partitions, at most ``max_poll_records`` in all."""
         limit = max_records or self.max_poll_records
-        return {tp: _to_records(tp, table) for tp, table in self._poll(timeout_ms, limit).items()}
+        return {tp: to_records(tp, table) for tp, table in self._poll(timeout_ms, limit).items()}
 
     def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None
                    ) -> dict[TopicPartition, pa.Table]:
@@ -265,141 +222,44 @@ class Consumer:
             fetched = True
 
     def _drain_buffer(self, limit: int) -> dict[TopicPartition, pa.Table]:
-        out: dict[TopicPartition, pa.Table] = {}
         # Start one partition further on each time, so a backlog in the first assigned
         # partition cannot starve the others when max_records cuts a poll short.
         n = len(self._assignment)
         self._rotation = (self._rotation + 1) % n if n else 0
-        for tp in self._assignment[self._rotation:] + self._assignment[:self._rotation]:
-            queue = self._buffer.get(tp)
-            if not queue or tp in self._paused or limit <= 0:
-                continue
-            batches, offsets = [], []
-            while queue and limit > 0:
-                batch, offs = queue.popleft()
-                if batch.num_rows > limit:
-                    queue.appendleft((batch.slice(limit), offs[limit:]))
-                    batch, offs = batch.slice(0, limit), offs[:limit]
-                batches.append(batch)
-                offsets.append(offs)
-                limit -= batch.num_rows
-            all_offsets = np.concatenate(offsets)
-            self._positions[tp] = int(all_offsets[-1]) + 1
-            out[tp] = _with_offsets(pa.Table.from_batches(batches), all_offsets, tp.partition)
-        return out
-
-    # -- fetching ----------------------------------------------------------------------------
-
-    def _fetchable(self) -> dict[_Group, dict[TopicPartition, int]]:
-        """Partitions to fetch now, from the end of what is buffered, grouped by leader and
-        topic; a partition with a full buffer waits until the caller drains it."""
-        groups: dict[_Group, dict[TopicPartition, int]] = {}
-        for tp in self._assignment:
-            queue = self._buffer.get(tp)
-            if tp in self._paused or (
-                    queue and sum(b.nbytes for b, _ in queue) >= self._partition_max_bytes):
-                continue
-            try:
-                offset = self._fetch_offsets.get(tp)
-                if offset is None:
-                    offset = self.position(tp)
-                leader = self._metadata.leader(tp)
-            except ApiError as e:
-                if not e.retriable:
-                    raise
-                self._metadata.refresh([tp.topic])
-                continue
-            groups.setdefault((leader, tp.topic), {})[tp] = offset
-        return groups
+        order = self._assignment[self._rotation:] + self._assignment[:self._rotation]
+        drained = self._fetcher.drain([tp for tp in order if tp not in self._paused], limit)
+        for tp, d in drained.items():
+            self._positions[tp] = d.next_offset
+        return {tp: d.table for tp, d in drained.items()}
 
     def _fetch_once(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for a fetch to land, buffer it, and send the next fetch
-        straight away so the network works while the caller decodes."""
-        self._send_fetches(int(min(timeout_s * 1000, self._max_wait_ms)))
-        if not self._inflight:
-            # Nothing to fetch (all paused or buffered): block like Kafka's poll, but wake
-            # on wakeup() from another thread.
-            if self._wakeup.wait(timeout_s):
-                self._wakeup.clear()
-            return
-        done, _ = wait([f for _, f in self._inflight.values()], timeout=timeout_s,
-                       return_when=FIRST_COMPLETED)
-        for group, (positions, future) in list(self._inflight.items()):
-            if future in done:
-                del self._inflight[group]
-                self._handle_response(group, positions, future)
-        self._send_fetches(self._max_wait_ms)
+        """Wait up to ``timeout_s`` for fetched records (the fetcher sends the next fetch
+        straight away, so the network works while the caller decodes)."""
+        wanted = [tp for tp in self._assignment if tp not in self._paused]
+        # With nothing to fetch (all paused or buffered), block like Kafka's poll, but wake on
+        # wakeup() from another thread.
+        if not self._fetcher.fetch(wanted, self.position, timeout_s) and \
+                self._wakeup.wait(timeout_s):
+            self._wakeup.clear()
 
-    def _send_fetches(self, max_wait_ms: int) -> None:
-        for group, positions in self._fetchable().items():
-            if group not in self._inflight:
-                self._inflight[group] = (positions, self._pool.submit(
-                    self._fetch, group, positions, max_wait_ms))
-
-    def _fetch(self, group: _Group, positions: dict[TopicPartition, int], max_wait_ms: int
-               ) -> FetchResponse:
-        leader, topic = group
-        request = {"topic": topic, "max_wait_ms": max_wait_ms, "min_bytes": self._min_bytes,
-                   "max_bytes": self._fetch_max_bytes,
-                   "partitions": [{"partition": tp.partition, "offset": o,
-                                   "max_bytes": self._partition_max_bytes}
-                                  for tp, o in positions.items()]}
-        return self._metadata.broker_connection(leader).fetch(request)
-
-    def _handle_response(self, group: _Group, positions: dict[TopicPartition, int],
-                         future: Future) -> None:
-        try:
-            response: FetchResponse = future.result()
-        except ApiError as e:
-            if not e.retriable:
-                raise
-            log.info("fetch from broker %d failed (%s); refreshing metadata", group[0], e)
-            self._metadata.refresh([group[1]])
-            return
-        for partition, summary in response.partitions.items():
-            err = error_from_fields(summary)
-            if err is not None:
-                self._on_partition_error(TopicPartition(group[1], partition), err)
-        for fetched in response.batches:
-            tp = TopicPartition(group[1], fetched.partition)
-            expected = self._fetch_offsets.get(tp, self._positions.get(tp))
-            if tp not in positions or expected is None or positions[tp] > expected:
-                continue  # the position moved (seek) while the fetch was in flight
-            offsets = fetched.offsets()
-            start = int(np.searchsorted(offsets, expected))
-            if start < len(offsets):
-                self._fetch_offsets[tp] = int(offsets[-1]) + 1
-                if not fetched.header.is_control:
-                    self._buffer.setdefault(tp, deque()).append(
-                        (fetched.batch.slice(start), offsets[start:]))
-            else:
-                self._fetch_offsets[tp] = max(expected, fetched.header.next_offset)
-
-    def _on_partition_error(self, tp: TopicPartition, err: ApiError) -> None:
-        if isinstance(err, OffsetOutOfRangeError):
-            if self._reset is None:
-                raise OffsetOutOfRangeError(f"{err.message} (auto_offset_reset='none')")
-            log.warning("%s; resetting to the %s offset", err.message,
-                        "earliest" if self._reset == EARLIEST else "latest")
-            self._reset_position(tp)
-        elif err.refresh_metadata or err.retriable:
-            self._metadata.refresh([tp.topic])
-        else:
-            raise err
+    def _out_of_range(self, tp: TopicPartition, err: ApiError) -> None:
+        """The fetcher met OFFSET_OUT_OF_RANGE: reset as auto_offset_reset says, or raise."""
+        if self._reset is None:
+            raise OffsetOutOfRangeError(f"{err.message} (auto_offset_reset='none')")
+        log.warning("%s; resetting to the %s offset", err.message,
+                    "earliest" if self._reset == EARLIEST else "latest")
+        self._reset_position(tp)
 
     def _reset_position(self, tp: TopicPartition) -> None:
         if self._reset is None:
             raise OffsetOutOfRangeError(
                 f"{tp}: no position and auto_offset_reset='none'; seek first")
-        (offset, _), = self._list_offsets([tp], self._reset).values()
+        (offset, _), = self._fetcher.list_offsets([tp], self._reset).values()
         self._set_position(tp, offset)
 
     def _set_position(self, tp: TopicPartition, offset: int) -> None:
         self._positions[tp] = offset
-        self._fetch_offsets.pop(tp, None)
-        self._buffer.pop(tp, None)
-        for group in [g for g, (pos, _) in self._inflight.items() if tp in pos]:
-            del self._inflight[group]
+        self._fetcher.forget(tp)
 
     # -- groups ------------------------------------------------------------------------------
 
@@ -494,10 +354,11 @@ class Consumer:
                      as_member=self._subscription is not None and group.generation_id >= 0)
 
     def commit_async(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None,
-                     callback: CommitCallback | None = None) -> Future:
+                     callback: CommitCallback | None = None) -> Future[None]:
         """Commit in the background; ``callback(offsets, exception_or_None)`` when done."""
         self._require_group()
-        chosen = dict(self._positions) if offsets is None else dict(offsets)
+        chosen: dict[TopicPartition, int | OffsetAndMetadata] = \
+            dict(self._positions) if offsets is None else dict(offsets)
         if self._commit_pool is None:
             self._commit_pool = ThreadPoolExecutor(1, thread_name_prefix="logstore-commit")
 
@@ -545,7 +406,7 @@ class Consumer:
             self._group.close(leave=self._subscription is not None)
         if self._commit_pool is not None:
             self._commit_pool.shutdown(wait=True)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._fetcher.close()
         self._metadata.close()
 
     def __enter__(self) -> Consumer:
@@ -554,34 +415,10 @@ class Consumer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[ConsumerRecord]:
         while not self._closed:
             for records in self.poll(timeout_ms=1000).values():
                 yield from records
 
-
-def _with_offsets(table: pa.Table, offsets: np.ndarray, partition: int) -> pa.Table:
-    table = table.append_column("offset", pa.array(offsets, pa.int64()))
-    return table.append_column("partition",
-                               pa.array(np.full(len(offsets), partition, dtype=np.int32)))
-
-
-def _to_records(tp: TopicPartition, table: pa.Table) -> list[ConsumerRecord]:
-    n = table.num_rows
-    keys = table.column("key").to_pylist()
-    values = table.column("value").to_pylist() if "value" in table.column_names else \
-        table.drop_columns(["key", "timestamp", "headers", "offset", "partition"]).to_pylist()
-    stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
-    offsets = table.column("offset").to_pylist()
-    hcol = table.column("headers")
-    if hcol.null_count == n:
-        headers: Iterable[Any] = repeat((), n)  # shared empty tuple: no per-record allocation
-    else:
-        headers = [[(h["key"], h["value"]) for h in hs] if hs else []
-                   for hs in hcol.to_pylist()]
-    # tuple.__new__ builds each record in C; calling the NamedTuple runs its Python __new__.
-    return list(map(tuple.__new__, repeat(ConsumerRecord, n), zip(
-        repeat(tp.topic, n), repeat(tp.partition, n), offsets, stamps, keys, values, headers,
-        strict=False)))
 
 __all__ = ["Consumer", "ConsumerRebalanceListener", "NetworkError"]

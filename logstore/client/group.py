@@ -4,9 +4,10 @@ the leader), syncing, heartbeating, committing and fetching committed offsets.
 Owns: the member id, generation and assignment of one consumer in one group, the heartbeat
 thread (which also enforces ``max_poll_interval_ms`` by leaving the group), and retries on the
 coordinator's retriable codes (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
-COORDINATOR_LOAD_IN_PROGRESS). Subscription metadata and assignments are JSON objects:
-``{"topics": [...], "owned": [[topic, partition], ...]}`` and ``{"partitions": [...]}``.
-Must not: fetch records or hold positions (``consumer.py`` does), or run user callbacks.
+COORDINATOR_LOAD_IN_PROGRESS). Requests and responses are the typed messages of
+``messages/groups.py``; subscription metadata and assignments are
+``ConsumerProtocolSubscription`` and ``ConsumerProtocolAssignment``. Must not: fetch records or
+hold positions (``consumer.py`` does), or run user callbacks.
 """
 
 from __future__ import annotations
@@ -16,26 +17,47 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
     IllegalGenerationError,
-    NetworkError,
+    InconsistentGroupProtocolError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
 from logstore.groups.assignors import COOPERATIVE, REBALANCE_PROTOCOL, assignor
+from logstore.messages import ErrorFields, Message, Request
+from logstore.messages.groups import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    GroupPartition,
+    GroupProtocol,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    OffsetCommitEntry,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 from logstore.model import OffsetAndMetadata, TopicPartition
 from logstore.rpc.client import BrokerConnection
-from logstore.rpc.codec import error_from_fields
 
 log = logging.getLogger(__name__)
 
 COORDINATOR_ATTEMPTS = 20
 RETRY_BACKOFF_S = 0.05
 REJOIN_CODES = (IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError)
+
+R = TypeVar("R", bound=Message)
+P = TypeVar("P", bound=Message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,33 +102,28 @@ class GroupMember:
     # -- requests to the coordinator ---------------------------------------------------------
 
     def _find_coordinator(self) -> BrokerConnection:
-        response = self._metadata.request("find_coordinator",
-                                          {"group_id": self.settings.group_id})
-        err = error_from_fields(response)
-        if err is not None:
-            raise err
-        return self._metadata.connection(f"{response['host']}:{response['port']}")
+        response = _find_coordinator(self._metadata,
+                                     FindCoordinatorRequest(group_id=self.settings.group_id))
+        response.raise_error()
+        return self._metadata.connection(f"{response.host}:{response.port}")
 
-    def call(self, name: str, body: dict[str, Any], timeout_s: float | None = None
-             ) -> dict[str, Any]:
-        """``name`` on the coordinator; its top-level error raised, after retrying the
+    def call(self, request: Request[R], timeout_s: float | None = None) -> R:
+        """``request`` on the coordinator; its top-level error raised, after retrying the
         retriable ones (bounded)."""
-        body = {"group_id": self.settings.group_id, **body}
         for attempt in range(COORDINATOR_ATTEMPTS):
             try:
                 with self._lock:
                     if self._coordinator is None:
                         self._coordinator = self._find_coordinator()
                     conn = self._coordinator
-                response = conn.action(name, body, timeout_s)
-                err = error_from_fields(response)
-                if err is None:
-                    return response
-                raise err
+                response = conn.call(request, timeout_s)
+                if isinstance(response, ErrorFields):
+                    response.raise_error()
+                return response
             except ApiError as e:
                 if not e.retriable or attempt == COORDINATOR_ATTEMPTS - 1:
                     raise
-                if e.refresh_metadata or isinstance(e, NetworkError):
+                if e.refresh_metadata:
                     with self._lock:
                         self._coordinator = None
                 time.sleep(RETRY_BACKOFF_S * min(attempt + 1, 10))
@@ -119,53 +136,60 @@ class GroupMember:
         """One join + sync round; raises the coordinator's error (the caller retries)."""
         self._joining = True
         try:
-            metadata = {"topics": sorted(topics), "owned": [list(tp) for tp in sorted(owned)]}
+            subscription = ConsumerProtocolSubscription(
+                topics=sorted(topics), owned=[(tp.topic, tp.partition) for tp in sorted(owned)])
             rebalance_s = self.settings.max_poll_interval_ms / 1000.0
-            joined = self._join_request(metadata, rebalance_s)
+            joined = self._join_request(subscription, rebalance_s)
+            protocol = joined.protocol or ""
             assignments = None
-            if joined["leader"] == joined["member_id"]:
-                assignments = self._assign(joined, partition_counts)
-            synced = self.call("sync_group", {
-                "member_id": self.member_id, "generation_id": joined["generation_id"],
-                "assignments": assignments, "timeout_ms": self.settings.max_poll_interval_ms},
-                rebalance_s + 10)
+            if joined.leader == joined.member_id:
+                assignments = self._assign(joined, protocol, partition_counts)
+            synced = self.call(SyncGroupRequest(
+                group_id=self.settings.group_id, member_id=self.member_id,
+                generation_id=joined.generation_id, assignments=assignments,
+                timeout_ms=self.settings.max_poll_interval_ms), rebalance_s + 10)
             with self._lock:
-                self.generation_id = joined["generation_id"]
+                self.generation_id = joined.generation_id
             self.need_rejoin.clear()
-            return JoinOutcome(joined["generation_id"], joined["protocol"],
-                               [TopicPartition(t, p) for t, p in
-                                synced["assignment"].get("partitions", [])])
+            assignment = _payload(synced.assignment or {}, ConsumerProtocolAssignment,
+                                  "the assignment")
+            return JoinOutcome(joined.generation_id, protocol,
+                               [TopicPartition(t, p) for t, p in assignment.partitions])
         finally:
             self._joining = False
 
-    def _join_request(self, metadata: dict[str, Any], rebalance_s: float) -> dict[str, Any]:
+    def _join_request(self, subscription: ConsumerProtocolSubscription, rebalance_s: float
+                      ) -> JoinGroupResponse:
         s = self.settings
         try:
-            joined = self.call("join_group", {
-                "member_id": self.member_id, "group_instance_id": s.group_instance_id,
-                "client_id": s.client_id, "session_timeout_ms": s.session_timeout_ms,
-                "rebalance_timeout_ms": s.max_poll_interval_ms, "protocol_type": "consumer",
-                "protocols": [{"name": n, "metadata": metadata} for n in s.strategies]},
+            joined = self.call(JoinGroupRequest(
+                group_id=s.group_id, member_id=self.member_id,
+                group_instance_id=s.group_instance_id, client_id=s.client_id,
+                session_timeout_ms=s.session_timeout_ms,
+                rebalance_timeout_ms=s.max_poll_interval_ms, protocol_type="consumer",
+                protocols=[GroupProtocol(name=n, metadata=subscription) for n in s.strategies]),
                 rebalance_s + 10)
         except UnknownMemberIdError:
             self.reset_member()
             raise
-        self.member_id = joined["member_id"]
+        self.member_id = joined.member_id
         return joined
 
     @staticmethod
-    def _assign(joined: dict[str, Any], partition_counts: Callable[[list[str]], dict[str, int]]
-                ) -> dict[str, dict[str, Any]]:
-        members = joined["members"]
-        subscriptions = {m["member_id"]: m["metadata"]["topics"] for m in members}
-        owned = {m["member_id"]: [TopicPartition(t, p) for t, p in m["metadata"]["owned"]]
-                 for m in members}
+    def _assign(joined: JoinGroupResponse, protocol: str,
+                partition_counts: Callable[[list[str]], dict[str, int]]
+                ) -> dict[str, ConsumerProtocolAssignment]:
+        members = {m.member_id: _payload(m.metadata, ConsumerProtocolSubscription,
+                                         f"member {m.member_id}'s subscription")
+                   for m in joined.members}
+        subscriptions = {m: sub.topics for m, sub in members.items()}
+        owned = {m: [TopicPartition(t, p) for t, p in sub.owned] for m, sub in members.items()}
         topics = sorted({t for ts in subscriptions.values() for t in ts})
-        result = assignor(joined["protocol"])(subscriptions, partition_counts(topics), owned)
+        result = assignor(protocol)(subscriptions, partition_counts(topics), owned)
         log.info("group leader %s: assigned %d partition(s) to %d member(s) with %s",
-                 joined["member_id"], sum(len(v) for v in result.values()), len(result),
-                 joined["protocol"])
-        return {m: {"partitions": [list(tp) for tp in tps]} for m, tps in result.items()}
+                 joined.member_id, sum(len(v) for v in result.values()), len(result), protocol)
+        return {m: ConsumerProtocolAssignment(partitions=[(tp.topic, tp.partition) for tp in tps])
+                for m, tps in result.items()}
 
     def reset_member(self) -> None:
         with self._lock:
@@ -200,8 +224,9 @@ class GroupMember:
         if self.generation_id < 0 or self.need_rejoin.is_set():
             return
         try:
-            self.call("heartbeat", {"member_id": self.member_id,
-                                    "generation_id": self.generation_id})
+            self.call(HeartbeatRequest(group_id=self.settings.group_id,
+                                       member_id=self.member_id,
+                                       generation_id=self.generation_id))
         except UnknownMemberIdError:
             self.reset_member()
         except REJOIN_CODES:
@@ -212,36 +237,36 @@ class GroupMember:
     # -- offsets -----------------------------------------------------------------------------
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata], as_member: bool) -> None:
-        body = {"member_id": self.member_id if as_member else "",
-                "generation_id": self.generation_id if as_member else -1,
-                "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": om.offset,
-                             "metadata": om.metadata} for tp, om in offsets.items()]}
+        request = OffsetCommitRequest(
+            group_id=self.settings.group_id, member_id=self.member_id if as_member else "",
+            generation_id=self.generation_id if as_member else -1,
+            offsets=[OffsetCommitEntry(topic=tp.topic, partition=tp.partition,
+                                       offset=om.offset, metadata=om.metadata)
+                     for tp, om in offsets.items()])
         try:
-            response = self.call("offset_commit", body)
+            response = self.call(request)
         except REJOIN_CODES:
             self.need_rejoin.set()
             raise
-        for entry in response["offsets"]:
-            err = error_from_fields(entry)
-            if err is not None:
-                raise type(err)(f"commit of {entry['topic']}-{entry['partition']}: "
-                                f"{err.message}")
+        for entry in response.offsets:
+            entry.raise_error(f"commit of {entry.topic}-{entry.partition}")
 
     def committed(self, tps: list[TopicPartition] | None) -> dict[TopicPartition,
                                                                     OffsetAndMetadata]:
-        body = {"partitions": None if tps is None else
-                [{"topic": tp.topic, "partition": tp.partition} for tp in tps]}
-        response = self.call("offset_fetch", body)
-        return {TopicPartition(e["topic"], e["partition"]):
-                OffsetAndMetadata(e["offset"], e["metadata"], e["commit_timestamp"])
-                for e in response["offsets"]}
+        response = self.call(OffsetFetchRequest(
+            group_id=self.settings.group_id, partitions=None if tps is None else
+            [GroupPartition(topic=tp.topic, partition=tp.partition) for tp in tps]))
+        return {TopicPartition(e.topic, e.partition):
+                OffsetAndMetadata(e.offset, e.metadata, e.commit_timestamp)
+                for e in response.offsets}
 
     # -- leaving -----------------------------------------------------------------------------
 
     def leave(self) -> None:
         if self.member_id and self.settings.group_instance_id is None:
             try:
-                self.call("leave_group", {"member_id": self.member_id})
+                self.call(LeaveGroupRequest(group_id=self.settings.group_id,
+                                            member_id=self.member_id))
             except ApiError as e:
                 log.info("group %s: leave failed: %s", self.settings.group_id, e)
         self.reset_member()
@@ -252,3 +277,17 @@ class GroupMember:
             self.leave()
         if self._heartbeats is not None:
             self._heartbeats.join(self.settings.heartbeat_interval_ms / 1000.0 + 5)
+
+
+def _find_coordinator(metadata: ClusterMetadata, request: FindCoordinatorRequest
+                      ) -> FindCoordinatorResponse:
+    """``request`` to any reachable broker."""
+    return metadata.call(request)
+
+
+def _payload(value: Any, cls: type[P], what: str) -> P:
+    """A JSON value a peer sent as ``cls``; a mismatch is INCONSISTENT_GROUP_PROTOCOL."""
+    try:
+        return msgspec.convert(value, cls)
+    except msgspec.ValidationError as e:
+        raise InconsistentGroupProtocolError(f"{what} is not a {cls.__name__}: {e}") from None

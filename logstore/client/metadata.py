@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import pyarrow as pa
 
@@ -21,12 +22,16 @@ from logstore.errors import (
     NetworkError,
     UnknownTopicOrPartitionError,
 )
+from logstore.messages import Message, Request
+from logstore.messages.topics import MetadataRequest, TopicMetadata
 from logstore.model import TopicPartition
 from logstore.records import decode_schema, topic_schema
 from logstore.rpc.client import BrokerConnection
-from logstore.rpc.codec import error_from_fields
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=Message)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,22 +99,19 @@ class ClusterMetadata:
             raise LeaderNotAvailableError(f"broker {broker_id} is not in the cluster metadata")
         return self.connection(address)
 
-    def any_connection(self) -> BrokerConnection:
-        with self._lock:
-            addresses = list(self._brokers.values()) or self._bootstrap
-        return self.connection(addresses[0])
+    def call(self, request: Request[R], prefer: str | None = None) -> R:
+        """A typed control request to any reachable broker (``prefer`` first, e.g. one that
+        just answered, then known brokers, then bootstrap)."""
+        return self._to_any_broker(lambda conn: conn.call(request), prefer)
 
-    def request(self, name: str, body: dict[str, Any], prefer: str | None = None
-                ) -> dict[str, Any]:
-        """A control request to any reachable broker (``prefer`` first, e.g. one that just
-        answered, then known brokers, then bootstrap)."""
+    def _to_any_broker(self, send: Callable[[BrokerConnection], T], prefer: str | None) -> T:
         with self._lock:
             candidates = list(dict.fromkeys(
                 [*([prefer] if prefer else []), *self._brokers.values(), *self._bootstrap]))
         last: ApiError | None = None
         for address in candidates:
             try:
-                return self.connection(address).action(name, body)
+                return send(self.connection(address))
             except NetworkError as e:
                 last = e
         raise last or NetworkError(f"no broker reachable in {candidates}")
@@ -117,20 +119,19 @@ class ClusterMetadata:
     # -- metadata ----------------------------------------------------------------------------
 
     def refresh(self, topics: list[str] | None = None, prefer: str | None = None) -> None:
-        response = self.request("metadata", {"topics": topics}, prefer)
+        response = self.call(MetadataRequest(topics=topics), prefer)
         with self._lock:
-            self._brokers = {b["broker_id"]: f"{b['host']}:{b['port']}"
-                             for b in response["brokers"]}
-            self.controller_id = response.get("controller_id")
+            self._brokers = {b.broker_id: f"{b.host}:{b.port}" for b in response.brokers}
+            self.controller_id = response.controller_id
             if topics is None:
                 self._topics = {}
             now = time.monotonic()
-            for t in response["topics"]:
-                if error_from_fields(t) is None:
-                    self._topics[t["name"]] = _topic_info(t)
-                    self._refreshed_at[t["name"]] = now
+            for t in response.topics:
+                if t.error() is None:
+                    self._topics[t.name] = _topic_info(t)
+                    self._refreshed_at[t.name] = now
                 else:
-                    self._topics.pop(t["name"], None)
+                    self._topics.pop(t.name, None)
 
     def topic(self, name: str, refresh: bool = False) -> TopicInfo:
         """A topic's metadata, refreshed when asked, unknown or older than
@@ -177,10 +178,9 @@ class ClusterMetadata:
             self._connections.clear()
 
 
-def _topic_info(t: dict[str, Any]) -> TopicInfo:
-    value_schema = decode_schema(t.get("value_schema"))
-    parts = {p["partition"]: PartitionInfo(p["partition"], p["leader"], p["leader_epoch"],
-                                           tuple(p["replicas"]), tuple(p["isr"]))
-             for p in t["partitions"]}
-    return TopicInfo(t["name"], parts, topic_schema(value_schema), value_schema,
-                     t.get("internal", False))
+def _topic_info(t: TopicMetadata) -> TopicInfo:
+    value_schema = decode_schema(t.value_schema)
+    parts = {p.partition: PartitionInfo(p.partition, p.leader, p.leader_epoch,
+                                        tuple(p.replicas), tuple(p.isr))
+             for p in t.partitions}
+    return TopicInfo(t.name, parts, topic_schema(value_schema), value_schema, t.internal)

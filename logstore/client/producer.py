@@ -242,10 +242,10 @@ class Producer:
         except Exception as e:  # a bad chunk fails its own futures, never the producer
             err = e if isinstance(e, InvalidRecordError | MessageTooLargeError) else \
                 InvalidRecordError(f"topic {chunk.topic!r}: {type(e).__name__}: {e}")
-            chunk.fail(err)  # type: ignore[arg-type]
+            chunk.fail(err)
 
-    def _rows_to_batch(self, info: TopicInfo, keys: tuple, values: tuple, stamps: tuple,
-                       headers: tuple) -> tuple[pa.RecordBatch, np.ndarray]:
+    def _rows_to_batch(self, info: TopicInfo, keys: tuple[Any, ...], values: tuple[Any, ...],
+                       stamps: tuple[Any, ...], headers: tuple[Any, ...]) -> tuple[pa.RecordBatch, np.ndarray]:
         n = len(keys)
         now = time.time_ns() // 1_000_000
         ts = pa.array(stamps, pa.int64()).fill_null(now) if stamps.count(None) != n else \

@@ -31,9 +31,13 @@ from logstore.errors import (
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
+from logstore.messages.produce import (
+    InitProducerIdRequest,
+    ProduceBatchMetadata,
+    ProduceRequest,
+)
 from logstore.model import TopicPartition
 from logstore.rpc.client import ProduceStream
-from logstore.rpc.codec import error_from_fields
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +63,9 @@ class _Sequences:
         self.confirmed: set[TopicPartition] = set()  # an ack came under the current id
 
     def fetch_ids(self) -> tuple[int, int]:
-        response = self._metadata.request("init_producer_id", {})
-        return response["producer_id"], response["producer_epoch"]
+        response = self._metadata.call(InitProducerIdRequest())
+        response.raise_error("init_producer_id")
+        return response.producer_id, response.producer_epoch
 
     def has_default(self) -> bool:
         return self._default is not None
@@ -260,9 +265,10 @@ class Sender:
         except ApiError as e:
             self._on_error(batch, e)
             return
-        meta = {"seq": batch.order, "partition": batch.tp.partition,
-                "producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
-                "base_sequence": batch.base_sequence, "leader_epoch": leader_epoch}
+        meta = ProduceBatchMetadata(
+            seq=batch.order, partition=batch.tp.partition, producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+            leader_epoch=leader_epoch)
         try:
             with stream.lock:
                 if stream.broken:  # its reader gave up on it a moment ago
@@ -291,8 +297,9 @@ class Sender:
         if stream is None or stream.broken:
             # The broker gives up a little before our watchdog does, so its own timeout
             # error (not a broken stream) is what normally comes back.
-            produce = conn.open_produce(batch.tp.topic, batch.batch.schema, self._acks,
-                                        max(1, int(self._timeout_ms * 0.9)))
+            produce = conn.open_produce(ProduceRequest(
+                topic=batch.tp.topic, acks=self._acks,
+                timeout_ms=max(1, int(self._timeout_ms * 0.9))), batch.batch.schema)
             stream = _Stream(produce, key)
             with self._cond:
                 self._streams[key] = stream
@@ -330,18 +337,18 @@ class Sender:
                 if stream.broken:
                     return  # the watchdog gave this stream's batches to new attempts
                 batch = stream.inflight.popleft() if stream.inflight else None
-            if batch is None or ack.get("seq") != batch.order:
+            if batch is None or ack.seq != batch.order:
                 log.error("acknowledgement %s does not match the in-flight batch", ack)
                 self._break_stream(stream, NetworkError("acknowledgements out of step"))
                 if batch is not None:
                     self._on_error(batch, NetworkError("acknowledgements out of step"))
                 return
-            error = error_from_fields(ack)
+            error = ack.error()
             if error is None:
                 with self._cond:
                     if batch.producer_id == self._sequences.current(batch.tp):
                         self._sequences.confirmed.add(batch.tp)
-                self._complete(batch, ack["base_offset"], None)
+                self._complete(batch, ack.base_offset, None)
             else:
                 self._on_error(batch, error, answered_by=stream.key[0])
 
@@ -367,7 +374,9 @@ class Sender:
                   ) -> None:
         now = time.monotonic()
         with self._cond:
-            if error.refresh_metadata or isinstance(error, NetworkError):
+            # A broken stream is a NetworkError, whose refresh_metadata flag is what sends the
+            # next attempt to a freshly looked-up leader.
+            if error.refresh_metadata:
                 self._refresh.add(batch.tp.topic)
                 if answered_by is not None:  # alive, unlike a bootstrap broker may be
                     self._refresh_via = answered_by

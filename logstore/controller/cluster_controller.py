@@ -14,20 +14,20 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
-from logstore.controller.election import check_isr_change, next_state
+from logstore.controller.partition_election import check_isr_change, next_state
 from logstore.controller.store import MetadataStore, PartitionState, TopicRecord
 from logstore.errors import (
     NotControllerError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
+from logstore.messages.cluster import LeaderAndIsrPartition, LeaderAndIsrRequest
 
 log = logging.getLogger(__name__)
 
-# (broker id, leader_and_isr body): delivers the body to that broker (asynchronously).
-Notify = Callable[[int, dict[str, Any]], None]
+# (broker id, leader_and_isr request): delivers it to that broker (asynchronously).
+Notify = Callable[[int, LeaderAndIsrRequest], None]
 Key = tuple[str, int]
 WRITE_ATTEMPTS = 5
 IDLE_RECHECK_S = 5.0
@@ -123,7 +123,7 @@ class ClusterController:
         """Send each live broker the states of its partitions it has not been sent (all of
         them to a broker that just came back)."""
         returned = live - self._live_told
-        per_broker: dict[int, list[dict[str, Any]]] = {}
+        per_broker: dict[int, list[LeaderAndIsrPartition]] = {}
         told: dict[Key, PartitionState] = {}
         for name, record in self._store.topics().items():
             states = self._store.partition_states(name)
@@ -133,15 +133,17 @@ class ClusterController:
                     continue
                 told[(name, p)] = st
                 fresh = self._told.get((name, p)) != st
-                entry = {"topic": name, "partition": p, "replicas": list(replicas),
-                         **st.to_json()}
+                entry = LeaderAndIsrPartition(
+                    topic=name, partition=p, leader=st.leader, leader_epoch=st.leader_epoch,
+                    isr=list(st.isr), controller_epoch=st.controller_epoch,
+                    replicas=list(replicas))
                 for b in replicas:
                     if b in live and (fresh or b in returned):
                         per_broker.setdefault(b, []).append(entry)
         self._told, self._live_told = told, live
         for b, entries in per_broker.items():
-            self._notify(b, {"controller_id": self._broker_id, "controller_epoch": self._epoch,
-                             "partitions": entries})
+            self._notify(b, LeaderAndIsrRequest(controller_id=self._broker_id,
+                                                controller_epoch=self._epoch, partitions=entries))
 
     # -- requests from brokers ------------------------------------------------------------------
 

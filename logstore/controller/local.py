@@ -2,7 +2,8 @@
 alone with no ZooKeeper. Writes go to a temporary file that is fsynced and renamed, so a crash
 leaves either the old or the new state. The broker is always its own controller; each election
 (one per start) still takes a new controller epoch, so the fencing rules are the same as with
-ZooKeeper. Must not: know about the network.
+ZooKeeper. Remote log segment entries sit in the same file, fenced in-process by the same rule
+as in ZooKeeper (``store.remote_write_fence``). Must not: know about the network.
 """
 
 from __future__ import annotations
@@ -21,8 +22,15 @@ from logstore.controller.store import (
     PartitionState,
     ResignedCallback,
     TopicRecord,
+    remote_write_fence,
 )
 from logstore.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from logstore.tiering.metadata import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+    check_transition,
+)
 
 METADATA_FILE = "__cluster_metadata.json"
 
@@ -41,6 +49,7 @@ class LocalMetadataStore:
         self._latest_controller_epoch = 0  # persisted: the newest epoch ever taken
         self._won_epoch = 0
         self._listeners: list[MetadataListener] = []
+        self._remote: dict[TopicIdPartition, dict[str, RemoteLogSegmentMetadata]] = {}
 
     def start(self) -> None:
         if not self._path.exists():
@@ -51,6 +60,9 @@ class LocalMetadataStore:
                         for n, states in data.get("states", {}).items()}
         self._next_producer_id = data.get("next_producer_id", 0)
         self._latest_controller_epoch = data.get("controller_epoch", 0)
+        for raw in data.get("remote_log_segments", []):
+            entry = RemoteLogSegmentMetadata.from_json(raw)
+            self._remote.setdefault(entry.partition, {})[entry.segment_id] = entry
 
     def close(self) -> None:
         """Nothing to release: every change was written through to the file already."""
@@ -140,6 +152,39 @@ class LocalMetadataStore:
     def add_listener(self, listener: MetadataListener) -> None:
         self._listeners.append(listener)
 
+    # -- remote log segment metadata ---------------------------------------------------------
+
+    def remote_log_segments(self, partition: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        with self._lock:
+            entries = self._remote.get(partition, {})
+            return sorted(entries.values(), key=lambda m: (m.base_offset, m.segment_id))
+
+    def remote_log_partitions(self) -> list[TopicIdPartition]:
+        with self._lock:
+            return sorted(self._remote)
+
+    def put_remote_log_segment(self, metadata: RemoteLogSegmentMetadata,
+                               leader_epoch: int | None) -> None:
+        tp = metadata.partition
+        with self._lock:
+            record = self._topics.get(tp.topic)
+            state = self._states.get(tp.topic, {}).get(tp.partition)
+            fenced = remote_write_fence(tp, leader_epoch, record, state)
+            if fenced is not None:
+                raise fenced
+            entries = self._remote.get(tp, {})
+            if not check_transition(entries.get(metadata.segment_id), metadata):
+                return
+            if metadata.state is RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+                del entries[metadata.segment_id]
+            else:
+                entries[metadata.segment_id] = metadata
+            if entries:
+                self._remote[tp] = entries
+            else:
+                self._remote.pop(tp, None)
+            self._save()
+
     def _require(self, name: str) -> None:
         if name not in self._topics:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -156,6 +201,8 @@ class LocalMetadataStore:
                        for n, st in self._states.items()},
             "next_producer_id": self._next_producer_id,
             "controller_epoch": self._latest_controller_epoch,
+            "remote_log_segments": [m.to_json() for entries in self._remote.values()
+                                    for m in entries.values()],
         }
         tmp = self._path.with_suffix(".tmp")
         self._path.parent.mkdir(parents=True, exist_ok=True)

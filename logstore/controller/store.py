@@ -1,21 +1,39 @@
 """The cluster metadata the controller keeps, and the seam to where it is stored.
 
-Owns: the value types of cluster metadata (brokers, topics, partition leader state) with their
-versioned JSON form, and the ``MetadataStore`` protocol that the embedded file store
-(``local.py``) and the ZooKeeper store implement. Must not: import kazoo or do network I/O.
+Owns: the value types of cluster metadata (brokers, topics with their ids, partition leader
+state) with their versioned JSON form, the ``MetadataStore`` protocol that the embedded file
+store (``local.py``) and the ZooKeeper store implement, and the fencing rule of remote log
+segment metadata writes that both apply (the entries' value type and transition rules are
+``tiering/metadata.py``'s). Must not: import kazoo or do network I/O.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
 
+from logstore.errors import ApiError, FencedLeaderEpochError
 from logstore.records import decode_schema, encode_schema
+from logstore.tiering.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 JSON_VERSION = 1
+# Topics recorded before topic ids existed get a stable id derived from their name, so every
+# broker reading the same old record agrees on it without anyone rewriting the record.
+_LEGACY_TOPIC_ID_NAMESPACE = uuid.UUID("5d6f0e2a-1c4b-4f8e-9a57-3f0c2b7d9e11")
+
+
+def new_topic_id() -> str:
+    """A fresh topic id (32 hex digits), given to a topic when it is created."""
+    return uuid.uuid4().hex
+
+
+def legacy_topic_id(name: str) -> str:
+    """The stable id of a topic recorded without one."""
+    return uuid.uuid5(_LEGACY_TOPIC_ID_NAMESPACE, name).hex
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +72,23 @@ class PartitionState:
 
 @dataclass(frozen=True, slots=True)
 class TopicRecord:
-    """A topic: its replica assignment per partition, config overrides and value schema."""
+    """A topic: its replica assignment per partition, config overrides, value schema and id.
+
+    The topic id tells a topic from an earlier one of the same name (remote segments are
+    named by it). The controller gives each new topic a fresh one; a record made without one
+    (older JSON, tests) gets ``legacy_topic_id(name)``. Changes to a topic keep its id
+    (``dataclasses.replace``)."""
 
     name: str
     replicas: dict[int, tuple[int, ...]]
     config: dict[str, Any] = field(default_factory=dict)
     value_schema: pa.Schema | None = None
     internal: bool = False
+    topic_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.topic_id:
+            object.__setattr__(self, "topic_id", legacy_topic_id(self.name))
 
     @property
     def num_partitions(self) -> int:
@@ -70,13 +98,39 @@ class TopicRecord:
         return {"version": JSON_VERSION, "name": self.name,
                 "replicas": {str(p): list(r) for p, r in self.replicas.items()},
                 "config": self.config, "value_schema": encode_schema(self.value_schema),
-                "internal": self.internal}
+                "internal": self.internal, "topic_id": self.topic_id}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicRecord:
         return cls(d["name"], {int(p): tuple(r) for p, r in d["replicas"].items()},
                    dict(d.get("config", {})), decode_schema(d.get("value_schema")),
-                   d.get("internal", False))
+                   d.get("internal", False), d.get("topic_id") or "")
+
+
+def remote_write_fence(tp: TopicIdPartition, leader_epoch: int | None,
+                       record: TopicRecord | None,
+                       state: PartitionState | None) -> ApiError | None:
+    """Why a remote segment metadata write by the leader at ``leader_epoch`` (None: the cleanup
+    of a deleted topic) must be refused, given the topic's record and the partition's state as
+    stored now (a FencedLeaderEpochError); None when it may go ahead. Both stores apply this
+    same rule."""
+    live = record is not None and record.topic_id == tp.topic_id
+    if leader_epoch is None:
+        if live:
+            return FencedLeaderEpochError(
+                f"{tp}: topic id {tp.topic_id} still exists; only its leader, at the current "
+                "leader epoch, may write its remote segment metadata")
+        return None
+    if not live:
+        return FencedLeaderEpochError(
+            f"{tp}: topic id {tp.topic_id} no longer exists (deleted or recreated); the write "
+            f"at leader epoch {leader_epoch} is refused")
+    if state is None or state.leader_epoch != leader_epoch:
+        current = "none" if state is None else state.leader_epoch
+        return FencedLeaderEpochError(
+            f"{tp}: remote segment metadata write at leader epoch {leader_epoch} refused; the "
+            f"partition's leader epoch is {current}")
+    return None
 
 
 MetadataListener = Callable[[], None]
@@ -138,3 +192,26 @@ class MetadataStore(Protocol):
         ...
 
     def add_listener(self, listener: MetadataListener) -> None: ...
+
+    # -- remote log segment metadata (tiered storage; see tiering/metadata.py) ----------------
+
+    def remote_log_segments(self, partition: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """Every entry of the partition (any state), read from the store itself: a new leader
+        calls this once and has the partition's whole remote state."""
+        ...
+
+    def remote_log_partitions(self) -> list[TopicIdPartition]:
+        """The partitions that have entries, deleted topics' included (for their cleanup)."""
+        ...
+
+    def put_remote_log_segment(self, metadata: RemoteLogSegmentMetadata,
+                               leader_epoch: int | None) -> None:
+        """Record ``metadata``'s state after checking the transition from the stored one
+        (``tiering.metadata.check_transition``); DELETE_SEGMENT_FINISHED removes the entry.
+
+        Fenced, atomically with the write: ``leader_epoch`` must be the partition's current
+        leader epoch and the topic must still have ``metadata``'s topic id, else
+        FencedLeaderEpochError. ``leader_epoch`` None is the cleanup of a deleted topic, allowed
+        only once no topic has that id. An impossible transition raises
+        InvalidRemoteSegmentStateError and writes nothing."""
+        ...

@@ -9,7 +9,7 @@ misreads a newer broker's data. Must not: import kazoo or do I/O.
 |----------------------------------------------|------------|----------------------------------|
 | /brokers/ids/<broker_id>                     | ephemeral  | broker_id, host, port, rack      |
 | /brokers/topics/<topic>                      | persistent | name, replicas, config,          |
-|                                              |            | value_schema, internal           |
+|                                              |            | value_schema, internal, topic_id |
 | /brokers/topics/<topic>/partitions           | persistent | (no data)                        |
 | /brokers/topics/<topic>/partitions/<p>       | persistent | (no data)                        |
 | /brokers/topics/<topic>/partitions/<p>/state | persistent | leader, leader_epoch, isr,       |
@@ -18,9 +18,15 @@ misreads a newer broker's data. Must not: import kazoo or do I/O.
 | /controller_epoch                            | persistent | epoch                            |
 | /latest_producer_id_block                    | persistent | broker_id, block_start,          |
 |                                              |            | block_end (inclusive)            |
+| /remote_log_segments                         | persistent | (no data)                        |
+| /remote_log_segments/<topic>-<topic id>/<p>  | persistent | (no data)                        |
+| /remote_log_segments/<topic>-<topic id>/<p>/ | persistent | one remote segment's metadata    |
+|   <segment id>                               |            | (tiering/metadata.py's table)    |
 
 Topic deletion is one ZooKeeper transaction over the topic's subtree, so Kafka's
-``/admin/delete_topics`` marker is not needed (yet).
+``/admin/delete_topics`` marker is not needed (yet). Remote segment entries live outside that
+subtree, under the topic's id, so they outlive the topic until its remote objects are deleted,
+and a new topic of the same name never sees them.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import orjson
 
 from logstore.controller.store import JSON_VERSION, BrokerInfo, PartitionState, TopicRecord
 from logstore.errors import ConfigError
+from logstore.tiering.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 BROKERS = "/brokers"
 BROKER_IDS = "/brokers/ids"
@@ -40,8 +47,9 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+REMOTE_LOG_SEGMENTS = "/remote_log_segments"
 # Created at startup by whoever gets there first; never deleted.
-PERSISTENT_PATHS = (BROKERS, BROKER_IDS, TOPICS)
+PERSISTENT_PATHS = (BROKERS, BROKER_IDS, TOPICS, REMOTE_LOG_SEGMENTS)
 INITIAL_CONTROLLER_EPOCH = 0
 
 
@@ -63,6 +71,18 @@ def partition_path(topic: str, partition: int) -> str:
 
 def partition_state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def remote_topic_path(topic_dir: str) -> str:
+    return f"{REMOTE_LOG_SEGMENTS}/{topic_dir}"
+
+
+def remote_partition_path(tp: TopicIdPartition) -> str:
+    return f"{REMOTE_LOG_SEGMENTS}/{tp.topic_dir}/{tp.partition}"
+
+
+def remote_segment_path(tp: TopicIdPartition, segment_id: str) -> str:
+    return f"{REMOTE_LOG_SEGMENTS}/{tp.topic_dir}/{tp.partition}/{segment_id}"
 
 
 def topic_of(path: str) -> str | None:
@@ -170,3 +190,11 @@ def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
 def decode_producer_id_block(data: bytes) -> ProducerIdBlock:
     d = _loads(data, "producer id block")
     return ProducerIdBlock(d["broker_id"], d["block_start"], d["block_end"])
+
+
+def encode_remote_segment(metadata: RemoteLogSegmentMetadata) -> bytes:
+    return orjson.dumps(metadata.to_json())
+
+
+def decode_remote_segment(data: bytes) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata.from_json(_loads(data, "remote log segment"))

@@ -5,25 +5,41 @@ PreparingRebalance -> CompletingRebalance -> Stable (and back), with the join an
 "long polls" as futures that complete when the rebalance reaches them; session expiry and
 ``group_initial_rebalance_delay_ms`` run from ``tick(now_ms)``, so tests move time with a
 FakeClock. Static members (``group_instance_id``) that rejoin while the group is stable keep
-their assignment without a rebalance. Must not: do I/O, read clocks or persist anything (the
-coordinator does); errors are ApiErrors with Kafka's codes.
+their assignment without a rebalance.
+
+A ``Group`` changes in place, but never resolves a future itself: it queues the resolution in
+``completions``, which its owner fires once the change is durable. So the coordinator can run a
+request on a ``copy()``, append the generation it reached, and install the copy (and fire its
+completions) only when the append is acknowledged; a discarded copy has woken no one. A method
+that raises an ApiError has changed nothing. Must not: do I/O, read clocks or persist anything
+(the coordinator does); errors are ApiErrors with Kafka's codes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import msgspec
+
+from logstore.coordinator import Completions
 from logstore.errors import (
+    ApiError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     NonEmptyGroupError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+)
+from logstore.messages.groups import (
+    ConsumerProtocolAssignment,
+    JoinGroupMember,
+    JoinGroupResponse,
 )
 from logstore.model import TopicPartition
 
@@ -38,19 +54,6 @@ class GroupState(StrEnum):
     DEAD = "Dead"
 
 
-@dataclass(frozen=True, slots=True)
-class JoinResult:
-    generation_id: int
-    protocol: str | None
-    leader: str
-    member_id: str
-    members: list[dict[str, Any]]  # the leader's view only: id, instance id, metadata
-
-    def to_json(self) -> dict[str, Any]:
-        return {"generation_id": self.generation_id, "protocol": self.protocol,
-                "leader": self.leader, "member_id": self.member_id, "members": self.members}
-
-
 @dataclass
 class Member:
     member_id: str
@@ -60,16 +63,18 @@ class Member:
     rebalance_timeout_ms: int
     protocols: list[tuple[str, Any]]
     last_heartbeat_ms: int
-    join_future: Future[JoinResult] | None = None
-    sync_future: Future[dict[str, Any]] | None = None
-    assignment: dict[str, Any] = field(default_factory=lambda: dict(EMPTY_ASSIGNMENT))
+    join_future: Future[JoinGroupResponse] | None = None
+    sync_future: Future[Any] | None = None
+    assignment: Any = field(default_factory=lambda: dict(EMPTY_ASSIGNMENT))  # the leader's JSON
 
     def owned(self) -> set[TopicPartition]:
-        return {TopicPartition(t, p) for t, p in self.assignment.get("partitions", [])}
-
-    def describe(self) -> dict[str, Any]:
-        return {"member_id": self.member_id, "group_instance_id": self.group_instance_id,
-                "client_id": self.client_id, "assignment": self.assignment}
+        """The partitions of a consumer's assignment (none if it is not one: assignments are
+        the leader's, and only a consumer group's are read)."""
+        try:
+            decoded = msgspec.convert(self.assignment, ConsumerProtocolAssignment)
+        except msgspec.ValidationError:
+            return set()
+        return {TopicPartition(t, p) for t, p in decoded.partitions}
 
 
 class Group:
@@ -86,13 +91,25 @@ class Group:
         self.empty_since_ms = now_ms
         self._delay_until_ms = 0
         self._join_deadline_ms = 0
+        self.completions = Completions()  # futures to resolve once this state is installed
+
+    def copy(self) -> Group:
+        """A copy to change: members are copied (their futures shared, not resolved), and the
+        copy's completions start empty."""
+        other = Group(self.group_id, self.empty_since_ms, self.generation_id, self.protocol_type)
+        other.state, other.protocol, other.leader_id = self.state, self.protocol, self.leader_id
+        other.members = {k: dataclasses.replace(m) for k, m in self.members.items()}
+        other.static_members = dict(self.static_members)
+        other._delay_until_ms, other._join_deadline_ms = \
+            self._delay_until_ms, self._join_deadline_ms
+        return other
 
     # -- join --------------------------------------------------------------------------------
 
     def join(self, member_id: str, group_instance_id: str | None, client_id: str,
              session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
              protocols: list[tuple[str, Any]], now_ms: int, initial_delay_ms: int
-             ) -> Future[JoinResult]:
+             ) -> Future[JoinGroupResponse]:
         self._check_protocols(protocol_type, protocols)
         if not member_id and group_instance_id in self.static_members:
             return self._static_rejoin(group_instance_id, protocols, now_ms)
@@ -110,9 +127,9 @@ class Group:
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
         self.protocol_type = protocol_type
-        future: Future[JoinResult] = Future()
+        future: Future[JoinGroupResponse] = Future()
         if member.join_future is not None:
-            member.join_future.set_exception(UnknownMemberIdError(
+            self.completions.fail(member.join_future, UnknownMemberIdError(
                 f"group {self.group_id}: member {member_id} joined again"))
         member.join_future = future
         if self.state != GroupState.PREPARING_REBALANCE:
@@ -140,7 +157,7 @@ class Group:
                 "supported by every member")
 
     def _static_rejoin(self, instance_id: str, protocols: list[tuple[str, Any]], now_ms: int
-                       ) -> Future[JoinResult]:
+                       ) -> Future[JoinGroupResponse]:
         """A known group_instance_id with no member id: the new member replaces the old one;
         in a stable group with unchanged protocols it keeps the assignment, no rebalance."""
         old = self.members.pop(self.static_members[instance_id])
@@ -148,7 +165,7 @@ class Group:
             f"group {self.group_id}: instance {instance_id} rejoined as another member")
         for f in (old.join_future, old.sync_future):
             if f is not None and not f.done():
-                f.set_exception(fenced)
+                self.completions.fail(f, fenced)
         new_id = f"{old.client_id or 'member'}-{uuid.uuid4()}"
         member = Member(new_id, instance_id, old.client_id, old.session_timeout_ms,
                         old.rebalance_timeout_ms, protocols, now_ms, assignment=old.assignment)
@@ -156,10 +173,11 @@ class Group:
         self.static_members[instance_id] = new_id
         if self.leader_id == old.member_id:
             self.leader_id = new_id
-        future: Future[JoinResult] = Future()
+        future: Future[JoinGroupResponse] = Future()
         if self.state == GroupState.STABLE and protocols == old.protocols:
-            future.set_result(JoinResult(self.generation_id, self.protocol,
-                                         self.leader_id or new_id, new_id, []))
+            self.completions.resolve(future, JoinGroupResponse(
+                generation_id=self.generation_id, protocol=self.protocol,
+                leader=self.leader_id or new_id, member_id=new_id))
             return future
         member.join_future = future
         if self.state != GroupState.PREPARING_REBALANCE:
@@ -175,7 +193,7 @@ class Group:
         rebalancing = RebalanceInProgressError(f"group {self.group_id} is rebalancing")
         for m in self.members.values():
             if m.sync_future is not None:
-                m.sync_future.set_exception(rebalancing)
+                self.completions.fail(m.sync_future, rebalancing)
                 m.sync_future = None
 
     def maybe_complete_join(self, now_ms: int) -> None:
@@ -198,16 +216,19 @@ class Group:
         self.state = GroupState.COMPLETING_REBALANCE
         for m in self.members.values():
             assert m.join_future is not None
-            m.join_future.set_result(self._join_result(m))
+            self.completions.resolve(m.join_future, self._join_result(m))
             m.join_future, m.last_heartbeat_ms = None, now_ms
 
-    def _join_result(self, member: Member) -> JoinResult:
+    def _join_result(self, member: Member) -> JoinGroupResponse:
+        assert self.leader_id is not None and self.protocol is not None
+        protocol = self.protocol
         members = [] if member.member_id != self.leader_id else [
-            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-             "metadata": dict(m.protocols)[self.protocol]} for m in self.members.values()]
-        assert self.leader_id is not None
-        return JoinResult(self.generation_id, self.protocol, self.leader_id, member.member_id,
-                          members)
+            JoinGroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                            metadata=dict(m.protocols)[protocol])
+            for m in self.members.values()]
+        return JoinGroupResponse(generation_id=self.generation_id, protocol=protocol,
+                                 leader=self.leader_id, member_id=member.member_id,
+                                 members=members)
 
     def _select_protocol(self) -> str:
         """The first assignor of the leader's (or any member's) preference list that every
@@ -224,13 +245,13 @@ class Group:
     # -- sync, heartbeat, leave --------------------------------------------------------------
 
     def sync(self, member_id: str, generation_id: int,
-             assignments: dict[str, dict[str, Any]] | None) -> Future[dict[str, Any]]:
+             assignments: dict[str, Any] | None) -> Future[Any]:
         member = self.member(member_id, generation_id)
         if self.state == GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
-        future: Future[dict[str, Any]] = Future()
+        future: Future[Any] = Future()
         if self.state == GroupState.STABLE:
-            future.set_result(member.assignment)
+            self.completions.resolve(future, member.assignment)
             return future
         member.sync_future = future
         if member_id == self.leader_id and assignments is not None:
@@ -239,15 +260,18 @@ class Group:
             self.state = GroupState.STABLE
             for m in self.members.values():
                 if m.sync_future is not None:
-                    m.sync_future.set_result(m.assignment)
+                    self.completions.resolve(m.sync_future, m.assignment)
                     m.sync_future = None
         return future
 
-    def heartbeat(self, member_id: str, generation_id: int, now_ms: int) -> None:
+    def heartbeat(self, member_id: str, generation_id: int, now_ms: int) -> ApiError | None:
+        """Keep the member's session; REBALANCE_IN_PROGRESS is returned, not raised, because
+        the heartbeat counts even then (the member has until the join deadline to rejoin)."""
         member = self.member(member_id, generation_id)
         member.last_heartbeat_ms = now_ms
         if self.state == GroupState.PREPARING_REBALANCE:
-            raise RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
+            return RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
+        return None
 
     def leave(self, member_id: str, group_instance_id: str | None, now_ms: int) -> None:
         if not member_id and group_instance_id in self.static_members:
@@ -260,9 +284,7 @@ class Group:
 
     def tick(self, now_ms: int) -> list[str]:
         """Expire members whose session ran out, complete a due join; the expired ids."""
-        expired = [m for m in self.members.values()
-                   if m.join_future is None and m.sync_future is None
-                   and now_ms - m.last_heartbeat_ms > m.session_timeout_ms]
+        expired = self.expired(now_ms)
         for m in expired:
             self._remove(m, UnknownMemberIdError(
                 f"group {self.group_id}: member {m.member_id} session expired"))
@@ -270,6 +292,12 @@ class Group:
             self._rebalance_after_removal(now_ms)
         self.maybe_complete_join(now_ms)
         return [m.member_id for m in expired]
+
+    def expired(self, now_ms: int) -> list[Member]:
+        """Members whose session ran out (one waiting in a join or a sync is not idle)."""
+        return [m for m in self.members.values()
+                if m.join_future is None and m.sync_future is None
+                and now_ms - m.last_heartbeat_ms > m.session_timeout_ms]
 
     def _rebalance_after_removal(self, now_ms: int) -> None:
         if self.state == GroupState.PREPARING_REBALANCE:
@@ -286,14 +314,14 @@ class Group:
             self.static_members.pop(member.group_instance_id, None)
         for f in (member.join_future, member.sync_future):
             if f is not None and not f.done():
-                f.set_exception(error)
+                self.completions.fail(f, error)
 
     def fail_pending(self, error: Exception) -> None:
         """Fail every waiting join and sync (the coordinator is giving the group up)."""
         for m in self.members.values():
             for f in (m.join_future, m.sync_future):
                 if f is not None and not f.done():
-                    f.set_exception(error)
+                    self.completions.fail(f, error)
             m.join_future = m.sync_future = None
 
     # -- lookups -----------------------------------------------------------------------------
@@ -310,8 +338,9 @@ class Group:
                 f"{self.generation_id}); rejoin")
         return member
 
-    def check_commit(self, member_id: str, generation_id: int, now_ms: int) -> Member | None:
-        """The committing member (None for an admin commit outside the protocol)."""
+    def check_commit(self, member_id: str, generation_id: int) -> Member | None:
+        """The committing member (None for an admin commit outside the protocol). Changes
+        nothing: the commit's ``touch`` comes once its offsets are durable."""
         if generation_id < 0 and not member_id:
             if self.members:
                 raise NonEmptyGroupError(
@@ -321,8 +350,13 @@ class Group:
         member = self.member(member_id, generation_id)
         if self.state == GroupState.COMPLETING_REBALANCE:
             raise RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
-        member.last_heartbeat_ms = now_ms
         return member
+
+    def touch(self, member_id: str, now_ms: int) -> None:
+        """A commit counts as a heartbeat (if the member is still there)."""
+        member = self.members.get(member_id)
+        if member is not None:
+            member.last_heartbeat_ms = max(member.last_heartbeat_ms, now_ms)
 
     def _unknown(self, member_id: str, group_instance_id: str | None) -> None:
         if group_instance_id is not None and group_instance_id in self.static_members:
@@ -330,9 +364,3 @@ class Group:
                 f"group {self.group_id}: instance {group_instance_id} is now member "
                 f"{self.static_members[group_instance_id]}, not {member_id}")
         raise UnknownMemberIdError(f"group {self.group_id}: unknown member id {member_id!r}")
-
-    def describe(self) -> dict[str, Any]:
-        return {"group_id": self.group_id, "state": self.state.value,
-                "protocol_type": self.protocol_type or "", "protocol": self.protocol or "",
-                "generation_id": self.generation_id, "leader": self.leader_id or "",
-                "members": [m.describe() for m in self.members.values()]}

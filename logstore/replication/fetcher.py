@@ -15,16 +15,18 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pyarrow.ipc as ipc
 
-from logstore.errors import ApiError, ErrorCode, OffsetOutOfRangeError
+from logstore.errors import ApiError, OffsetOutOfRangeError
+from logstore.messages import Message, Request
+from logstore.messages.cluster import EpochRequestPartition, OffsetsForLeaderEpochRequest
+from logstore.messages.fetch import FetchPartition, FetchPartitionSummary, FetchRequest
 from logstore.model import TopicPartition
 from logstore.records import StoredBatch, decode_message, stored_message_bytes
 from logstore.replication.epoch_cache import UNDEFINED_EPOCH
 from logstore.replication.partition import Partition
-from logstore.wire import error_from_fields
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +34,28 @@ FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 8 * 1024 * 1024
 BACKOFF_S = 0.2
 IDLE_WAIT_S = 1.0
-_RETRY_LATER = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
-                ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+R = TypeVar("R", bound=Message)
+
+
+class FetchedPartitions(Protocol):
+    """What a follower reads of a fetch response (``rpc.client.FetchResponse``)."""
+
+    @property
+    def batches(self) -> list[Any]: ...
+
+    @property
+    def partitions(self) -> dict[int, FetchPartitionSummary]: ...
 
 
 class LeaderConnection(Protocol):
-    """What a follower needs of a connection to its leader (``rpc.client.BrokerConnection``)."""
+    """What a broker needs of a connection to another (``rpc.client.BrokerConnection``)."""
 
-    def action(self, name: str, body: dict[str, Any], timeout_s: float | None = None
-               ) -> dict[str, Any]: ...
+    def call(self, request: Request[R], timeout_s: float | None = None) -> R: ...
 
-    def fetch(self, request: dict[str, Any], timeout_s: float | None = None) -> Any: ...
+    def fetch(self, request: FetchRequest, timeout_s: float | None = None
+              ) -> FetchedPartitions: ...
 
 
 # broker id -> a connection to it, or None when the broker is not registered.
@@ -127,12 +140,11 @@ class ReplicaFetcher:
         for f in parts.values():
             if not f.truncated:
                 self._truncate_by_epoch(conn, f)
-        request = {"topic": self.topic, "replica_id": self.broker_id,
-                   "max_wait_ms": self._max_wait_ms, "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES,
-                   "partitions": [{"partition": p, "offset": f.partition.log.log_end_offset,
-                                   "current_leader_epoch": f.leader_epoch}
-                                  for p, f in parts.items()]}
-        response = conn.fetch(request)
+        response = conn.fetch(FetchRequest(
+            topic=self.topic, replica_id=self.broker_id, max_wait_ms=self._max_wait_ms,
+            min_bytes=1, max_bytes=FETCH_MAX_BYTES, partitions=[FetchPartition(
+                partition=p, offset=f.partition.log.log_end_offset,
+                current_leader_epoch=f.leader_epoch) for p, f in parts.items()]))
         by_partition: dict[int, list[Any]] = {}
         for b in response.batches:
             by_partition.setdefault(b.partition, []).append(b)
@@ -143,27 +155,33 @@ class ReplicaFetcher:
         if backoff:
             self._stop.wait(BACKOFF_S)
 
-    def _handle(self, f: _Fetching, summary: dict[str, Any], batches: list[Any]) -> bool:
+    def _handle(self, f: _Fetching, summary: FetchPartitionSummary, batches: list[Any]
+                ) -> bool:
         """Apply one partition's part of a response; True if the fetcher should back off."""
-        error = error_from_fields(summary)
+        error = summary.error()
         p = f.partition
         if error is None:
             stored = [to_stored(b) for b in batches]
-            p.append_as_follower(stored, summary["high_watermark"], f.leader_epoch)
+            p.append_as_follower(stored, summary.high_watermark, f.leader_epoch)
             return False
         if isinstance(error, OffsetOutOfRangeError):
             self._out_of_range(f, summary)
             return False
-        if error.code not in _RETRY_LATER:
+        if error.refresh_metadata:
+            # Leadership moved or is moving (or the leader lost the partition's disk, which
+            # it logs itself): the controller tells this broker where to fetch from next, so
+            # backing off and retrying is all there is to do here.
+            log.debug("%s: fetch from leader %d refused: %s", p.tp, self.leader_id, error)
+        else:
             log.warning("%s: fetch from leader %d failed: %s", p.tp, self.leader_id, error)
         return True
 
-    def _out_of_range(self, f: _Fetching, summary: dict[str, Any]) -> None:
+    def _out_of_range(self, f: _Fetching, summary: FetchPartitionSummary) -> None:
         p, leo = f.partition, f.partition.log.log_end_offset
-        if leo < summary["log_start_offset"]:
+        if leo < summary.log_start_offset:
             log.warning("%s: behind the leader's log start %d; restarting the log there",
-                        p.tp, summary["log_start_offset"])
-            p.truncate_fully_and_start_at(summary["log_start_offset"])
+                        p.tp, summary.log_start_offset)
+            p.truncate_fully_and_start_at(summary.log_start_offset)
         else:
             f.truncated = False  # ahead of the leader: truncate by epoch again
 
@@ -173,20 +191,18 @@ class ReplicaFetcher:
         older one)."""
         p = f.partition
         epoch = p.epochs.latest_epoch
-        resp = conn.action("offsets_for_leader_epoch", {"topic": self.topic, "partitions": [
-            {"partition": p.tp.partition, "leader_epoch": epoch,
-             "current_leader_epoch": f.leader_epoch}]})
-        entry = resp["partitions"][0]
-        error = error_from_fields(entry)
-        if error is not None:
-            raise error
-        if entry["leader_epoch"] == UNDEFINED_EPOCH:
+        resp = conn.call(OffsetsForLeaderEpochRequest(topic=self.topic, partitions=[
+            EpochRequestPartition(partition=p.tp.partition, leader_epoch=epoch,
+                                  current_leader_epoch=f.leader_epoch)]))
+        (entry,) = resp.partitions
+        entry.raise_error(f"{p.tp}: offsets_for_leader_epoch {epoch} on leader {self.leader_id}")
+        if entry.leader_epoch == UNDEFINED_EPOCH:
             # No epoch of ours is known there: nothing we hold is the leader's (unless we know
             # no epochs either, as in an empty log).
             target = p.log.log_end_offset if epoch == UNDEFINED_EPOCH else 0
         else:
-            own_end = p.end_offset_for_epoch(entry["leader_epoch"])[1]
-            target = min(entry["end_offset"], own_end)
+            own_end = p.end_offset_for_epoch(entry.leader_epoch)[1]
+            target = min(entry.end_offset, own_end)
         if target < p.log.log_end_offset:
             log.warning("%s: truncating the divergent tail %d..%d (leader %d, epoch %d)",
                         p.tp, target, p.log.log_end_offset, self.leader_id, epoch)

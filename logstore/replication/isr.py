@@ -13,16 +13,15 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from logstore.errors import ApiError
+from logstore.messages.cluster import AlterIsrRequest, AlterIsrResponse
 from logstore.replication.partition import Partition
-from logstore.wire import error_from_fields
 
 log = logging.getLogger(__name__)
 
-# (action, body) -> the controller's response; raises ApiError when it cannot be reached.
-SendToController = Callable[[str, dict[str, Any]], dict[str, Any]]
+# A request -> the controller's response; raises ApiError when it cannot be reached.
+SendToController = Callable[[AlterIsrRequest], AlterIsrResponse]
 _STOP = None
 
 
@@ -56,13 +55,11 @@ class AlterIsrSender:
 
     def _send_one(self, partition: Partition, epoch: int, isr: frozenset[int]) -> None:
         tp = partition.tp
-        resp = self._send("alter_isr", {"broker_id": self._broker_id, "topic": tp.topic,
-                                        "partition": tp.partition, "leader_epoch": epoch,
-                                        "isr": sorted(isr)})
-        error = error_from_fields(resp)
-        if error is not None:
-            raise error
-        partition.apply_isr(resp["leader_epoch"], frozenset(resp["isr"]))
+        resp = self._send(AlterIsrRequest(broker_id=self._broker_id, topic=tp.topic,
+                                          partition=tp.partition, leader_epoch=epoch,
+                                          isr=sorted(isr)))
+        resp.raise_error()
+        partition.apply_isr(resp.leader_epoch, frozenset(resp.isr))
 
 
 class IsrExpirer:

@@ -32,7 +32,8 @@ from logstore.errors import (
 from logstore.model import TopicPartition
 from logstore.records import StoredBatch
 from logstore.replication.epoch_cache import LeaderEpochCache
-from logstore.segments.log import AppendInfo, Log
+from logstore.segments.log import Log
+from logstore.segments.results import AppendInfo
 
 log = logging.getLogger(__name__)
 

@@ -10,23 +10,26 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar, cast
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from logstore.errors import ApiError, InvalidRequestError
+from logstore.messages import Message, Request, decode_response, encode
+from logstore.messages.fetch import FetchPartitionSummary, FetchRequest
+from logstore.messages.produce import ProduceAck, ProduceBatchMetadata, ProduceRequest
 from logstore.records import BatchHeader
 from logstore.rpc.codec import (
     BATCH_TAG,
     SUMMARY_TAG,
     decode_batch_metadata,
-    dumps,
-    error_from_fields,
+    decode_summary,
     from_flight_error,
 )
+
+R = TypeVar("R", bound=Message)
 
 
 @dataclass(slots=True)
@@ -47,7 +50,7 @@ class FetchedBatch:
 class FetchResponse:
     schema: pa.Schema
     batches: list[FetchedBatch] = field(default_factory=list)
-    partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
+    partitions: dict[int, FetchPartitionSummary] = field(default_factory=dict)
 
 
 class ProduceStream:
@@ -61,15 +64,15 @@ class ProduceStream:
         self._where = where
         self._closed = False
 
-    def send(self, batch: pa.RecordBatch, meta: dict[str, Any]) -> None:
+    def send(self, batch: pa.RecordBatch, meta: ProduceBatchMetadata) -> None:
         try:
-            self._writer.write_with_metadata(batch, pa.py_buffer(dumps(meta)))
+            self._writer.write_with_metadata(batch, pa.py_buffer(encode(meta)))
         except flight.FlightError as e:
             raise from_flight_error(e, self._where) from None
         except (pa.ArrowException, OSError) as e:
             raise from_flight_error(flight.FlightUnavailableError(str(e)), self._where) from None
 
-    def read_ack(self) -> dict[str, Any] | None:
+    def read_ack(self) -> ProduceAck | None:
         """The next acknowledgement, or None when the server closed the stream."""
         try:
             buf = self._reader.read()
@@ -77,7 +80,8 @@ class ProduceStream:
             raise from_flight_error(e, self._where) from None
         except (pa.ArrowException, OSError) as e:
             raise from_flight_error(flight.FlightUnavailableError(str(e)), self._where) from None
-        return None if buf is None else orjson.loads(buf.to_pybytes())
+        return None if buf is None else decode_response(ProduceAck, buf.to_pybytes(),
+                                                        self._where)
 
     def close(self) -> None:
         if self._closed:
@@ -102,69 +106,62 @@ class BrokerConnection:
             compression=compression) if compression else None
         self._lock = threading.Lock()
 
-    def action(self, name: str, body: dict[str, Any], timeout_s: float | None = None
-               ) -> dict[str, Any]:
+    def call(self, request: Request[R], timeout_s: float | None = None) -> R:
+        """A typed control request; the response decoded as its declared type."""
+        name = request.ACTION
         options = flight.FlightCallOptions(timeout=timeout_s or self._timeout_s)
         try:
-            results = list(self._client.do_action(flight.Action(name, dumps(body)), options))
+            results = list(self._client.do_action(flight.Action(name, encode(request)), options))
         except flight.FlightError as e:
             raise from_flight_error(e, f"{name} on {self.address}") from None
         if not results:
             raise InvalidRequestError(f"{name} on {self.address}: empty response")
-        return orjson.loads(results[0].body.to_pybytes())
+        response = decode_response(type(request).RESPONSE, results[0].body.to_pybytes(),
+                                   f"{name} on {self.address}")
+        return cast(R, response)
 
-    def open_produce(self, topic: str, schema: pa.Schema, acks: int, timeout_ms: int
-                     ) -> ProduceStream:
-        descriptor = flight.FlightDescriptor.for_command(
-            dumps({"type": "produce", "topic": topic, "acks": acks, "timeout_ms": timeout_ms}))
+    def open_produce(self, request: ProduceRequest, schema: pa.Schema) -> ProduceStream:
+        """A DoPut stream of batches of ``schema`` to ``request.topic``."""
+        descriptor = flight.FlightDescriptor.for_command(encode(request))
         options = flight.FlightCallOptions(write_options=self._write_options) \
             if self._write_options else flight.FlightCallOptions()
-        where = f"produce to {topic!r} on {self.address}"
+        where = f"produce to {request.topic!r} on {self.address}"
         try:
             writer, reader = self._client.do_put(descriptor, schema, options)
         except flight.FlightError as e:
             raise from_flight_error(e, where) from None
         return ProduceStream(writer, reader, where)
 
-    def fetch(self, request: dict[str, Any], timeout_s: float | None = None) -> FetchResponse:
-        wait_s = request.get("max_wait_ms", 0) / 1000.0
+    def fetch(self, request: FetchRequest, timeout_s: float | None = None) -> FetchResponse:
+        wait_s = max(request.max_wait_ms, 0) / 1000.0
         options = flight.FlightCallOptions(timeout=(timeout_s or self._timeout_s) + wait_s)
-        where = f"fetch from {request.get('topic')!r} on {self.address}"
+        where = f"fetch from {request.topic!r} on {self.address}"
         try:
-            reader = self._client.do_get(flight.Ticket(dumps(request)), options)
+            reader = self._client.do_get(flight.Ticket(encode(request)), options)
             response = FetchResponse(reader.schema)
             for chunk in reader:
-                self._add_chunk(response, chunk)
+                self._add_chunk(response, chunk, where)
         except flight.FlightError as e:
             raise from_flight_error(e, where) from None
         return response
 
     @staticmethod
-    def _add_chunk(response: FetchResponse, chunk: flight.FlightStreamChunk) -> None:
+    def _add_chunk(response: FetchResponse, chunk: flight.FlightStreamChunk, where: str
+                   ) -> None:
         meta = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else b""
         tag = meta[:1]
         if tag == BATCH_TAG:
             partition, header, deltas = decode_batch_metadata(meta)
             response.batches.append(FetchedBatch(partition, header, deltas, chunk.data))
         elif tag == SUMMARY_TAG:
-            summary = orjson.loads(meta[1:])
-            response.partitions = {p["partition"]: p for p in summary["partitions"]}
-            broken = error_from_fields(summary.get("stream_error") or {})
-            if broken is not None:  # the broker could not send everything it read
-                raise broken
+            summary = decode_summary(meta, where)
+            response.partitions = {p.partition: p for p in summary.partitions}
+            if summary.stream_error is not None:  # the broker could not send all it read
+                summary.stream_error.raise_error(where)
 
     def close(self) -> None:
         with contextlib.suppress(flight.FlightError, OSError):
             self._client.close()
 
 
-def raise_first_error(entries: list[dict[str, Any]], what: str) -> None:
-    """Raise the error of the first entry that carries one, prefixed with ``what``."""
-    for entry in entries:
-        err = error_from_fields(entry)
-        if err is not None:
-            raise type(err)(f"{what}: {err.message}")
-
-
-__all__ = ["ApiError", "BrokerConnection", "FetchResponse", "FetchedBatch", "ProduceStream",
-           "raise_first_error"]
+__all__ = ["ApiError", "BrokerConnection", "FetchResponse", "FetchedBatch", "ProduceStream"]

@@ -17,22 +17,24 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from logstore.broker.handlers import PendingProduce, RequestHandlers
-from logstore.errors import ApiError, CorruptRecordError, InvalidRequestError, UnknownServerError
-from logstore.records import STORED_MESSAGE_SCHEMA, StoredBatch, stored_message_batch
-from logstore.rpc.codec import (
-    dumps,
-    encode_batch_metadata,
-    encode_summary,
-    error_fields,
-    field,
-    loads_request,
-    to_flight_error,
+from logstore.broker.replica_manager import PartitionFetchResult
+from logstore.errors import (
+    ApiError,
+    CorruptRecordError,
+    InvalidRequestError,
+    UnknownServerError,
+    UnsupportedVersionError,
 )
+from logstore.messages import decode_message, decode_request, encode
+from logstore.messages.fetch import FetchRequest
+from logstore.messages.produce import BatchSeq, ProduceBatchMetadata, ProduceRequest
+from logstore.records import STORED_MESSAGE_SCHEMA, StoredBatch, stored_message_batch
+from logstore.rpc.codec import encode_batch_metadata, encode_summary, to_flight_error
 
 log = logging.getLogger(__name__)
 
 
-class FlightBrokerServer(flight.FlightServerBase):
+class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow: untyped
     def __init__(self, location: str, handlers: RequestHandlers) -> None:
         super().__init__(location)
         self._handlers = handlers
@@ -41,18 +43,19 @@ class FlightBrokerServer(flight.FlightServerBase):
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
         name = action.type
-        handler = self._handlers.actions.get(name)
         try:
-            if handler is None:
-                raise InvalidRequestError(f"unknown action {name!r}")
-            body = loads_request(action.body.to_pybytes() if action.body else b"{}", name)
-            response = handler(body)
+            route = self._handlers.routes.get(name)
+            if route is None:
+                raise UnsupportedVersionError(
+                    f"unknown action {name!r}; this broker answers {sorted(self._handlers.routes)}")
+            response = route(action.body.to_pybytes() if action.body else b"{}")
         except Exception as e:
             raise self._flight_error(e, f"action {name!r}") from None
-        return iter([flight.Result(dumps(response))])
+        return iter([flight.Result(response)])
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
-        return [(name, fn.__doc__ or name) for name, fn in self._handlers.actions.items()]
+        return sorted((name, route.request_type.__doc__ or name)
+                      for name, route in self._handlers.routes.items())
 
     # -- produce -----------------------------------------------------------------------------
 
@@ -60,67 +63,68 @@ class FlightBrokerServer(flight.FlightServerBase):
                reader: flight.MetadataRecordBatchReader,
                writer: flight.FlightMetadataWriter) -> None:
         try:
-            req = loads_request(descriptor.command or b"", "produce descriptor")
-            topic = field(req, "topic", str, "produce")
-            acks = field(req, "acks", int, "produce", default=1)
-            timeout_ms = field(req, "timeout_ms", int, "produce", default=30_000)
+            request = decode_request(ProduceRequest, descriptor.command or b"")
         except Exception as e:
             raise self._flight_error(e, "produce") from None
         # Batches are appended in arrival order here; a separate thread waits for each one's
         # acknowledgement and answers in the same order, so the next batch is appended while
         # earlier ones wait for an fsync or for replicas.
-        acker = _AckWriter(writer, timeout_ms) if acks != 0 else None
+        acker = _AckWriter(writer, request.timeout_ms) if request.acks != 0 else None
         try:
             while True:
                 try:
                     chunk = reader.read_chunk()
                 except StopIteration:
                     return
-                seq, pending = self._produce_one(topic, chunk, acks)
+                pending = self._produce_one(request, chunk)
                 if acker is not None:
-                    acker.put(seq, pending)
+                    acker.put(pending)
         except Exception as e:
             raise self._flight_error(e, "produce") from None
         finally:
             if acker is not None:
                 acker.close()
 
-    def _produce_one(self, topic: str, chunk: flight.FlightStreamChunk, acks: int
-                     ) -> tuple[Any, PendingProduce]:
-        seq: Any = -1
+    def _produce_one(self, request: ProduceRequest, chunk: flight.FlightStreamChunk
+                     ) -> PendingProduce:
+        """Append one batch; a batch that cannot be appended still gets its (failed) ack, so
+        one bad batch never ends the stream for the ones after it."""
+        what = f"produce to {request.topic!r}"
+        raw = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else None
         try:
-            if chunk.app_metadata is None:
-                raise InvalidRequestError(f"produce to {topic!r}: batch carries no metadata")
-            meta = loads_request(chunk.app_metadata.to_pybytes(), "produce batch metadata")
-            seq = meta.get("seq", -1)
-            if chunk.data is None:
-                raise InvalidRequestError(f"produce to {topic!r}: metadata without a batch")
-            return seq, self._handlers.produce(topic, chunk.data, meta, acks)
+            meta = _batch_metadata(raw, what)
         except ApiError as e:
-            return seq, PendingProduce(-1, None, e)
-        except Exception as e:  # one bad batch must not end the stream for the ones after it
-            log.exception("produce to %r: batch failed", topic)
-            return seq, PendingProduce(-1, None, UnknownServerError(f"{type(e).__name__}: {e}"))
+            return PendingProduce(_seq_of(raw), -1, None, e)
+        try:
+            if chunk.data is None:
+                raise InvalidRequestError(f"{what}: metadata without a batch")
+            return self._handlers.produce(request, chunk.data, meta)
+        except ApiError as e:
+            return PendingProduce(meta.seq, meta.partition, None, e)
+        except Exception as e:  # boundary: logged, answered, and the stream goes on
+            log.exception("%s-%d: batch failed", request.topic, meta.partition)
+            return PendingProduce(meta.seq, meta.partition, None,
+                                  UnknownServerError(f"{type(e).__name__}: {e}"))
 
     # -- fetch -------------------------------------------------------------------------------
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
         try:
-            req = loads_request(ticket.ticket, "fetch ticket")
-            schema, results = self._handlers.fetch(req)
+            request = decode_request(FetchRequest, ticket.ticket)
+            schema, results = self._handlers.fetch(request)
         except Exception as e:
             raise self._flight_error(e, "fetch") from None
-        if isinstance(req.get("replica_id"), int) and req["replica_id"] >= 0:
+        if request.replica_id >= 0:
             batches = _stored_messages(results)
             schema = STORED_MESSAGE_SCHEMA
         else:
             batches = self._handlers.iter_fetch_batches(schema, results)
         return flight.GeneratorStream(schema, self._fetch_stream(schema, results, batches))
 
-    def _fetch_stream(self, schema: pa.Schema, results: list,
+    def _fetch_stream(self, schema: pa.Schema, results: list[PartitionFetchResult],
                       batches: Iterator[tuple[int, StoredBatch, pa.RecordBatch]]
                       ) -> Iterator[Any]:
-        summary = self._handlers.fetch_summary(results)
+        error: ApiError | None = None
         try:
             for partition, stored, batch in batches:
                 yield batch, pa.py_buffer(encode_batch_metadata(partition, stored))
@@ -129,7 +133,7 @@ class FlightBrokerServer(flight.FlightServerBase):
             error = e if isinstance(e, ApiError) else CorruptRecordError(
                 f"a stored batch could not be decoded: {e}") if isinstance(
                 e, pa.ArrowInvalid) else UnknownServerError(f"{type(e).__name__}: {e}")
-            summary["stream_error"] = error_fields(error)
+        summary = self._handlers.fetch_summary(results, error)
         yield _empty(schema), pa.py_buffer(encode_summary(summary))
 
     # -- helpers -----------------------------------------------------------------------------
@@ -144,7 +148,22 @@ class FlightBrokerServer(flight.FlightServerBase):
         return to_flight_error(UnknownServerError(f"{where}: {type(e).__name__}: {e}"))
 
 
-def _stored_messages(results: list) -> Iterator[tuple[int, StoredBatch, pa.RecordBatch]]:
+def _batch_metadata(raw: bytes | None, what: str) -> ProduceBatchMetadata:
+    if raw is None:
+        raise InvalidRequestError(f"{what}: batch carries no metadata")
+    return decode_message(ProduceBatchMetadata, raw, f"{what}: batch metadata")
+
+
+def _seq_of(raw: bytes | None) -> int:
+    """The ``seq`` of batch metadata that does not decode as a whole, -1 if unreadable."""
+    try:
+        return -1 if raw is None else decode_message(BatchSeq, raw, "batch seq").seq
+    except ApiError:
+        return -1
+
+
+def _stored_messages(results: list[PartitionFetchResult]
+                     ) -> Iterator[tuple[int, StoredBatch, pa.RecordBatch]]:
     """A replica fetch's batches: each stored message's bytes as they are in the log."""
     for r in results:
         for stored in r.batches:
@@ -162,12 +181,12 @@ class _AckWriter:
     def __init__(self, writer: flight.FlightMetadataWriter, timeout_ms: int) -> None:
         self._writer = writer
         self._timeout_ms = timeout_ms
-        self._queue: queue.Queue[tuple[Any, PendingProduce] | None] = queue.Queue()
+        self._queue: queue.Queue[PendingProduce | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="produce-acks", daemon=True)
         self._thread.start()
 
-    def put(self, seq: Any, pending: PendingProduce) -> None:
-        self._queue.put((seq, pending))
+    def put(self, pending: PendingProduce) -> None:
+        self._queue.put(pending)
 
     def close(self) -> None:
         """Write the acknowledgements still owed, then stop."""
@@ -176,12 +195,11 @@ class _AckWriter:
 
     def _run(self) -> None:
         broken = False
-        while (item := self._queue.get()) is not None:
-            seq, pending = item
-            ack = {"seq": seq, **pending.ack(self._timeout_ms)}
+        while (pending := self._queue.get()) is not None:
+            ack = pending.ack(self._timeout_ms)
             if broken:
                 continue
             try:
-                self._writer.write(pa.py_buffer(dumps(ack)))
+                self._writer.write(pa.py_buffer(encode(ack)))
             except (flight.FlightError, pa.ArrowException, OSError):
                 broken = True  # the client went away; its batches are appended all the same

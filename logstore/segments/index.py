@@ -2,12 +2,12 @@
 
 Owns: the in-memory entries of an index (two parallel arrays, searched with bisect), appending
 entries and writing them out to the sidecar file, loading and sanity-checking an index file, and
-truncating entries. Must not: read segment data; deciding *when* to add an entry belongs to
-segment.py.
+forgetting every entry (a truncated segment re-derives its indexes from the file). Must not:
+read segment data; deciding *when* to add an entry belongs to segment.py.
 
 Readers look entries up without the log's lock. Appends add the value before the key, so a key
-found by bisect always has its value; truncation replaces both arrays at once (copy-on-write),
-so a reader never sees a half-truncated pair.
+found by bisect always has its value; ``reset`` replaces both arrays at once, so a reader never
+sees a half-emptied pair.
 """
 
 from __future__ import annotations
@@ -108,12 +108,6 @@ class _SparseIndex:
         atomic_write(self.path, out.tobytes(), durable=False)
         self._pending = bytearray()
 
-    def _keep_first(self, count: int) -> None:
-        keys, values = self._entries
-        if count < len(keys):
-            self._entries = (keys[:count], values[:count])
-            self.rewrite()
-
     def rename_to(self, path: Path) -> None:
         self.close()
         if self.path.exists():
@@ -145,10 +139,6 @@ class OffsetIndex(_SparseIndex):
     def last_position(self) -> int | None:
         values = self._entries[1]
         return values[-1] if values else None
-
-    def truncate_to_position(self, position: int) -> None:
-        """Drop the entries of batches at or after ``position``."""
-        self._keep_first(bisect_left(self._entries[1], position))
 
     def sanity_check(self, file_size: int, data_start: int, end_offset: int | None) -> str | None:
         """Why the entries cannot be right for a segment file of ``file_size`` bytes whose offsets
@@ -194,10 +184,6 @@ class TimeIndex(_SparseIndex):
         keys, values = self._entries
         i = bisect_left(keys, timestamp) - 1
         return self.base_offset + values[i] if i >= 0 else self.base_offset
-
-    def truncate_to_offset(self, offset: int) -> None:
-        """Drop the entries that name batches at or after ``offset``."""
-        self._keep_first(bisect_left(self._entries[1], offset - self.base_offset))
 
     def sanity_check(self, end_offset: int | None) -> str | None:
         ts, rel = self.entries()

@@ -25,7 +25,7 @@ from typing import TypeAlias
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from logstore.errors import ApiError, CorruptRecordError
+from logstore.errors import ApiError, CorruptRecordError, LogstoreError
 from logstore.records import BatchHeader, StoredBatch, decode_message, iter_messages
 from logstore.segments.format import (
     INDEX_SUFFIX,
@@ -46,7 +46,7 @@ HEADER_WINDOW_BYTES = 16 * 1024
 Bytes: TypeAlias = "bytes | bytearray | memoryview | pa.Buffer"
 
 
-class SegmentClosedError(Exception):
+class SegmentClosedError(LogstoreError):
     """The segment was deleted, truncated or swapped under a reader: re-read the log's state.
     Internal to the storage layer; never escapes Log.read."""
 

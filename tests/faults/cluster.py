@@ -11,47 +11,39 @@ from __future__ import annotations
 import signal
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.client.admin import PartitionDescription
 from logstore.errors import ApiError
+from logstore.messages.topics import MetadataRequest
+from logstore.model import LATEST
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, BrokerProcess
+from tests.helpers import WAIT_S, wait_for
 
 SESSION_TIMEOUT_MS = 3000
 LAG_TIME_MS = 1500
-POLL_S = 0.05
-WAIT_S = 30.0
+# What asking a cluster in the middle of a failover may raise: waits on cluster state retry it.
+FAILOVER_ERRORS: tuple[type[Exception], ...] = (ApiError, OSError)
 
 
-def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    """Poll ``condition`` until it returns something truthy; AssertionError after the time."""
-    deadline = time.monotonic() + timeout_s
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-            if value:
-                return value
-        except (ApiError, OSError) as e:  # a broker in the middle of a failover
-            last_error = e
-        time.sleep(POLL_S)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} "
-                         f"(last error: {last_error})")
-
-
-def consume_partitions(cluster: Cluster, topic: str, expected: dict[int, int],
+def consume_partitions(cluster: Cluster, topic: str, partitions: list[int],
                        timeout_s: float = WAIT_S) -> dict[int, list[bytes]]:
-    """The values of each partition from offset 0, until each holds its ``expected`` count
-    (bounded by ``timeout_s``)."""
-    values: dict[int, list[bytes]] = {p: [] for p in expected}
+    """The values of each partition from offset 0 to its high watermark as listed first, so
+    acknowledged records at the tail cannot be missed; fails if they are not all read within
+    ``timeout_s``."""
+    tps = [TopicPartition(topic, p) for p in partitions]
+    with Admin(cluster.live_bootstrap()) as admin:
+        ends = wait_for(lambda: admin.list_offsets({tp: LATEST for tp in tps}),
+                        "the high watermarks", tolerate=FAILOVER_ERRORS)
+    values: dict[int, list[bytes]] = {p: [] for p in partitions}
     with Consumer(cluster.live_bootstrap(), auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in expected])
+        consumer.assign(tps)
         deadline = time.monotonic() + timeout_s
-        while any(len(values[p]) < n for p, n in expected.items()) and \
-                time.monotonic() < deadline:
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, \
+                f"read {[consumer.position(tp) for tp in tps]} of {ends} in {timeout_s} s"
             for tp, table in consumer.poll_arrow(timeout_ms=300).items():
                 values[tp.partition] += table.column("value").to_pylist()
     return values
@@ -84,11 +76,12 @@ class Cluster:
         def ask() -> int | None:
             conn = BrokerConnection(self.live_bootstrap()[0], timeout_s=5)
             try:
-                return conn.action("metadata", {"topics": []}).get("controller_id")
+                return conn.call(MetadataRequest(topics=[])).controller_id
             finally:
                 conn.close()
         return int(wait_for(lambda: (c := ask()) is not None and c in self.brokers
-                            and self.brokers[c].running and str(c), "a live controller"))
+                            and self.brokers[c].running and str(c), "a live controller",
+                            tolerate=FAILOVER_ERRORS))
 
     def live_bootstrap(self) -> list[str]:
         return [b.bootstrap for i, b in self.brokers.items()
@@ -113,7 +106,7 @@ class Cluster:
                      timeout_s: float = WAIT_S) -> PartitionDescription:
         return wait_for(lambda: (d := self.describe(topic, partition)).leader >= 0
                         and len(d.isr) == size and d, f"{topic}-{partition} isr of {size}",
-                        timeout_s)
+                        timeout_s, FAILOVER_ERRORS)
 
     def leader(self, topic: str, partition: int = 0) -> BrokerProcess:
         return self.brokers[self.describe(topic, partition).leader]
@@ -121,4 +114,4 @@ class Cluster:
     def wait_for_new_leader(self, topic: str, old: int, partition: int = 0,
                             timeout_s: float = WAIT_S) -> int:
         return int(wait_for(lambda: (d := self.describe(topic, partition)).leader not in (
-            -1, old) and d.leader, f"a leader other than {old}", timeout_s))
+            -1, old) and d.leader, f"a leader other than {old}", timeout_s, FAILOVER_ERRORS))

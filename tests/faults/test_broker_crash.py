@@ -16,15 +16,11 @@ import time
 import uuid
 from contextlib import suppress
 
-import pytest
-
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from logstore.errors import ApiError, ErrorCode
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-
-def test_kill_9_during_production_loses_no_acknowledged_record(broker) -> None:
+def test_kill_9_during_production_loses_no_acknowledged_record(broker, seed: int) -> None:
     """Goal: after kill -9 and restart, every acknowledged record is read back at the offset
     its acknowledgement named, no record appears twice, and each key's records are in send
     order.
@@ -32,7 +28,6 @@ def test_kill_9_during_production_loses_no_acknowledged_record(broker) -> None:
     Method: a thread sends keyed records (200 keys, values a global counter) with acks=all;
     the broker is killed after a random number (seeded) of acknowledgements, restarted, and
     both partitions are consumed to their end offsets."""
-    seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     topic = f"crash-{uuid.uuid4().hex[:6]}"
     with Admin(broker.bootstrap) as admin:

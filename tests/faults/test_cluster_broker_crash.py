@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.controller import zk_paths as zp
 from tests.brokers import BrokerFactory, bounded_producer
 from tests.zookeeper import zk_client
-
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 SESSION_TIMEOUT_MS = 3000
 RECORDS = 200

@@ -21,8 +21,6 @@ import threading
 import uuid
 from collections import defaultdict
 
-import pytest
-
 from logstore import Consumer
 from logstore.errors import (
     ApiError,
@@ -31,12 +29,12 @@ from logstore.errors import (
     UnknownMemberIdError,
 )
 from logstore.groups.offsets import partition_for
+from logstore.messages.groups import FindCoordinatorRequest
 from logstore.model import OFFSETS_TOPIC
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, bounded_producer
-from tests.faults.cluster import SESSION_TIMEOUT_MS, WAIT_S, Cluster, wait_for
-
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
+from tests.faults.cluster import FAILOVER_ERRORS, SESSION_TIMEOUT_MS, Cluster
+from tests.helpers import WAIT_S, wait_for
 
 PARTITIONS = 4
 OFFSETS_PARTITIONS = 3
@@ -93,10 +91,10 @@ def committed_offsets(cluster: Cluster, group: str, topic: str) -> dict[int, int
 def coordinator_of(cluster: Cluster, group: str) -> int | None:
     conn = BrokerConnection(cluster.live_bootstrap()[0], timeout_s=5)
     try:
-        found = conn.action("find_coordinator", {"group_id": group})
+        found = conn.call(FindCoordinatorRequest(group_id=group))
     finally:
         conn.close()
-    return found["node_id"] if found.get("error_code", 0) == 0 else None
+    return found.node_id if found.error_code == 0 else None
 
 
 def produce(cluster: Cluster, topic: str, rng: random.Random, first: int, count: int,
@@ -116,8 +114,7 @@ def produce(cluster: Cluster, topic: str, rng: random.Random, first: int, count:
 
 
 def test_group_resumes_on_new_coordinator_after_coordinator_kill(
-        broker_factory: BrokerFactory, zk_connect: str) -> None:
-    seed = random.randrange(2**32)
+        broker_factory: BrokerFactory, zk_connect: str, seed: int) -> None:
     rng = random.Random(seed)
     cluster = Cluster(broker_factory, zk_connect, **GROUP_BROKER_SETTINGS)
     topic = cluster.create_topic(partitions=PARTITIONS, min_insync_replicas=2)
@@ -133,12 +130,13 @@ def test_group_resumes_on_new_coordinator_after_coordinator_kill(
         first_half = {p: ends[p] for p in range(PARTITIONS) if ends[p]}
         wait_for(lambda: {p: o for p, o in committed_offsets(cluster, group, topic).items()
                           if o} == first_half,
-                 f"the first half committed (seed {seed})")
+                 f"the first half committed (seed {seed})", tolerate=FAILOVER_ERRORS)
         committed_before = committed_offsets(cluster, group, topic)
 
         offsets_partition = partition_for(group, OFFSETS_PARTITIONS)
         cluster.wait_for_isr(OFFSETS_TOPIC, offsets_partition, 3)
-        victim = int(wait_for(lambda: coordinator_of(cluster, group), "the coordinator"))
+        victim = int(wait_for(lambda: coordinator_of(cluster, group), "the coordinator",
+                              tolerate=FAILOVER_ERRORS))
         assert cluster.describe(OFFSETS_TOPIC, offsets_partition).leader == victim
         killed.set()
         cluster.brokers[victim].kill(signal.SIGKILL)
@@ -147,19 +145,22 @@ def test_group_resumes_on_new_coordinator_after_coordinator_kill(
         new_leader = cluster.wait_for_new_leader(OFFSETS_TOPIC, victim, offsets_partition,
                                                  timeout_s=failover_s)
         assert wait_for(lambda: (c := coordinator_of(cluster, group)) not in (None, victim)
-                        and c, "a new coordinator", failover_s) == new_leader, f"seed {seed}"
+                        and c, "a new coordinator", failover_s, FAILOVER_ERRORS) == new_leader, \
+            f"seed {seed}"
         after_kill = wait_for(lambda: committed_offsets(cluster, group, topic),
-                              "the committed offsets from the new coordinator")
+                              "the committed offsets from the new coordinator",
+                              tolerate=FAILOVER_ERRORS)
         assert after_kill == committed_before, f"seed {seed}"
 
         for p in range(PARTITIONS):
             wait_for(lambda p=p: cluster.describe(topic, p).leader not in (-1, victim),
-                     f"{topic}-{p} led by a live broker", failover_s)
+                     f"{topic}-{p} led by a live broker", failover_s, FAILOVER_ERRORS)
         produce(cluster, topic, rng, RECORDS_PER_HALF, RECORDS_PER_HALF, ends)
         final = {p: ends[p] for p in range(PARTITIONS) if ends[p]}
         try:
             wait_for(lambda: {p: o for p, o in committed_offsets(cluster, group, topic).items()
-                              if o} == final, "the second half committed", failover_s)
+                              if o} == final, "the second half committed", failover_s,
+                     FAILOVER_ERRORS)
         except AssertionError as e:
             errors = [repr(err) for m in members for err in m.errors]
             raise AssertionError(f"{e}; seed {seed}; member errors: {errors[-10:]}") from e

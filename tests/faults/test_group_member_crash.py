@@ -30,10 +30,10 @@ from tests.brokers import (
     new_topic,
     subprocess_env,
 )
+from tests.helpers import WAIT_S, wait_for
 
 PARTITIONS, RECORDS = 4, 800
 SESSION_MS = 1500
-WAIT_S = 30.0
 MEMBER = textwrap.dedent("""
     import sys, time
     from logstore import Consumer
@@ -53,13 +53,6 @@ MEMBER = textwrap.dedent("""
 @pytest.fixture
 def gbroker(broker_factory: BrokerFactory) -> Iterator[BrokerProcess]:
     yield broker_factory(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=100)
-
-
-def wait_for(condition, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # another process's state: nothing to wait on
 
 
 def test_killed_member_partitions_move_and_resume_from_committed(gbroker: BrokerProcess

@@ -19,8 +19,6 @@ from logstore.controller.zookeeper import KazooMetadataStore
 from logstore.errors import RequestTimedOutError
 from tests.zookeeper import ListenerProbe, ZooKeeperServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
-
 SESSION_TIMEOUT_MS = 6000
 RECOVERY_TIMEOUT_S = 30.0
 T = TypeVar("T")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,8 +16,6 @@ from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from logstore.errors import ApiError, ErrorCode
 from logstore.records import DEFAULT_SCHEMA
 from logstore.rpc.codec import SUMMARY_TAG
-
-pytestmark = pytest.mark.integration
 
 
 def _code(excinfo: pytest.ExceptionInfo) -> ErrorCode:
@@ -228,6 +225,26 @@ def test_malformed_fields_in_actions_are_invalid_request_not_unknown_server_erro
             assert "schema-garbage" not in admin.list_topics()
 
 
+def test_unknown_actions_and_newer_versions_are_unsupported_version(broker) -> None:
+    """Goal: a client speaking an action this broker does not know, or a newer version of
+    one it knows, learns exactly that (UNSUPPORTED_VERSION, 35, naming the action), not
+    INVALID_REQUEST. Method: a bare Flight client sends an unknown action and a broker_stats
+    request of version 99 (every action decodes its version first)."""
+    client = flight.connect(f"grpc://{broker.bootstrap}")
+    try:
+        with pytest.raises(flight.FlightError) as unknown:
+            list(client.do_action(flight.Action("no_such_action", b"{}"), CALL_OPTIONS))
+        with pytest.raises(flight.FlightError) as newer:
+            list(client.do_action(flight.Action("broker_stats", b'{"version": 99}'), CALL_OPTIONS))
+    finally:
+        client.close()
+    unsupported = int(ErrorCode.UNSUPPORTED_VERSION)
+    assert _flight_error_code(unknown.value) == unsupported
+    assert "no_such_action" in str(unknown.value)
+    assert _flight_error_code(newer.value) == unsupported
+    assert "broker_stats v99" in str(newer.value)
+
+
 # -- fuzz -----------------------------------------------------------------------------------
 
 FUZZ_REQUESTS = 1200
@@ -422,7 +439,8 @@ def _is_known(code: Any, allowed: set[int]) -> bool:
     return isinstance(code, int) and not isinstance(code, bool) and code in allowed
 
 
-def test_fuzzed_malformed_requests_get_known_codes_and_the_broker_keeps_serving(broker) -> None:
+def test_fuzzed_malformed_requests_get_known_codes_and_the_broker_keeps_serving(
+        broker, seed: int) -> None:
     """Goal: no malformed request crashes the broker or gets an answer without a stable code,
     and nothing already written is lost.
 
@@ -434,8 +452,7 @@ def test_fuzzed_malformed_requests_get_known_codes_and_the_broker_keeps_serving(
     and UNKNOWN_SERVER_ERROR; every ack and response entry a wire code other than
     UNKNOWN_SERVER_ERROR; every batch on a valid produce stream exactly one ack. Afterwards the
     broker still runs and returns the 500 records. The seed is printed on failure;
-    LOGSTORE_FUZZ_SEED replays one."""
-    seed = int(os.environ.get("LOGSTORE_FUZZ_SEED", random.randrange(1 << 30)))
+    LOGSTORE_TEST_SEED replays one."""
     rng = random.Random(seed)
     name, sink = f"fuzz-{uuid.uuid4().hex[:6]}", f"fuzz-sink-{uuid.uuid4().hex[:6]}"
     with Admin(broker.bootstrap) as admin:

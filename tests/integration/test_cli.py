@@ -4,17 +4,17 @@ subprocess, with stdin, stdout, stderr and exit codes checked."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.brokers import free_port, subprocess_env, write_broker_toml
-
-pytestmark = pytest.mark.integration
 
 CLI_TIMEOUT_S = 60
 
@@ -190,6 +190,42 @@ def test_broker_listener_and_log_dir_flags_override_the_file(tmp_path: Path) -> 
     assert process.returncode == 0, stderr
 
 
+def test_broker_and_cli_run_where_pyspark_cannot_be_imported(tmp_path: Path) -> None:
+    """Goal: the broker and the command need no pyspark (it is the ``spark`` extra). Method: a
+    ``pyspark`` module that raises ImportError shadows the real one on PYTHONPATH; a broker
+    started from the CLI with it serves a topic create, a produce and a consume, and stops
+    with exit 0."""
+    (tmp_path / "shadow").mkdir()
+    (tmp_path / "shadow" / "pyspark.py").write_text(
+        'raise ImportError("pyspark is not installed (test shadow)")\n')
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "shadow"), env["PYTHONPATH"]])
+    port = free_port()
+    config = write_broker_toml(tmp_path / "broker.toml", {
+        "broker_id": 0, "listener": f"127.0.0.1:{port}", "log_dirs": [str(tmp_path / "data")]})
+    process = subprocess.Popen([sys.executable, "-m", "logstore", "broker", "start", "--config",
+                                str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+
+    def run(*args: str, stdin: str | None = None) -> str:
+        return ok(subprocess.run([sys.executable, "-m", "logstore", *args, "--bootstrap-server",
+                                  f"127.0.0.1:{port}"], input=stdin, capture_output=True,
+                                 text=True, env=env, timeout=CLI_TIMEOUT_S))
+
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # bounded: the process either prints or exits
+        assert "listening on" in line, process.stderr.read() if process.poll() is not None \
+            else line
+        run("topics", "create", "plain", "--partitions", "1")
+        run("produce", "plain", stdin="one\n")
+        assert run("consume", "plain", "--from-beginning", "--max-messages", "1",
+                   "--timeout-ms", "10000").splitlines() == ["0\tnull\tone"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
+    assert process.returncode == 0, stderr
+
 def test_consume_from_an_offset_past_the_end_names_the_valid_range(broker) -> None:
     topic = new_topic()
     ok(logstore("topics", "create", topic, "--partitions", "1", bootstrap=broker.bootstrap))
@@ -198,6 +234,80 @@ def test_consume_from_an_offset_past_the_end_names_the_valid_range(broker) -> No
                                   "--timeout-ms", "2000", bootstrap=broker.bootstrap))
     assert "OFFSET_OUT_OF_RANGE" in err and "[0, 2]" in err
 
+
+
+# -- consume --group, --print-partition, --print-timestamp -------------------------------------
+
+
+def group_offsets(group: str, bootstrap: str) -> dict[tuple[str, int], tuple[str, str, str]]:
+    """``groups describe``'s table: (topic, partition) -> (current offset, log end, lag)."""
+    out = ok(logstore("groups", "describe", group, bootstrap=bootstrap))
+    lines = out.splitlines()
+    start = lines.index("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tMEMBER") + 1
+    rows = [line.split("\t") for line in lines[start:] if not line.startswith("total lag")]
+    return {(topic, int(p)): (current, end, lag) for topic, p, current, end, lag, _ in rows}
+
+
+def test_consume_with_group_resumes_where_the_last_one_stopped_and_commits(broker) -> None:
+    """Goal: ``consume --group`` commits what it printed, as kafka-console-consumer does.
+    Method: 5 records in each of 2 partitions; a first group member prints 4 and exits, and
+    ``groups describe`` shows 4 committed in all; a second one (--from-beginning again, which
+    a committed offset overrides) prints exactly the 6 others; then every partition's
+    committed offset is its log end and the lag is 0."""
+    topic, group = new_topic(), f"g-{uuid.uuid4().hex[:8]}"
+    ok(logstore("topics", "create", topic, "--partitions", "2", bootstrap=broker.bootstrap))
+    for p in (0, 1):
+        ok(logstore("produce", topic, "--partition", str(p),
+                    stdin="".join(f"p{p}-v{i}\n" for i in range(5)), bootstrap=broker.bootstrap))
+
+    def consume(count: int) -> set[tuple[str, ...]]:
+        out = ok(logstore("consume", topic, "--group", group, "--from-beginning",
+                          "--print-partition", "--max-messages", str(count),
+                          "--timeout-ms", "30000", bootstrap=broker.bootstrap))
+        return {tuple(line.split("\t")) for line in out.splitlines()}
+
+    first = consume(4)
+    assert len(first) == 4
+    committed = group_offsets(group, broker.bootstrap)
+    assert sum(int(c) for c, _, _ in committed.values() if c != "-") == 4, committed
+    second = consume(6)
+    assert not first & second
+    assert first | second == {(str(p), str(i), "null", f"p{p}-v{i}")
+                              for p in (0, 1) for i in range(5)}
+    assert group_offsets(group, broker.bootstrap) == {
+        (topic, 0): ("5", "5", "0"), (topic, 1): ("5", "5", "0")}
+
+
+@pytest.mark.parametrize("flags", [["--partition", "0"], ["--partition", "0", "--offset", "1"],
+                                   ["--offset", "1"]])
+def test_consume_group_with_partition_or_offset_is_a_usage_error(broker, flags) -> None:
+    """A group member reads what the group assigns it from the committed offsets, so choosing
+    a partition or an offset is refused before anything is sent (exit 2), as Kafka does."""
+    result = logstore("consume", new_topic(), "--group", "g", *flags, bootstrap=broker.bootstrap)
+    assert result.returncode == 2, result.stderr
+    assert "--group cannot be combined with --partition or --offset" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_print_partition_and_timestamp_tell_records_of_different_partitions_apart(
+        broker) -> None:
+    """Goal: two records at offset 0 of different partitions print differently. Method: one
+    record into each of two partitions; with --print-partition and --print-timestamp each line
+    is partition, offset, timestamp (ms, between before and after producing), key, value."""
+    topic = new_topic()
+    ok(logstore("topics", "create", topic, "--partitions", "2", bootstrap=broker.bootstrap))
+    before_ms = time.time_ns() // 1_000_000
+    for p, value in ((0, "a"), (1, "b")):
+        ok(logstore("produce", topic, "--partition", str(p), stdin=f"{value}\n",
+                    bootstrap=broker.bootstrap))
+    after_ms = time.time_ns() // 1_000_000
+    out = ok(logstore("consume", topic, "--from-beginning", "--print-partition",
+                      "--print-timestamp", "--max-messages", "2", "--timeout-ms", "10000",
+                      bootstrap=broker.bootstrap))
+    rows = sorted(line.split("\t") for line in out.splitlines())
+    assert [(p, offset, key, value) for p, offset, _, key, value in rows] == [
+        ("0", "0", "null", "a"), ("1", "0", "null", "b")]
+    assert all(before_ms <= int(stamp) <= after_ms for _, _, stamp, _, _ in rows), rows
 
 
 # -- typed topics: --value-schema, JSON lines in and out ---------------------------------------
@@ -307,6 +417,20 @@ def test_typed_produce_bad_line_names_line_and_column_after_sending_earlier_line
     assert [(key, value["id"]) for _, key, value in consume_json(topic, broker.bootstrap, 2)] \
         == [("null", 1), ("k", 2)]
 
+
+def test_typed_consume_prints_partition_and_timestamp_columns_before_key_and_value(
+        broker) -> None:
+    """A typed topic's lines take the same optional columns: --print-partition first,
+    --print-timestamp after the offset, then the key and the value as a JSON object."""
+    topic = create_typed(broker.bootstrap, "id:int64", partitions=2)
+    ok(logstore("produce", topic, "--partition", "1", stdin='{"id": 7, "key": "k"}\n',
+                bootstrap=broker.bootstrap))
+    out = ok(logstore("consume", topic, "--from-beginning", "--print-partition",
+                      "--print-timestamp", "--max-messages", "1", "--timeout-ms", "10000",
+                      bootstrap=broker.bootstrap))
+    partition, offset, stamp, key, value = out.rstrip("\n").split("\t")
+    assert (partition, offset, key, json.loads(value)) == ("1", "0", "k", {"id": 7})
+    assert int(stamp) > 0
 
 def test_key_separator_is_refused_for_a_typed_topic(broker) -> None:
     topic = create_typed(broker.bootstrap, "id:int64")

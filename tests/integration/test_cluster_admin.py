@@ -14,8 +14,6 @@ from logstore import Consumer, TopicPartition
 from tests.brokers import BrokerFactory, bounded_producer, subprocess_env
 from tests.faults.cluster import Cluster
 
-pytestmark = pytest.mark.integration
-
 CLI_TIMEOUT_S = 60
 CONSUME_TIMEOUT_S = 30.0
 RACKS = {1: "r1", 2: "r2", 3: "r2"}

@@ -8,14 +8,11 @@ from __future__ import annotations
 import time
 
 import orjson
-import pytest
 
 from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.controller import zk_paths as zp
 from tests.brokers import BrokerFactory, bounded_producer
 from tests.zookeeper import zk_client
-
-pytestmark = pytest.mark.integration
 
 RECORDS = 500
 CONSUME_TIMEOUT_S = 30.0

@@ -6,11 +6,7 @@ import threading
 import time
 import uuid
 
-import pytest
-
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
-
-pytestmark = pytest.mark.integration
 
 POLL_TIMEOUT_MS = 500
 POLL_SLACK_S = 1.5  # a loaded CI machine; a spinning poll never returns at all

@@ -17,22 +17,34 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
+import msgspec
 import pytest
 
 from logstore import Admin, Consumer, TopicPartition
 from logstore.client.consumer import ConsumerRebalanceListener
 from logstore.errors import ErrorCode, NonEmptyGroupError
+from logstore.messages.groups import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    GroupProtocol,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitEntry,
+    OffsetCommitRequest,
+    SyncGroupRequest,
+)
 from logstore.model import OFFSETS_TOPIC, OffsetAndMetadata
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer, new_topic
+from tests.helpers import WAIT_S, wait_for
 
 GROUP_SETTINGS = {"group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 100,
                   "offsets_topic_segment_bytes": 32 * 1024, "log_cleaner_interval_ms": 300}
 FAST = {"session_timeout_ms": 1500, "heartbeat_interval_ms": 100,
         "auto_offset_reset": "earliest", "fetch_max_wait_ms": 100}
-WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +69,6 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int) -> None:
         for i in range(n):
             producer.send(topic, value=b"%d" % i, partition=i % partitions)
         producer.flush()
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # a condition on another process's state: nothing to wait on
 
 
 def consume(consumer: Consumer, n: int) -> list:
@@ -223,44 +228,41 @@ def test_pattern_subscription_picks_up_new_topics(gbroker: BrokerProcess, admin:
 def test_bad_input_gets_kafka_codes(gbroker: BrokerProcess, admin: Admin) -> None:
     topic, group = new_topic(admin, 2), group_name()
     conn = BrokerConnection(gbroker.bootstrap)
-    body = {"group_id": group, "session_timeout_ms": 5000,
-            "protocols": [{"name": "range", "metadata": {"topics": [topic]}}]}
-    assert conn.action("describe_groups", {"group_ids": [group]})["groups"][0][
-        "error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
-    assert conn.action("join_group", {**body, "session_timeout_ms": 1})[
-        "error_code"] == ErrorCode.INVALID_SESSION_TIMEOUT
-    joined = conn.action("join_group", body)
-    member, generation = joined["member_id"], joined["generation_id"]
-    conn.action("sync_group", {"group_id": group, "member_id": member,
-                               "generation_id": generation,
-                               "assignments": {member: {"partitions": [[topic, 0]]}}})
-    assert conn.action("heartbeat", {"group_id": group, "member_id": member,
-                                     "generation_id": generation - 1})[
-        "error_code"] == ErrorCode.ILLEGAL_GENERATION
-    assert conn.action("heartbeat", {"group_id": group, "member_id": "nobody",
-                                     "generation_id": generation})[
-        "error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
-    commit = conn.action("offset_commit", {
-        "group_id": group, "member_id": member, "generation_id": generation,
-        "offsets": [{"topic": topic, "partition": 0, "offset": 7},
-                    {"topic": topic, "partition": 1, "offset": 3},
-                    {"topic": topic, "partition": 0, "offset": -5}]})
-    codes = [e["error_code"] for e in commit["offsets"]]
+    protocols = [GroupProtocol(name="range", metadata={"topics": [topic]})]
+    join = JoinGroupRequest(group_id=group, session_timeout_ms=5000, protocols=protocols)
+    assert conn.call(DescribeGroupsRequest(group_ids=[group])).groups[0].error_code == \
+        ErrorCode.GROUP_ID_NOT_FOUND
+    assert conn.call(msgspec.structs.replace(join, session_timeout_ms=1)).error_code == \
+        ErrorCode.INVALID_SESSION_TIMEOUT
+    joined = conn.call(join)
+    member, generation = joined.member_id, joined.generation_id
+    conn.call(SyncGroupRequest(group_id=group, member_id=member, generation_id=generation,
+                               assignments={member: {"partitions": [[topic, 0]]}}))
+    assert conn.call(HeartbeatRequest(group_id=group, member_id=member,
+                                      generation_id=generation - 1)).error_code == \
+        ErrorCode.ILLEGAL_GENERATION
+    assert conn.call(HeartbeatRequest(group_id=group, member_id="nobody",
+                                      generation_id=generation)).error_code == \
+        ErrorCode.UNKNOWN_MEMBER_ID
+    commit = conn.call(OffsetCommitRequest(
+        group_id=group, member_id=member, generation_id=generation, offsets=[
+            OffsetCommitEntry(topic=topic, partition=0, offset=7),
+            OffsetCommitEntry(topic=topic, partition=1, offset=3),
+            OffsetCommitEntry(topic=topic, partition=0, offset=-5)]))
+    codes = [e.error_code for e in commit.offsets]
     assert codes == [ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.ILLEGAL_GENERATION] or \
         codes == [ErrorCode.ILLEGAL_GENERATION, ErrorCode.OFFSET_OUT_OF_RANGE], codes
     with pytest.raises(NonEmptyGroupError):
         admin.alter_group_offsets(group, {TopicPartition(topic, 0): 0})
-    assert conn.action("delete_groups", {"group_ids": [group]})["groups"][0][
-        "error_code"] == ErrorCode.NON_EMPTY_GROUP
+    assert conn.call(DeleteGroupsRequest(group_ids=[group])).groups[0].error_code == \
+        ErrorCode.NON_EMPTY_GROUP
     cli = subprocess.run([sys.executable, "-m", "logstore", "groups", "reset-offsets", group,
                           "--topic", topic, "--to-earliest", "--bootstrap-server",
                           gbroker.bootstrap], capture_output=True, text=True, timeout=60)
     assert cli.returncode == 1 and "NON_EMPTY_GROUP" in cli.stderr
-    conn.action("offset_commit", {"group_id": group, "member_id": member,
-                                  "generation_id": generation,
-                                  "offsets": [{"topic": topic, "partition": 0, "offset": 7}]})
-    assert conn.action("leave_group", {"group_id": group, "member_id": member})[
-        "error_code"] == 0
+    conn.call(OffsetCommitRequest(group_id=group, member_id=member, generation_id=generation,
+                                  offsets=[OffsetCommitEntry(topic=topic, partition=0, offset=7)]))
+    assert conn.call(LeaveGroupRequest(group_id=group, member_id=member)).error_code == 0
     assert admin.list_group_offsets(group)[TopicPartition(topic, 0)].offset == 7  # kept
     conn.close()
 

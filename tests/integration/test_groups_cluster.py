@@ -19,6 +19,7 @@ import uuid
 from logstore import Admin, Consumer, TopicPartition
 from logstore.errors import ErrorCode
 from logstore.groups.offsets import partition_for
+from logstore.messages.groups import FindCoordinatorRequest, OffsetFetchRequest
 from logstore.model import OFFSETS_TOPIC
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, bounded_producer, new_topic
@@ -35,7 +36,7 @@ def test_groups_are_coordinated_by_their_offsets_partition_leader(
                 "group_min_session_timeout_ms": 100}
     brokers = [broker_factory(broker_id=i, **settings) for i in (1, 2)]
     conn = BrokerConnection(brokers[0].bootstrap)
-    assert conn.action("find_coordinator", {"group_id": "probe"})["error_code"] == 0
+    assert conn.call(FindCoordinatorRequest(group_id="probe")).error_code == 0
     with Admin(brokers[0].bootstrap) as admin:
         leaders = {p.partition: p.leader for p in
                    admin.describe_topics([OFFSETS_TOPIC])[0].partitions}
@@ -52,8 +53,8 @@ def test_groups_are_coordinated_by_their_offsets_partition_leader(
                 producer.send(topic, value=b"%d" % i, partition=i % 2)
             producer.flush()
     for broker_id, group in groups.items():
-        found = conn.action("find_coordinator", {"group_id": group})
-        assert found["node_id"] == broker_id
+        found = conn.call(FindCoordinatorRequest(group_id=group))
+        assert found.node_id == broker_id
         with Consumer(brokers[0].bootstrap, group_id=group, auto_offset_reset="earliest",
                       session_timeout_ms=1500, heartbeat_interval_ms=100) as c:
             c.subscribe([topic])
@@ -65,7 +66,7 @@ def test_groups_are_coordinated_by_their_offsets_partition_leader(
             c.commit()
         other = brokers[0] if broker_id == 2 else brokers[1]
         wrong = BrokerConnection(other.bootstrap)
-        assert wrong.action("offset_fetch", {"group_id": group})["error_code"] == \
+        assert wrong.call(OffsetFetchRequest(group_id=group)).error_code == \
             ErrorCode.NOT_COORDINATOR
         wrong.close()
     with Admin(brokers[1].bootstrap) as admin:

@@ -10,8 +10,6 @@ import pytest
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from logstore.client.partitioner import murmur2
 
-pytestmark = pytest.mark.integration
-
 
 def _topic(admin: Admin, partitions: int = 3, **config: object) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
@@ -128,6 +126,7 @@ def test_fetch_end_offset_stops_before_the_batch_at_it(broker) -> None:
     """A fetch with ``end_offset`` (what range readers send) returns no batch that starts at or
     after it, while one without returns everything to the high watermark; the summary's high
     watermark is the same either way."""
+    from logstore.messages.fetch import FetchPartition, FetchRequest
     from logstore.rpc.client import BrokerConnection
 
     with Admin(broker.bootstrap) as admin:
@@ -137,11 +136,11 @@ def test_fetch_end_offset_stops_before_the_batch_at_it(broker) -> None:
             producer.send(topic, value=b"%d" % i, partition=0).result(10)  # one batch each
     conn = BrokerConnection(broker.bootstrap)
     try:
-        def fetch(**extra: int) -> tuple[list[int], int]:
-            response = conn.fetch({"topic": topic, "max_wait_ms": 0, "partitions": [
-                {"partition": 0, "offset": 2, **extra}]})
+        def fetch(end_offset: int | None = None) -> tuple[list[int], int]:
+            response = conn.fetch(FetchRequest(topic=topic, max_wait_ms=0, partitions=[
+                FetchPartition(partition=0, offset=2, end_offset=end_offset)]))
             return ([b.header.base_offset for b in response.batches],
-                    response.partitions[0]["high_watermark"])
+                    response.partitions[0].high_watermark)
 
         assert fetch() == (list(range(2, 10)), 10)
         assert fetch(end_offset=5) == ([2, 3, 4], 10)

@@ -9,17 +9,15 @@ import uuid
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
 from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import ErrorCode
+from logstore.messages.produce import ProduceAck, ProduceBatchMetadata, ProduceRequest
 from logstore.records import DEFAULT_SCHEMA
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, bounded_producer
 from tests.faults.cluster import Cluster
-
-pytestmark = pytest.mark.integration
 
 
 def _batch(values: list[bytes]) -> pa.RecordBatch:
@@ -37,21 +35,25 @@ def _leader_epoch(bootstrap: str | list[str], tp: TopicPartition) -> tuple[int, 
         metadata.close()
 
 
-def _produce(address: str, topic: str, metas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Send one single-record batch per metadata dict on one stream (acks=1), read the acks."""
+def _produce(address: str, topic: str, metas: list[dict[str, Any]]) -> list[ProduceAck]:
+    """Send one single-record batch per metadata dict (fields of ProduceBatchMetadata) on one
+    stream (acks=1), read the acks."""
     conn = BrokerConnection(address, timeout_s=10)
     try:
-        stream = conn.open_produce(topic, DEFAULT_SCHEMA, 1, 5000)
+        stream = conn.open_produce(ProduceRequest(topic=topic, acks=1, timeout_ms=5000),
+                                   DEFAULT_SCHEMA)
         try:
             for seq, meta in enumerate(metas):
-                stream.send(_batch([b"v%d" % seq]), {"seq": seq, "partition": 0, **meta})
+                stream.send(_batch([b"v%d" % seq]),
+                            ProduceBatchMetadata(seq=seq, partition=0, **meta))
             acks = [stream.read_ack() for _ in metas]
         finally:
             stream.close()
     finally:
         conn.close()
-    assert all(ack is not None for ack in acks)
-    return acks  # type: ignore[return-value]
+    received = [ack for ack in acks if ack is not None]
+    assert len(received) == len(metas), acks
+    return received
 
 
 def _values(bootstrap: str | list[str], topic: str, expected: int) -> list[bytes]:
@@ -74,9 +76,9 @@ def test_produce_with_a_future_epoch_is_refused_and_the_current_one_is_written(b
     _, epoch = _leader_epoch(broker.bootstrap, TopicPartition(topic, 0))
     acks = _produce(broker.bootstrap, topic, [
         {"leader_epoch": epoch + 1}, {"leader_epoch": epoch}, {"leader_epoch": -1}, {}])
-    assert acks[0]["error_code"] == ErrorCode.UNKNOWN_LEADER_EPOCH
-    assert [a["error_code"] for a in acks[1:]] == [ErrorCode.NONE] * 3
-    assert [a["base_offset"] for a in acks[1:]] == [0, 1, 2]
+    assert acks[0].error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert [a.error_code for a in acks[1:]] == [ErrorCode.NONE] * 3
+    assert [a.base_offset for a in acks[1:]] == [0, 1, 2]
     # a normal producer sends the epoch it saw and is accepted
     with bounded_producer(broker.bootstrap, acks="all", enable_idempotence=True) as producer:
         futures = [producer.send(topic, value=b"p%d" % i, partition=0) for i in range(50)]
@@ -107,7 +109,7 @@ def test_after_a_leader_change_a_stale_epoch_is_fenced(
         acks = _produce(address, topic, [
             {"leader_epoch": old_epoch}, {"leader_epoch": epoch + 1},
             {"leader_epoch": epoch}])
-        assert [a["error_code"] for a in acks] == [
+        assert [a.error_code for a in acks] == [
             ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NONE]
         cluster.brokers[old_leader].restart()
         cluster.wait_for_isr(topic, 0, 2)

@@ -27,8 +27,6 @@ from logstore.errors import ApiError, ErrorCode
 from logstore.rpc import client as rpc_client
 from tests.brokers import bounded_producer, new_topic
 
-pytestmark = pytest.mark.integration
-
 
 def _read_all(bootstrap: str, topic: str, partitions: int,
               timeout_s: float = 30) -> dict[int, list[tuple[int, bytes]]]:

@@ -19,8 +19,6 @@ from logstore.client.partitioner import murmur2
 from logstore.errors import ApiError, ErrorCode
 from tests.brokers import bounded_producer, new_topic
 
-pytestmark = pytest.mark.integration
-
 MiB = 1024 * 1024
 
 

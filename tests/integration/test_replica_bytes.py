@@ -8,8 +8,6 @@ import pytest
 from tests.brokers import BrokerFactory, bounded_producer
 from tests.faults.cluster import Cluster
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize("compression_type", ["none", "zstd"])
 def test_replica_segment_files_are_identical_to_the_leaders(

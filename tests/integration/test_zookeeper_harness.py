@@ -4,11 +4,7 @@ that restart ZooKeeper under load rely on."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.zookeeper import ZooKeeperServer, four_letter_word, zk_client
-
-pytestmark = pytest.mark.integration
 
 
 def test_kill_9_and_restart_keep_the_port_and_the_data(

@@ -16,8 +16,6 @@ from logstore.controller.zookeeper import KazooMetadataStore
 from logstore.errors import ConfigError
 from tests.zookeeper import ListenerProbe, ZooKeeperServer, expire_session, zk_client
 
-pytestmark = pytest.mark.integration
-
 SESSION_TIMEOUT_MS = 4000
 OpenStore = Callable[..., KazooMetadataStore]
 

@@ -19,9 +19,3 @@ def spark() -> Iterator[Any]:
     session = local_session("logstore-tests")
     yield session
     session.stop()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/spark/" in str(item.fspath).replace("\\", "/"):
-            item.add_marker(pytest.mark.spark)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from logstore import Admin, NewTopic
+from logstore.messages.log import BrokerStatsRequest
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerProcess, bounded_producer, new_topic
 from tests.spark.helpers import consumer_rows, read, spark_rows
@@ -159,7 +160,7 @@ def test_timestamps_are_utc_microseconds(spark: Any, broker: BrokerProcess, topi
 def _fetched_batches(broker: BrokerProcess) -> int:
     conn = BrokerConnection(broker.bootstrap)
     try:
-        return int(conn.action("broker_stats", {})["fetch_batches"])
+        return int(conn.call(BrokerStatsRequest()).fetch_batches)
     finally:
         conn.close()
 

@@ -17,6 +17,7 @@ import pytest
 from datasource.options import OptionError
 from datasource.source import LogStoreDataSource
 from logstore import Admin, NewTopic
+from logstore.messages.log import BrokerStatsRequest
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerProcess, bounded_producer, new_topic
 
@@ -162,10 +163,10 @@ def test_idle_stream_polls_brokers_at_a_bounded_rate(
     conn = BrokerConnection(broker.bootstrap)
     try:
         query.processAllAvailable()
-        before = conn.action("broker_stats", {})["actions"].get("describe_log_dirs", 0)
+        before = conn.call(BrokerStatsRequest()).actions.get("describe_log_dirs", 0)
         began = time.monotonic()
         time.sleep(2.0)  # measuring a rate over time: there is no condition to wait on
-        after = conn.action("broker_stats", {})["actions"].get("describe_log_dirs", 0)
+        after = conn.call(BrokerStatsRequest()).actions.get("describe_log_dirs", 0)
         elapsed = time.monotonic() - began
     finally:
         query.stop()

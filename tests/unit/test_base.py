@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from logstore import errors
 from logstore.client.partitioner import (
     StickyPartitioner,
     assign_partitions,
@@ -39,30 +40,101 @@ from logstore.records import (
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_error_codes_are_pinned() -> None:
-    """Wire codes never change: a renumbering breaks every client in the field."""
-    pinned = {"UNKNOWN_SERVER_ERROR": -1, "NONE": 0, "OFFSET_OUT_OF_RANGE": 1,
-              "CORRUPT_MESSAGE": 2, "UNKNOWN_TOPIC_OR_PARTITION": 3,
-              "NOT_LEADER_OR_FOLLOWER": 6, "REQUEST_TIMED_OUT": 7, "MESSAGE_TOO_LARGE": 10,
-              "INVALID_TOPIC_EXCEPTION": 17, "NOT_ENOUGH_REPLICAS": 19,
-              "TOPIC_ALREADY_EXISTS": 36, "INVALID_PARTITIONS": 37, "INVALID_CONFIG": 40,
-              "INVALID_REQUEST": 42, "OUT_OF_ORDER_SEQUENCE_NUMBER": 45,
-              "INVALID_PRODUCER_EPOCH": 47, "INVALID_RECORD": 87,
-              # the group coordinator's codes
-              "COORDINATOR_LOAD_IN_PROGRESS": 14, "COORDINATOR_NOT_AVAILABLE": 15,
-              "NOT_COORDINATOR": 16, "ILLEGAL_GENERATION": 22,
-              "INCONSISTENT_GROUP_PROTOCOL": 23, "INVALID_GROUP_ID": 24, "UNKNOWN_MEMBER_ID": 25,
-              "INVALID_SESSION_TIMEOUT": 26, "REBALANCE_IN_PROGRESS": 27,
-              "INVALID_COMMIT_OFFSET_SIZE": 28, "NON_EMPTY_GROUP": 68, "GROUP_ID_NOT_FOUND": 69,
-              "MEMBER_ID_REQUIRED": 79, "FENCED_INSTANCE_ID": 82,
-              # leader epochs on produce and replica fetch
-              "FENCED_LEADER_EPOCH": 74, "UNKNOWN_LEADER_EPOCH": 75}
-    for name, code in pinned.items():
-        assert ErrorCode[name] == code
-    assert error_class(6).retriable and error_class(6).refresh_metadata
-    for code in (74, 75):
-        assert error_class(code).retriable and error_class(code).refresh_metadata
-    assert not error_class(10).retriable
+# (class, wire code, retriable, refresh_metadata) for every ApiError subclass. Numbers never
+# change (a renumbering breaks every client in the field) and clients act on the flags alone,
+# so a change to either must fail here first.
+WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
+    (errors.UnknownServerError, -1, False, False),
+    (errors.OffsetOutOfRangeError, 1, False, False),
+    (errors.CorruptRecordError, 2, False, False),
+    (errors.UnknownTopicOrPartitionError, 3, True, True),
+    (errors.InvalidFetchSizeError, 4, False, False),
+    (errors.LeaderNotAvailableError, 5, True, True),
+    (errors.NotLeaderOrFollowerError, 6, True, True),
+    (errors.RequestTimedOutError, 7, True, False),
+    (errors.BrokerNotAvailableError, 8, True, True),
+    (errors.ReplicaNotAvailableError, 9, True, True),
+    (errors.MessageTooLargeError, 10, False, False),
+    (errors.StaleControllerEpochError, 11, False, False),
+    (errors.NetworkError, 13, True, True),
+    (errors.CoordinatorLoadInProgressError, 14, True, False),
+    (errors.CoordinatorNotAvailableError, 15, True, True),
+    (errors.NotCoordinatorError, 16, True, True),
+    (errors.InvalidTopicError, 17, False, False),
+    (errors.RecordListTooLargeError, 18, False, False),
+    (errors.NotEnoughReplicasError, 19, True, False),
+    (errors.NotEnoughReplicasAfterAppendError, 20, True, False),
+    (errors.InvalidRequiredAcksError, 21, False, False),
+    (errors.IllegalGenerationError, 22, False, False),
+    (errors.InconsistentGroupProtocolError, 23, False, False),
+    (errors.InvalidGroupIdError, 24, False, False),
+    (errors.UnknownMemberIdError, 25, False, False),
+    (errors.InvalidSessionTimeoutError, 26, False, False),
+    (errors.RebalanceInProgressError, 27, False, False),
+    (errors.InvalidCommitOffsetSizeError, 28, False, False),
+    (errors.InvalidTimestampError, 32, False, False),
+    (errors.UnsupportedVersionError, 35, False, False),
+    (errors.TopicAlreadyExistsError, 36, False, False),
+    (errors.InvalidPartitionsError, 37, False, False),
+    (errors.InvalidReplicationFactorError, 38, False, False),
+    (errors.InvalidReplicaAssignmentError, 39, False, False),
+    (errors.InvalidConfigError, 40, False, False),
+    (errors.NotControllerError, 41, True, True),
+    (errors.InvalidRequestError, 42, False, False),
+    (errors.OutOfOrderSequenceError, 45, True, False),
+    (errors.DuplicateSequenceError, 46, False, False),
+    (errors.InvalidProducerEpochError, 47, False, False),
+    (errors.InvalidTxnStateError, 48, False, False),
+    (errors.InvalidProducerIdMappingError, 49, False, False),
+    (errors.ConcurrentTransactionsError, 51, True, False),
+    (errors.KafkaStorageError, 56, True, True),
+    (errors.NonEmptyGroupError, 68, False, False),
+    (errors.GroupIdNotFoundError, 69, False, False),
+    (errors.FencedLeaderEpochError, 74, True, True),
+    (errors.UnknownLeaderEpochError, 75, True, True),
+    (errors.MemberIdRequiredError, 79, False, False),
+    (errors.FencedInstanceIdError, 82, False, False),
+    (errors.InvalidRecordError, 87, False, False),
+]
+
+
+def _api_error_classes() -> set[type[errors.ApiError]]:
+    found: set[type[errors.ApiError]] = set()
+    todo: list[type[errors.ApiError]] = [errors.ApiError]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            found.add(sub)
+            todo.append(sub)
+    return found
+
+
+@pytest.mark.parametrize("cls,code,retriable,refresh_metadata", WIRE_ERRORS,
+                         ids=[row[0].__name__ for row in WIRE_ERRORS])
+def test_every_error_class_keeps_its_wire_code_and_flags(
+        cls: type[errors.ApiError], code: int, retriable: bool, refresh_metadata: bool) -> None:
+    """Goal: no error class is renumbered and no retry flag flips unnoticed.
+    Method: each row of the table above against the class and ``error_class(code)``."""
+    assert (cls.code, cls.retriable, cls.refresh_metadata) == (code, retriable, refresh_metadata)
+    assert error_class(code) is cls
+
+
+def test_every_error_code_has_exactly_one_class_and_every_class_is_pinned() -> None:
+    """Goal: the code table, the classes and the pinned table describe the same set.
+    Method: every ErrorCode member but NONE (0) is the code of exactly one ApiError subclass,
+    every ApiError subclass is in WIRE_ERRORS, and unknown codes map to UnknownServerError."""
+    assert ErrorCode.NONE == 0
+    refinements = {cls for cls in _api_error_classes() if cls.__module__ != errors.__name__}
+    for cls in refinements:  # a subclass outside errors.py refines a message, never the wire
+        base = error_class(cls.code)
+        assert issubclass(cls, base) and (cls.retriable, cls.refresh_metadata) == (
+            base.retriable, base.refresh_metadata), cls
+    classes = _api_error_classes() - refinements
+    by_code = {c: [cls for cls in classes if cls.code == c] for c in ErrorCode}
+    assert by_code.pop(ErrorCode.NONE) == []
+    assert {c.name: len(found) for c, found in by_code.items() if len(found) != 1} == {}
+    assert classes == {row[0] for row in WIRE_ERRORS}
+    assert len(WIRE_ERRORS) == len(ErrorCode) - 1
+    assert error_class(12345) is errors.UnknownServerError
 
 
 # Kafka's own test vectors for murmur2 (UtilsTest.testMurmur2).

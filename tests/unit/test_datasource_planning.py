@@ -51,6 +51,7 @@ from datasource.planning import (
     narrow,
     split_ranges,
 )
+from datasource.reader import BrokerUnavailableError
 from datasource.schema import (
     BatchConverter,
     SchemaError,
@@ -60,12 +61,22 @@ from datasource.schema import (
 )
 from datasource.source import constraints_from, from_json_offsets, share_limit, to_json_offsets
 from logstore.clock import FakeClock
-from logstore.errors import InvalidRecordError
+from logstore.errors import InvalidRecordError, LogstoreError
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.records import DEFAULT_SCHEMA, FLAG_LOG_APPEND_TIME, TIMESTAMP_TYPE, topic_schema
 
 TPS = [TopicPartition("t", p) for p in range(4)] + [TopicPartition("u", 0)]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("cls,builtin", [(OptionError, ValueError), (SchemaError, ValueError),
+                                         (DataLossError, RuntimeError),
+                                         (BrokerUnavailableError, RuntimeError)])
+def test_datasource_errors_are_logstore_errors_and_keep_their_builtin_base(
+        cls: type[Exception], builtin: type[Exception]) -> None:
+    """Goal: ``except LogstoreError`` catches every error the DataSource raises on purpose,
+    while callers catching ValueError or RuntimeError still do. Method: the class bases."""
+    assert issubclass(cls, LogstoreError) and issubclass(cls, builtin)
 
 
 def info(tp: TopicPartition, log_start_offset: int, high_watermark: int) -> PartitionInfo:

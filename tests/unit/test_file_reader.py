@@ -2,13 +2,12 @@
 that a real Log wrote in tmp_path, compared with Log.read; a deleted, corrupted or compacted
 segment, a garbage offset index, and reads racing appends from another thread.
 
-Randomised tests draw a seed (LOGSTORE_TEST_SEED replays one), print it and name it in every
-assertion message.
+Randomised tests take the ``seed`` fixture (tests/conftest.py: LOGSTORE_TEST_SEED replays one)
+and name it in every assertion message.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 import threading
@@ -24,12 +23,6 @@ from logstore.records import MAGIC, StoredBatch
 from logstore.segments import format as fmt
 from logstore.segments.file_reader import PartitionFiles
 from logstore.segments.log import Log
-
-
-def _seed() -> int:
-    seed = int(os.environ.get("LOGSTORE_TEST_SEED", random.randrange(1 << 30)))
-    print(f"seed {seed} (LOGSTORE_TEST_SEED={seed} replays it)")
-    return seed
 
 
 def _random_log(tmp_path: Path, rng: random.Random, batches: int = 60, **config) -> Log:
@@ -81,12 +74,11 @@ def _index_entries(log: Log, base: int) -> list[tuple[int, int]]:
 # -- reads equal Log.read -----------------------------------------------------------------
 
 
-def test_random_ranges_read_the_same_batches_as_log_read(tmp_path: Path) -> None:
+def test_random_ranges_read_the_same_batches_as_log_read(tmp_path: Path, seed: int) -> None:
     """Goal: for any range inside the log, the files give exactly the batches Log.read gives
     (headers and decoded records), covering every offset of the range.
     Method: a seeded random log over several rolled segments; 150 random [start, end) ranges,
     each read both ways and compared."""
-    seed = _seed()
     rng = random.Random(seed)
     log = _random_log(tmp_path, rng)
     log.flush()
@@ -198,14 +190,13 @@ def test_segment_deleted_after_it_was_opened_is_still_read_whole(tmp_path: Path)
 # -- the offset index is only a hint --------------------------------------------------------
 
 
-def test_garbage_offset_index_still_reads_correctly(tmp_path: Path) -> None:
+def test_garbage_offset_index_still_reads_correctly(tmp_path: Path, seed: int) -> None:
     """Goal: whatever the .index files hold, reads give the same batches as Log.read (the
     index is a hint, checked against the batch it points at).
     Method: a seeded log with an index entry per batch; replace each .index with random bytes
     (odd lengths too), with entries whose keys are right but positions wrong, or whose
     positions point at the schema, into a batch, past the end or at negative offsets; then
     compare 40 random ranges with Log.read."""
-    seed = _seed()
     rng = random.Random(seed)
     log = _random_log(tmp_path, rng, index_interval_bytes=1)
     log.flush()
@@ -302,12 +293,11 @@ def test_corruption_past_the_end_of_the_range_is_not_read(tmp_path: Path) -> Non
 # -- compaction -------------------------------------------------------------------------------
 
 
-def test_compacted_log_reads_the_surviving_records(tmp_path: Path) -> None:
+def test_compacted_log_reads_the_surviving_records(tmp_path: Path, seed: int) -> None:
     """Goal: after compaction (gaps inside batches, between batches and between segments) the
     files give what Log.read gives, and a range wholly inside a gap gives nothing, no error.
     Method: a seeded log of keys from a small key space over several segments, compacted;
     80 random ranges compared with Log.read; every surviving offset of a range is yielded."""
-    seed = _seed()
     rng = random.Random(seed)
     clock = FakeClock()
     log = open_log(tmp_path, clock, cleanup_policy="compact", segment_bytes=6_000,
@@ -338,14 +328,13 @@ def test_compacted_log_reads_the_surviving_records(tmp_path: Path) -> None:
 # -- concurrent appends -------------------------------------------------------------------------
 
 
-def test_reads_racing_appends_never_go_past_the_end_given(tmp_path: Path) -> None:
+def test_reads_racing_appends_never_go_past_the_end_given(tmp_path: Path, seed: int) -> None:
     """Goal: while another thread appends (and rolls), a read of [start, end) with end at most
     the log end offset learnt before the read yields every offset of the range, right keys, no
     batch starting at or after end and no record at or after that log end offset.
     Method: a writer thread appends 400 small batches to a log with tiny segments; the main
     thread meanwhile reads seeded random ranges below the log end offset it just read (at most
     3000 reads), checking each."""
-    seed = _seed()
     rng = random.Random(seed)
     log = open_log(tmp_path, FakeClock(), segment_bytes=8_000, index_interval_bytes=1_000)
     log.append_as_leader(keyed(0, 5))

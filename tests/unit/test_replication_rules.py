@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from logstore.clock import FakeClock
-from logstore.controller.election import check_isr_change, next_state
+from logstore.controller.partition_election import check_isr_change, next_state
 from logstore.controller.store import PartitionState
 from logstore.errors import (
     FencedLeaderEpochError,
@@ -19,6 +19,12 @@ from logstore.errors import (
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
+from logstore.messages.cluster import (
+    EpochEndOffset,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+)
+from logstore.messages.fetch import FetchRequest
 from logstore.model import TopicPartition
 from logstore.replication.epoch_cache import LeaderEpochCache
 from logstore.replication.fetcher import ReplicaFetcher, _Fetching
@@ -180,13 +186,14 @@ class _LeaderConn:
     def __init__(self, leader: Partition) -> None:
         self.leader = leader
 
-    def action(self, name: str, body: dict[str, Any], timeout_s: float | None = None
-               ) -> dict[str, Any]:
-        assert name == "offsets_for_leader_epoch"
-        epoch, end = self.leader.end_offset_for_epoch(body["partitions"][0]["leader_epoch"])
-        return {"partitions": [{"error_code": 0, "leader_epoch": epoch, "end_offset": end}]}
+    def call(self, request: Any, timeout_s: float | None = None) -> Any:
+        assert isinstance(request, OffsetsForLeaderEpochRequest)
+        (p,) = request.partitions
+        epoch, end = self.leader.end_offset_for_epoch(p.leader_epoch)
+        return OffsetsForLeaderEpochResponse(topic=request.topic, partitions=[
+            EpochEndOffset(partition=p.partition, leader_epoch=epoch, end_offset=end)])
 
-    def fetch(self, request: dict[str, Any], timeout_s: float | None = None) -> Any:
+    def fetch(self, request: FetchRequest, timeout_s: float | None = None) -> Any:
         raise AssertionError("not used")
 
 

@@ -29,6 +29,15 @@ from logstore.records import DEFAULT_SCHEMA, TIMESTAMP_TYPE, topic_schema
 from logstore.segments import format as fmt
 from logstore.segments.flusher import flush_range
 from logstore.segments.log import Log
+from logstore.segments.segment import SegmentClosedError
+
+
+def test_segment_closed_error_is_a_logstore_error_that_never_crosses_the_wire() -> None:
+    """Goal: the storage layer's internal signal sits in the one hierarchy but is no ApiError
+    (it never escapes Log.read, so it has no wire code). Method: the class bases."""
+    assert issubclass(SegmentClosedError, errors.LogstoreError)
+    assert not issubclass(SegmentClosedError, errors.ApiError)
+
 
 # -- append and read ---------------------------------------------------------------------
 

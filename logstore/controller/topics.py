@@ -10,32 +10,32 @@ from __future__ import annotations
 
 import logging
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
-import pyarrow as pa
-
-from logstore.config import TopicConfig, validate_topic_config
-from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState, TopicRecord
+from logstore.config import TopicConfig, validate_tiering, validate_topic_config
+from logstore.controller.store import (
+    BrokerInfo,
+    MetadataStore,
+    PartitionState,
+    TopicRecord,
+    new_topic_id,
+)
 from logstore.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
     UnknownTopicOrPartitionError,
 )
-from logstore.model import INTERNAL_TOPICS, validate_partition_count, validate_topic_name
+from logstore.model import (
+    INTERNAL_TOPICS,
+    NewTopic,
+    validate_partition_count,
+    validate_topic_name,
+)
 from logstore.records import topic_schema
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class NewTopicRequest:
-    name: str
-    num_partitions: int
-    replication_factor: int = 1
-    config: dict[str, Any] = field(default_factory=dict)
-    value_schema: pa.Schema | None = None
 
 
 def assign_replicas(brokers: list[BrokerInfo], num_partitions: int, replication_factor: int,
@@ -70,12 +70,13 @@ class TopicController:
     """Creates, deletes and grows topics in the metadata store."""
 
     def __init__(self, store: MetadataStore, default_config: TopicConfig,
-                 controller_epoch: int = 0) -> None:
+                 controller_epoch: int = 0, remote_storage_uri: str | None = None) -> None:
         self._store = store
         self._default_config = default_config
         self.controller_epoch = controller_epoch
+        self._remote_storage_uri = remote_storage_uri
 
-    def create_topic(self, req: NewTopicRequest) -> TopicRecord:
+    def create_topic(self, req: NewTopic) -> TopicRecord:
         validate_topic_name(req.name)
         if req.name.startswith("__") and req.name not in INTERNAL_TOPICS:
             raise InvalidTopicError(f"topic names starting with '__' are reserved: {req.name!r}")
@@ -85,14 +86,16 @@ class TopicController:
                 f"topic {req.name!r}: replication factor must be positive, "
                 f"got {req.replication_factor!r}")
         config = validate_topic_config(req.config)
-        self._default_config.updated(config)  # the combination must be valid too
+        # The combination must be valid too.
+        validate_tiering(req.name, self._default_config.updated(config),
+                         self._remote_storage_uri)
         if req.value_schema is not None:
             topic_schema(req.value_schema)
         brokers = list(self._store.brokers().values())
         replicas = assign_replicas(brokers, req.num_partitions, req.replication_factor,
                                    offset=zlib.crc32(req.name.encode()) % max(len(brokers), 1))
         record = TopicRecord(req.name, replicas, config, req.value_schema,
-                             internal=req.name in INTERNAL_TOPICS)
+                             internal=req.name in INTERNAL_TOPICS, topic_id=new_topic_id())
         self._store.create_topic(record, self._initial_states(replicas))
         log.info("created topic %s with %d partition(s), rf %d", req.name, req.num_partitions,
                  req.replication_factor)
@@ -114,8 +117,7 @@ class TopicController:
         brokers = list(self._store.brokers().values())
         added = assign_replicas(brokers, total_count - record.num_partitions, rf,
                                 start_partition=record.num_partitions)
-        new_record = TopicRecord(name, {**record.replicas, **added}, record.config,
-                                 record.value_schema, record.internal)
+        new_record = replace(record, replicas={**record.replicas, **added})
         self._store.update_topic(new_record, self._initial_states(added))
         return new_record
 
@@ -125,9 +127,9 @@ class TopicController:
         validated = validate_topic_config(changes)
         merged = {**record.config, **validated} if incremental else validated
         merged = {k: v for k, v in merged.items() if v is not None or k in validated}
-        self._default_config.updated(merged)
-        new_record = TopicRecord(name, record.replicas, merged, record.value_schema,
-                                 record.internal)
+        validate_tiering(name, self._default_config.updated(merged), self._remote_storage_uri,
+                         previous=self._default_config.updated(record.config))
+        new_record = replace(record, config=merged)
         self._store.update_topic(new_record, {})
         return new_record
 

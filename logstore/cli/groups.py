@@ -10,15 +10,18 @@ both refuse otherwise with NON_EMPTY_GROUP). Must not: talk to brokers except th
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from logstore.cli.arguments import add_bootstrap, admin
 from logstore.model import EARLIEST, LATEST, TopicPartition
 
+if TYPE_CHECKING:
+    from logstore.client.admin import Admin
 
-def add_group_commands(commands: Any, add_bootstrap: Callable[[Any], None]) -> None:
+
+def register(commands: Any) -> None:
     groups = commands.add_parser("groups", help="list, describe, reset offsets of, delete "
                                                 "consumer groups")
     actions = groups.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -45,26 +48,20 @@ def add_group_commands(commands: Any, add_bootstrap: Callable[[Any], None]) -> N
         add_bootstrap(parser)
 
 
-def _admin(args: argparse.Namespace) -> Any:
-    from logstore import Admin
-
-    return Admin(bootstrap_servers=args.bootstrap_server)
-
-
 def _cmd_list(args: argparse.Namespace) -> int:
-    with closing(_admin(args)) as admin:
-        for g in admin.list_groups():
+    with closing(admin(args)) as client:
+        for g in client.list_groups():
             print(f"{g.group_id}\t{g.state}\t{g.protocol_type}")
     return 0
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
-    with closing(_admin(args)) as admin:
-        (desc,) = admin.describe_groups([args.group])
-        committed = admin.list_group_offsets(args.group)
+    with closing(admin(args)) as client:
+        (desc,) = client.describe_groups([args.group])
+        committed = client.list_group_offsets(args.group)
         owners = {tp: m for m in desc.members for tp in m.assignment}
         tps = sorted(set(committed) | set(owners))
-        ends = admin.list_offsets(dict.fromkeys(tps, LATEST)) if tps else {}
+        ends = client.list_offsets(dict.fromkeys(tps, LATEST)) if tps else {}
     print(f"group {desc.group_id}: state {desc.state}, generation {desc.generation_id}, "
           f"protocol {desc.protocol or '-'}, {len(desc.members)} member(s)")
     for m in desc.members:
@@ -89,32 +86,32 @@ def _dash(value: int | None) -> str:
 
 
 def _cmd_reset(args: argparse.Namespace) -> int:
-    with closing(_admin(args)) as admin:
-        (topic,) = admin.describe_topics([args.topic])
+    with closing(admin(args)) as client:
+        (topic,) = client.describe_topics([args.topic])
         tps = [TopicPartition(args.topic, p.partition) for p in topic.partitions]
-        targets = _targets(admin, args, tps)
-        admin.alter_group_offsets(args.group, targets)
+        targets = _targets(client, args, tps)
+        client.alter_group_offsets(args.group, {**targets})
     for tp, offset in sorted(targets.items()):
         print(f"{tp.topic}\t{tp.partition}\t{offset}")
     return 0
 
 
-def _targets(admin: Any, args: argparse.Namespace, tps: list[TopicPartition]
+def _targets(client: Admin, args: argparse.Namespace, tps: list[TopicPartition]
              ) -> dict[TopicPartition, int]:
     if args.to_offset is not None:
         return dict.fromkeys(tps, args.to_offset)
     if args.to_earliest or args.to_latest:
-        return admin.list_offsets(dict.fromkeys(tps, EARLIEST if args.to_earliest else LATEST))
+        return client.list_offsets(dict.fromkeys(tps, EARLIEST if args.to_earliest else LATEST))
     when = datetime.fromisoformat(args.to_datetime)
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    found = admin.list_offsets(dict.fromkeys(tps, int(when.timestamp() * 1000)))
-    latest = admin.list_offsets(dict.fromkeys(tps, LATEST))
+    found = client.list_offsets(dict.fromkeys(tps, int(when.timestamp() * 1000)))
+    latest = client.list_offsets(dict.fromkeys(tps, LATEST))
     return {tp: found[tp] if found[tp] >= 0 else latest[tp] for tp in tps}
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    with closing(_admin(args)) as admin:
-        admin.delete_groups([args.group])
+    with closing(admin(args)) as client:
+        client.delete_groups([args.group])
     print(f"deleted group {args.group}")
     return 0

@@ -1,0 +1,110 @@
+"""The group coordinator on this broker: the pure group handlers (``groups/``) run by the
+coordinator runtime over the ``__consumer_offsets`` partitions this broker leads.
+
+Owns: routing a typed group request to its group's partition (``partition_for``; an empty
+group id is INVALID_GROUP_ID) and choosing how the runtime runs it: join, leave and delete are
+writes that replace the group's state; an offset commit is a write that merges into it; sync
+and heartbeat are updates (they never append); offset fetch, describe and list are reads. Join
+and sync return the futures of their long polls; every other request returns its typed
+response or raises the ApiError of the whole request. Must not: wait on the long polls or
+encode responses (``group_handlers.py`` does), or hold group rules (``groups/`` does).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+from logstore.broker.coordinator_runtime import CoordinatorRuntime
+from logstore.clock import Clock
+from logstore.coordinator import CoordinatorLog
+from logstore.errors import InvalidGroupIdError
+from logstore.groups import commits, membership
+from logstore.groups.coordinator import (
+    GroupConfig,
+    GroupCoordinatorShard,
+    GroupShardLoader,
+    describe_group,
+    list_groups,
+    tick,
+)
+from logstore.groups.offsets import partition_for
+from logstore.messages.groups import (
+    GroupDescription,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+)
+from logstore.model import OFFSETS_TOPIC
+
+
+class GroupCoordinatorService:
+    """Thread-safe: the runtime serializes what must be."""
+
+    def __init__(self, offsets_log: CoordinatorLog, config: GroupConfig, clock: Clock) -> None:
+        self.config = config
+        self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
+            OFFSETS_TOPIC, offsets_log, GroupShardLoader(config), clock)
+
+    def partition(self, group_id: str) -> int:
+        if not group_id:
+            raise InvalidGroupIdError("group id must be a non-empty string")
+        return partition_for(group_id, self.runtime.num_partitions())
+
+    # -- membership --------------------------------------------------------------------------
+
+    def join_group(self, req: JoinGroupRequest) -> Future[JoinGroupResponse]:
+        return self.runtime.write(self.partition(req.group_id), req.group_id,
+                                  lambda shard, now: membership.join_group(shard, req, now))
+
+    def sync_group(self, req: SyncGroupRequest) -> Future[Any]:
+        return self.runtime.update(self.partition(req.group_id), req.group_id,
+                                   lambda shard, now: membership.sync_group(shard, req, now))
+
+    def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
+        return self.runtime.update(self.partition(req.group_id), req.group_id,
+                                   lambda shard, now: membership.heartbeat(shard, req, now))
+
+    def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
+        return self.runtime.write(self.partition(req.group_id), req.group_id,
+                                  lambda shard, now: membership.leave_group(shard, req, now))
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    def offset_commit(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
+        return self.runtime.write(self.partition(req.group_id), req.group_id,
+                                  lambda shard, now: commits.offset_commit(shard, req, now),
+                                  exclusive=False)
+
+    def offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        return self.runtime.read(self.partition(req.group_id),
+                                 lambda shard: commits.offset_fetch(shard, req))
+
+    # -- admin -------------------------------------------------------------------------------
+
+    def list_groups(self) -> ListGroupsResponse:
+        return ListGroupsResponse(groups=self.runtime.read_all(list_groups))
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        return self.runtime.read(self.partition(group_id),
+                                 lambda shard: describe_group(shard, group_id))
+
+    def delete_group(self, group_id: str) -> None:
+        self.runtime.write(self.partition(group_id), group_id,
+                           lambda shard, now: commits.delete_group(shard, group_id, now))
+
+    # -- time --------------------------------------------------------------------------------
+
+    def tick(self) -> list[Future[None]]:
+        """Session expiry, delayed joins and offset expiry on every loaded partition; the
+        futures of the appends it started."""
+        return self.runtime.tick(tick)

@@ -1,0 +1,36 @@
+"""``logstore broker start``: run a broker in the foreground until SIGTERM/SIGINT.
+
+Owns: the command's arguments (a TOML file, and ``--listener``/``--log-dir`` overriding it).
+Must not: build or run the broker itself; ``logstore.main`` is the composition root.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(commands: Any) -> None:
+    broker = commands.add_parser("broker", help="run a broker")
+    actions = broker.add_subparsers(dest="action", required=True, metavar="ACTION")
+    start = actions.add_parser("start", help="run a broker in the foreground until SIGTERM/SIGINT")
+    start.add_argument("--config", required=True, help="broker TOML file (see conf/broker.toml)")
+    start.add_argument("--listener", metavar="HOST:PORT", help="override the file's listener")
+    start.add_argument("--log-dir", action="append", metavar="DIR",
+                       help="override the file's log_dirs (repeatable)")
+    start.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    start.set_defaults(run=_cmd_start)
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    from logstore.config import load_broker_config
+    from logstore.main import configure_logging, run_broker
+
+    overrides: dict[str, Any] = {}
+    if args.listener:
+        overrides["listener"] = args.listener
+    if args.log_dir:
+        overrides["log_dirs"] = list(args.log_dir)
+    config = load_broker_config(args.config, overrides)
+    configure_logging(args.log_level.upper())
+    return run_broker(config)

@@ -1,0 +1,110 @@
+"""Handlers of the offsets API of one offsets partition: offset commit and fetch, delete group.
+
+Owns: validating a commit per partition (one bad partition never fails the others: a negative
+offset is OFFSET_OUT_OF_RANGE, over-long metadata INVALID_COMMIT_OFFSET_SIZE, a partition the
+member is not assigned ILLEGAL_GENERATION), the offset records it appends and the change that
+merges them into memory once durable (a merge, not a replacement of the group, so a commit in
+flight does not hold up the group's heartbeats); reading committed offsets; deleting an empty
+group with tombstones. Must not: do I/O, take locks or read clocks.
+"""
+
+from __future__ import annotations
+
+from logstore.coordinator import CoordinatorResult
+from logstore.errors import (
+    ApiError,
+    IllegalGenerationError,
+    InvalidCommitOffsetSizeError,
+    NonEmptyGroupError,
+    OffsetOutOfRangeError,
+)
+from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
+from logstore.groups.offsets import offset_key, offset_value
+from logstore.groups.state import Group
+from logstore.messages import error_kw
+from logstore.messages.groups import (
+    CommittedOffset,
+    OffsetCommitEntry,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitResult,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from logstore.model import OffsetAndMetadata, TopicPartition
+
+
+def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms: int
+                  ) -> CoordinatorResult[OffsetCommitResponse]:
+    """Commit what is valid; one error per partition (the whole request fails only when the
+    member or generation is wrong). A partition given twice counts once, as its last entry. A
+    commit to a group that does not exist creates it."""
+    existing = shard.groups.get(req.group_id)
+    group = existing or Group(req.group_id, now_ms)
+    member = group.check_commit(req.member_id, req.generation_id)
+    owned = member.owned() if member is not None and group.protocol_type == "consumer" \
+        else None
+    results, valid = [], []
+    for tp, e in {TopicPartition(e.topic, e.partition): e for e in req.offsets}.items():
+        error = _commit_error(shard, group, e, owned, req.generation_id)
+        results.append(OffsetCommitResult(topic=e.topic, partition=e.partition,
+                                          **error_kw(error)))
+        if error is None:
+            valid.append((tp, OffsetAndMetadata(e.offset, e.metadata, now_ms)))
+    response = OffsetCommitResponse(offsets=results)
+    if not valid:
+        return CoordinatorResult.answer(
+            response, lambda: existing.touch(req.member_id, now_ms) if existing else None)
+    rows: Rows = [(offset_key(req.group_id, tp), offset_value(om)) for tp, om in valid]
+    if existing is None:
+        rows += shard.generation_rows(group)
+
+    def merge() -> None:
+        if existing is None:
+            shard.installer(group)()
+        shard.offsets.setdefault(req.group_id, {}).update(valid)
+        shard.group(req.group_id).touch(req.member_id, now_ms)
+    return CoordinatorResult(batch(rows, now_ms), response, merge)
+
+
+def _commit_error(shard: GroupCoordinatorShard, group: Group, e: OffsetCommitEntry,
+                  owned: set[TopicPartition] | None, generation_id: int) -> ApiError | None:
+    tp = f"{e.topic}-{e.partition}"
+    if e.offset < 0:
+        return OffsetOutOfRangeError(f"group {group.group_id}: {tp}: a committed offset "
+                                     f"must be >= 0, got {e.offset}")
+    limit = shard.config.offset_metadata_max_bytes
+    if len(e.metadata.encode()) > limit:
+        return InvalidCommitOffsetSizeError(
+            f"group {group.group_id}: {tp}: metadata is longer than {limit} bytes")
+    if owned is not None and TopicPartition(e.topic, e.partition) not in owned:
+        return IllegalGenerationError(
+            f"group {group.group_id}: {tp} is not assigned to this member in generation "
+            f"{generation_id}")
+    return None
+
+
+def offset_fetch(shard: GroupCoordinatorShard, req: OffsetFetchRequest) -> OffsetFetchResponse:
+    """The group's committed offsets (those asked for, or all), as its log has them."""
+    committed = shard.offsets.get(req.group_id, {})
+    if req.partitions is None:
+        found = dict(committed)
+    else:
+        wanted = (TopicPartition(p.topic, p.partition) for p in req.partitions)
+        found = {tp: committed[tp] for tp in wanted if tp in committed}
+    return OffsetFetchResponse(offsets=[
+        CommittedOffset(topic=tp.topic, partition=tp.partition, offset=om.offset,
+                        metadata=om.metadata, commit_timestamp=om.commit_timestamp)
+        for tp, om in sorted(found.items())])
+
+
+def delete_group(shard: GroupCoordinatorShard, group_id: str, now_ms: int
+                 ) -> CoordinatorResult[None]:
+    """Tombstones for an empty group and all its offsets (NON_EMPTY_GROUP while it has
+    members)."""
+    group = shard.group(group_id)
+    if group.members:
+        raise NonEmptyGroupError(f"group {group_id!r} has {len(group.members)} active "
+                                 "member(s); it can only be deleted when empty")
+    rows, delete = shard.deletion(group_id, list(shard.offsets.get(group_id, {})))
+    return CoordinatorResult(batch(rows, now_ms), None, delete)

@@ -1,0 +1,78 @@
+"""Every wire message LogStore speaks, declared once (Kafka's message specs, as classes).
+
+Owns: the index of request types by action name (``REQUEST_TYPES``), and ``Route``, which pairs
+a request type with the handler that answers it, so that a broker's dispatch table is typed end
+to end. The messages themselves live by area:
+
+| module       | actions                                                                        |
+|--------------|--------------------------------------------------------------------------------|
+| topics.py    | metadata, create_topics, delete_topics, create_partitions, describe_configs,   |
+|              | alter_configs                                                                  |
+| log.py       | list_offsets, describe_log_dirs, await_high_watermarks, broker_stats           |
+| produce.py   | init_producer_id; the DoPut descriptor (produce), batch metadata and acks       |
+| fetch.py     | the DoGet ticket (fetch) and the summary that ends a fetch stream              |
+| cluster.py   | leader_and_isr, alter_isr, controlled_shutdown, offsets_for_leader_epoch       |
+| groups.py    | find_coordinator, join_group, sync_group, heartbeat, leave_group,             |
+|              | offset_commit, offset_fetch, list_groups, describe_groups, delete_groups       |
+| transactions | add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn,         |
+|   .py        | prepare_txn, write_txn_markers, describe_transactions, list_transactions,      |
+|              | describe_producers                                                             |
+
+Must not: do I/O, or know the transport or the services behind the handlers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from logstore.messages import cluster, fetch, groups, log, produce, topics, transactions
+from logstore.messages.base import (
+    ErrorFields,
+    Message,
+    Request,
+    decode_message,
+    decode_request,
+    decode_response,
+    encode,
+    error_kw,
+)
+
+Q = TypeVar("Q", bound=Request[Any])
+R = TypeVar("R", bound=Message)
+
+
+@dataclass(frozen=True, slots=True)
+class Route(Generic[Q, R]):
+    """A request type and the handler that answers it."""
+
+    request_type: type[Q]
+    handle: Callable[[Q], R]
+
+    @property
+    def action(self) -> str:
+        return self.request_type.ACTION
+
+    def __call__(self, body: bytes) -> bytes:
+        """Decode ``body``, handle it, encode the answer (errors propagate as ApiErrors)."""
+        return encode(self.handle(decode_request(self.request_type, body)))
+
+
+def _request_types(*modules: Any) -> dict[str, type[Request[Any]]]:
+    found: dict[str, type[Request[Any]]] = {}
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Request) and value.ACTION:
+                assert value.ACTION not in found, f"two requests named {value.ACTION!r}"
+                found[value.ACTION] = value
+    return found
+
+
+# Every request type by action name (produce and fetch included: their bodies are versioned
+# like the DoActions').
+REQUEST_TYPES: dict[str, type[Request[Any]]] = _request_types(
+    topics, log, produce, fetch, cluster, groups, transactions)
+
+__all__ = ["REQUEST_TYPES", "ErrorFields", "Message", "Request", "Route", "decode_message",
+           "decode_request", "decode_response", "encode", "error_kw"]

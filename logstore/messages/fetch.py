@@ -1,0 +1,62 @@
+"""Messages of the fetch path: the DoGet ticket and the summary that ends the stream.
+
+Owns: the declaration of these bodies. A fetch's ticket is a ``FetchRequest``; the stream's
+batches carry binary batch metadata (``rpc/codec.py``), then one empty batch carries the
+``FetchSummary`` (per-partition error, high watermark, log start and end offsets, and a
+``stream_error`` when the broker could not send everything it read). The same request serves
+consumers (``replica_id`` -1), followers (``replica_id`` = their broker id) and Spark tasks
+(``end_offset`` bounds a range). Must not: do I/O.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from logstore.messages.base import (
+    BrokerId,
+    ErrorFields,
+    Int64,
+    LeaderEpoch,
+    Message,
+    PartitionId,
+    Request,
+    TimeoutMs,
+)
+
+DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+
+class FetchPartitionSummary(ErrorFields, frozen=True, kw_only=True):
+    partition: PartitionId
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+
+
+class FetchSummary(Message, frozen=True, kw_only=True):
+    partitions: list[FetchPartitionSummary]
+    stream_error: ErrorFields | None = None
+
+
+class FetchPartition(Message, frozen=True, kw_only=True):
+    partition: PartitionId
+    offset: Int64
+    max_bytes: int | None = None  # None: the request's max_bytes
+    current_leader_epoch: LeaderEpoch = -1  # the epoch the fetcher saw (-1: unchecked)
+    end_offset: Int64 | None = None  # a range reader's end: no batch starting at or after it
+
+
+class FetchRequest(Request[FetchSummary], frozen=True, kw_only=True, tag=0):
+    """Batches of one topic's partitions from the given offsets."""
+
+    ACTION: ClassVar[str] = "fetch"
+    RESPONSE: ClassVar[type[Message]] = FetchSummary
+    topic: str
+    partitions: list[FetchPartition]
+    max_wait_ms: TimeoutMs = 500
+    min_bytes: int = 1
+    max_bytes: int = DEFAULT_FETCH_MAX_BYTES  # <= 0 is INVALID_FETCH_SIZE
+    isolation_level: int = READ_UNCOMMITTED
+    replica_id: BrokerId = -1

@@ -1,0 +1,37 @@
+"""Helpers shared by every kind of test.
+
+Owns: the one bounded wait on a condition (``wait_for``). The replayable seed of randomised
+tests is the ``seed`` fixture in tests/conftest.py. Must not: start processes or servers
+(tests/brokers.py, tests/zookeeper.py do) or know about clusters (tests/faults/cluster.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+WAIT_S = 30.0
+POLL_S = 0.05
+
+
+def wait_for(condition: Callable[[], T], what: str, timeout_s: float = WAIT_S,
+             tolerate: tuple[type[Exception], ...] = ()) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that; AssertionError
+    naming ``what`` after ``timeout_s``. An exception of a ``tolerate`` type counts as "not
+    yet" (the last one is named in the timeout message); any other propagates at once."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+            if value:
+                return value
+        except tolerate as e:
+            last_error = e
+        # The condition is on another process's state: there is nothing to block on.
+        time.sleep(POLL_S)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}"
+                         + (f" (last error: {last_error})" if last_error else ""))
