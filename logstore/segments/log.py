@@ -332,17 +332,18 @@ class Log:
         committed = isolation == IsolationLevel.READ_COMMITTED
         for _ in range(_READ_ATTEMPTS):
             self._check_open()
-            lso, hw, leo = self._last_stable_offset, self._high_watermark, self._log_end_offset
-            state = self._state
+            stable, hw = self._last_stable_offset, self._high_watermark
+            leo, state = self._log_end_offset, self._state
             self._check_range(offset, state.log_start_offset, leo)
             limit = leo if max_offset is None else min(max_offset, leo)
             try:
                 batches, aborted = read_log(state, offset, max_bytes,
-                                            min(limit, lso) if committed else limit, min_one,
+                                            min(limit, stable) if committed else limit, min_one,
                                             committed)
             except SegmentClosedError:
                 continue
-            return FetchData(batches, state.log_start_offset, leo, min(hw, leo), lso, aborted)
+            return FetchData(batches, state.log_start_offset, leo, min(hw, leo), stable,
+                             aborted)
         raise KafkaStorageError(f"{self._tp}: read at offset {offset} kept racing with "
                                 "segment changes")
 
@@ -518,6 +519,7 @@ class Log:
             lso = max(self.log_start_offset, keep[0].base_offset)
             self._state = SegmentList.of(keep, lso)
             self._high_watermark = max(self._high_watermark, lso)
+            self._producers.on_high_watermark(self._high_watermark)
             self._update_last_stable_offset()
             self._dir_dirty = True
         for seg in doomed:
@@ -562,7 +564,7 @@ class Log:
             commit(old, new)
             i = segments.index(old)
             self._state = SegmentList.of(segments[:i] + (new,) + segments[i + 1:],
-                                       self.log_start_offset)
+                                         self.log_start_offset)
         old.close()
         return True
 
