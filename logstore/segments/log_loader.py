@@ -62,7 +62,7 @@ def replay_producer_state(producers: ProducerStateManager, segments: Sequence[Lo
                           tp: str, rebuild_from: int | None = None) -> None:
     """Load the newest snapshot (at or below ``rebuild_from`` when given) and replay every
     batch after it. The aborts of markers at or after ``rebuild_from`` are indexed again in
-    their segments, whose indexes are then fsynced and no longer stale."""
+    their segments, whose indexes are then made durable and no longer stale."""
     start = producers.load(log_end_offset, rebuild_from)
     from_offset = log_start_offset if start is None else start
     first = max(0, sum(1 for s in segments if s.base_offset <= from_offset) - 1)
@@ -70,7 +70,9 @@ def replay_producer_state(producers: ProducerStateManager, segments: Sequence[Lo
         entry = producers.index_entry(producers.update(header, marker))
         if entry is not None and rebuild_from is not None and header.base_offset >= rebuild_from:
             seg.txn_index.append(entry)
-    for seg in segments:
-        if seg.txn_index.stale:
-            seg.txn_index.stale = False
-            seg.txn_index.fsync()
+    rebuilt = [seg for seg in segments if seg.txn_index.stale]
+    for seg in rebuilt:
+        seg.txn_index.stale = False
+        seg.txn_index.fsync()
+    if rebuilt:  # the rebuilt files are new names: a lost one would read as "no abort"
+        fsync_dir(rebuilt[0].dir)
