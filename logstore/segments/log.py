@@ -259,8 +259,8 @@ class Log:
         segment = self._maybe_roll(len(data), header, now)
         segment.append(data, header, self._config.index_interval_bytes, now)
         entry = self._producers.index_entry(self._producers.update(header, marker))
-        if entry is not None:
-            segment.txn_index.append(entry)
+        if entry is not None and segment.txn_index.append(entry):
+            self._dir_dirty = True  # a new .txnindex file: the next flush makes its name durable
         self._log_end_offset = max(self._log_end_offset, header.next_offset)
         self._update_last_stable_offset()
 

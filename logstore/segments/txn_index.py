@@ -92,15 +92,19 @@ class TxnIndex:
         """The entries now (a list that later appends may extend but never change)."""
         return self._entries
 
-    def append(self, entry: TxnIndexEntry) -> None:
-        """Add ``entry`` and write it to the file at once (no fsync)."""
+    def append(self, entry: TxnIndexEntry) -> bool:
+        """Add ``entry`` and write it to the file at once (no fsync); returns whether that
+        created the file (its directory then needs an fsync)."""
         if self._entries and entry.last_offset <= self._entries[-1].last_offset:
             raise ValueError(f"{self.path}: entry {entry} is not after the last entry "
                              f"{self._entries[-1]}")
+        created = False
         if self._fd is None:
+            created = not self.path.exists()
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.write(self._fd, TXN_ENTRY.pack(*entry))
         self._entries.append(entry)
+        return created
 
     def fsync(self) -> None:
         """Make the file's content durable (a no-op when there is no file)."""
