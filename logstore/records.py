@@ -28,6 +28,20 @@ A batch whose offsets have gaps (after compaction) sets HAS_OFFSET_DELTAS and st
 per-record offset deltas under ``logstore.offset_deltas``: ``DELTAS_MAGIC`` then the int32
 little-endian deltas in base64, so that they can never contain either magic.
 
+A control batch (FLAG_CONTROL and FLAG_TRANSACTIONAL set, the producer id and epoch of the
+transaction it ends, base_sequence -1) is Kafka's transaction marker: one record of the topic's
+schema whose ``key`` holds this control record (little-endian, 8 bytes); every other column is
+null but ``timestamp`` (the append time):
+
+| field              | type   | meaning                                                         |
+|--------------------|--------|-----------------------------------------------------------------|
+| version            | int16  | 0                                                               |
+| type               | int16  | ``ControlType``: 0 ABORT, 1 COMMIT (Kafka's ControlRecordType)   |
+| coordinator_epoch  | int32  | epoch of the transaction coordinator that wrote the marker      |
+
+Kafka splits this between the key (version, type) and the value (version, coordinator epoch);
+here it all lives in the key because a typed topic has no binary value column to hold it.
+
 The header is written with ``crc = 0`` and ``batch_size = 0``, the message is serialised once,
 and then both fields are patched in place: one serialisation, no second copy of the body. The
 CRC covers every header field from ``last_offset_delta`` to ``batch_size``, the raw offset
@@ -41,6 +55,7 @@ import base64
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import IntEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -74,6 +89,9 @@ FLAG_TRANSACTIONAL = 1
 FLAG_CONTROL = 2
 FLAG_HAS_OFFSET_DELTAS = 4
 FLAG_LOG_APPEND_TIME = 8
+
+CONTROL_RECORD_VERSION = 0
+_CONTROL_RECORD = struct.Struct("<hhi")
 
 TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -128,6 +146,63 @@ def decode_schema(text: str | None) -> pa.Schema | None:
 def value_columns(schema: pa.Schema) -> list[str]:
     """The columns of ``schema`` that hold the value (``["value"]`` for untyped topics)."""
     return [name for name in schema.names if name not in RESERVED_COLUMNS]
+
+
+class ControlType(IntEnum):
+    """What a transaction marker says (Kafka's ControlRecordType numbers)."""
+
+    ABORT = 0
+    COMMIT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    """The control record of a transaction marker (layout in the module docstring)."""
+
+    type: ControlType
+    coordinator_epoch: int
+
+    def pack(self) -> bytes:
+        return _CONTROL_RECORD.pack(CONTROL_RECORD_VERSION, self.type, self.coordinator_epoch)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> EndTxnMarker:
+        """Raises CorruptRecordError on a wrong size, version or type."""
+        if len(data) != _CONTROL_RECORD.size:
+            raise CorruptRecordError(f"control record is {len(data)} bytes, expected "
+                                     f"{_CONTROL_RECORD.size}")
+        version, kind, coordinator_epoch = _CONTROL_RECORD.unpack(data)
+        if version != CONTROL_RECORD_VERSION or kind not in ControlType._value2member_map_:
+            raise CorruptRecordError(f"unknown control record version {version} type {kind}")
+        return cls(ControlType(kind), coordinator_epoch)
+
+
+def control_batch(schema: pa.Schema, marker: EndTxnMarker, timestamp_ms: int) -> pa.RecordBatch:
+    """The one-record batch of ``schema`` that carries ``marker`` (see the module docstring)."""
+    if schema.get_field_index("key") < 0 or not schema.field("key").type.equals(pa.binary()):
+        raise InvalidRecordError(f"a control batch needs a binary 'key' column; the schema is "
+                                 f"{schema}")
+    columns = []
+    for f in schema:
+        if f.name == "key":
+            columns.append(pa.array([marker.pack()], pa.binary()))
+        elif f.name == "timestamp":
+            columns.append(pa.array([timestamp_ms], pa.int64()).cast(f.type))
+        else:
+            columns.append(pa.nulls(1, f.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def control_marker(records: pa.RecordBatch) -> EndTxnMarker:
+    """The marker in a control batch's decoded records; CorruptRecordError when there is none."""
+    i = records.schema.get_field_index("key")
+    if records.num_rows != 1 or i < 0:
+        raise CorruptRecordError(f"a control batch holds one keyed record, not "
+                                 f"{records.num_rows} row(s) of {records.schema.names}")
+    key = records.column(i)[0].as_py()
+    if not isinstance(key, bytes):
+        raise CorruptRecordError("control record has no key")
+    return EndTxnMarker.unpack(key)
 
 
 @dataclass(frozen=True, slots=True)

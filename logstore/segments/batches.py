@@ -1,9 +1,11 @@
 """Preparing batches for the log: checking a producer batch against the topic, stamping its
-timestamps, choosing the IPC write options, and checking a replicated batch.
+timestamps, choosing the IPC write options, encoding what a leader appends (producer batches and
+transaction markers), and checking a replicated batch.
 
 Owns: the per-batch rules of an append (schema match, non-empty, keys on compacted topics,
-timestamps, LogAppendTime), all vectorised with pyarrow.compute. Must not: touch files or the
-log's state.
+timestamps, LogAppendTime, which flags a producer may set), all vectorised with
+pyarrow.compute, and reading the marker of a replicated control batch. Must not: touch files or
+the log's state.
 """
 
 from __future__ import annotations
@@ -13,8 +15,20 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from logstore.config import TopicConfig
-from logstore.errors import InvalidRecordError
-from logstore.records import FLAG_LOG_APPEND_TIME, BatchHeader, StoredBatch, decode_message
+from logstore.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
+from logstore.records import (
+    FLAG_CONTROL,
+    FLAG_LOG_APPEND_TIME,
+    FLAG_TRANSACTIONAL,
+    NO_SEQUENCE,
+    BatchHeader,
+    EndTxnMarker,
+    StoredBatch,
+    control_batch,
+    control_marker,
+    decode_message,
+    encode_batch,
+)
 
 
 def write_options(config: TopicConfig) -> ipc.IpcWriteOptions | None:
@@ -84,3 +98,67 @@ def follower_bytes(tp: str, batch: StoredBatch) -> tuple[BatchHeader, pa.Buffer]
         raise InvalidRecordError(f"{tp}: batch at offset {header.base_offset} is {data.size} "
                                  f"bytes but its header says {header.batch_size}")
     return header, data
+
+
+def check_producer_flags(tp: str, flags: int, producer_id: int) -> None:
+    """A producer may flag a batch transactional (with a producer id), never control: markers
+    come from the transaction coordinator (Log.append_control_marker)."""
+    if flags & FLAG_CONTROL:
+        raise InvalidRecordError(f"{tp}: producers cannot write control batches; transaction "
+                                 "markers come from the transaction coordinator")
+    if flags & FLAG_TRANSACTIONAL and producer_id < 0:
+        raise InvalidRecordError(f"{tp}: a transactional batch needs a producer id")
+
+
+def follower_marker(tp: str, batch: StoredBatch, schema: pa.Schema) -> EndTxnMarker | None:
+    """The marker of a replicated control batch (None for a data batch)."""
+    if not batch.header.is_control:
+        return None
+    try:
+        return control_marker(batch.record_batch(schema))
+    except (CorruptRecordError, pa.ArrowException) as e:
+        raise CorruptRecordError(f"{tp}: control batch at offset {batch.header.base_offset} "
+                                 f"holds no transaction marker: {e}") from e
+
+
+class LeaderBatches:
+    """Encodes what a leader appends under one topic's schema and config, before the log's lock:
+    the header's base offset (0 here) and the offsets are the log's to assign."""
+
+    def __init__(self, tp: str, schema: pa.Schema, config: TopicConfig) -> None:
+        self._tp = tp
+        self._schema = schema
+        self._config = config
+        self._options = write_options(config)
+
+    def producer_batch(self, batch: pa.RecordBatch, now: int, leader_epoch: int,
+                       producer_id: int, producer_epoch: int, base_sequence: int,
+                       flags: int) -> tuple[memoryview, BatchHeader]:
+        """A producer's batch, checked and stamped; of ``flags`` only FLAG_TRANSACTIONAL is
+        taken (a control flag is refused)."""
+        validate_batch(self._tp, batch, self._schema, self._config)
+        check_producer_flags(self._tp, flags, producer_id)
+        batch, first_ts, max_ts, flags = stamp_timestamps(batch, now, self._config,
+                                                          flags & FLAG_TRANSACTIONAL)
+        n = batch.num_rows
+        header = BatchHeader(0, n - 1, n, first_ts, max_ts, producer_id, producer_epoch,
+                             base_sequence, leader_epoch, flags)
+        return self._encode(batch, header), header
+
+    def marker_batch(self, now: int, producer_id: int, producer_epoch: int,
+                     marker: EndTxnMarker, leader_epoch: int) -> tuple[memoryview, BatchHeader]:
+        """The control batch of a transaction marker (records.py)."""
+        batch, first_ts, max_ts, flags = stamp_timestamps(
+            control_batch(self._schema, marker, now), now, self._config,
+            FLAG_CONTROL | FLAG_TRANSACTIONAL)
+        header = BatchHeader(0, 0, 1, first_ts, max_ts, producer_id, producer_epoch,
+                             NO_SEQUENCE, leader_epoch, flags)
+        return self._encode(batch, header), header
+
+    def _encode(self, batch: pa.RecordBatch, header: BatchHeader) -> memoryview:
+        data = encode_batch(batch, header, options=self._options)
+        if len(data) > self._config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"{self._tp}: batch of {len(data)} bytes exceeds max_message_bytes "
+                f"{self._config.max_message_bytes}")
+        return data

@@ -2,25 +2,35 @@
 cleanup policy contains "compact".
 
 Owns: the key map (the last offset of every key across the cleanable segments, from one
-vectorised group-by), the per-batch filtering, tombstone expiry, writing cleaned segments and
-swapping them in. Must not: loop over records in Python, touch the active segment, or know about
-other partitions.
+vectorised group-by), the per-batch filtering, tombstone expiry, writing cleaned segments (and
+their aborted-transaction indexes) and swapping them in. Must not: loop over records in Python,
+touch the active segment or anything at or after the last stable offset (Log.cleanable_segments
+stops before), or know about other partitions.
 
 Rules:
 - a record is kept when it is the latest of its key among the cleaned segments, or its key is
-  null (such records predate the compact policy and are left alone);
+  null (such records predate the compact policy and are left alone); records of aborted
+  transactions never count as the latest of their key;
 - a tombstone (``value`` null; for typed topics every value column null) is dropped once its
   batch's max timestamp is older than ``now - delete_retention_ms``;
+- transactions (txn_cleaning.py): batches of aborted transactions are removed whole; a marker
+  is dropped once no batch of its transaction is left and it is older than
+  ``now - delete_retention_ms``; an aborted-transaction index entry stays exactly as long as
+  data of its transaction may be in the log. Before a cleaned segment that drops markers is
+  swapped in, the producer snapshots at or below the last dropped marker are deleted: such a
+  snapshot may hold that marker's transaction open, and a reload from it would then find no
+  marker to close it (a hanging transaction pinning the LSO forever);
 - records keep their offsets: a batch with gaps sets FLAG_HAS_OFFSET_DELTAS; its header keeps
   the producer fields, and its last offset (base_sequence is shifted with the base offset so
   that the producer's last sequence is unchanged); batches left empty are dropped; untouched
-  batches and control batches are copied byte for byte.
+  batches and kept control batches are copied byte for byte.
 
 Swap protocol (crash-safe, finished by recovery.finish_interrupted_swaps): write
-``X.arrow.cleaned`` with ``X.index.cleaned``/``X.timeindex.cleaned`` and fsync them; rename the
-data file to ``X.arrow.swap`` (commit point); delete the old indexes and rename the new ones into
-place; rename ``X.arrow.swap`` over ``X.arrow``. Readers in flight hold the old file descriptor,
-which keeps reading the old, unlinked file.
+``X.arrow.cleaned`` with ``X.index.cleaned``/``X.timeindex.cleaned``/``X.txnindex.cleaned`` (the
+last even when empty) and fsync them; rename the data file to ``X.arrow.swap`` (commit point);
+delete the old indexes and rename the new ones into place; rename ``X.arrow.swap`` over
+``X.arrow``. Readers in flight hold the old file descriptor, which keeps reading the old,
+unlinked file.
 """
 
 from __future__ import annotations
@@ -28,7 +38,8 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +50,7 @@ from logstore.records import (
     FLAG_HAS_OFFSET_DELTAS,
     BatchHeader,
     StoredBatch,
+    control_marker,
     encode_batch,
     value_columns,
 )
@@ -46,6 +58,9 @@ from logstore.segments.batches import write_options
 from logstore.segments.format import CLEANED_SUFFIX, SWAP_SUFFIX, fsync_dir
 from logstore.segments.producer_state import SEQUENCE_MODULUS
 from logstore.segments.segment import Bytes, LogSegment
+from logstore.segments.txn_cleaning import CleanedTxnState
+from logstore.segments.txn_index import TxnIndexEntry
+from logstore.txn_filter import ReadCommittedFilter, is_abort_marker
 
 if TYPE_CHECKING:
     from logstore.segments.log import Log
@@ -65,6 +80,8 @@ class CompactionStats:
     tombstones_dropped: int = 0
     bytes_before: int = 0
     bytes_after: int = 0
+    aborted_records_dropped: int = 0
+    markers_dropped: int = 0
 
     def __add__(self, other: CompactionStats) -> CompactionStats:
         return CompactionStats(*(getattr(self, f.name) + getattr(other, f.name)
@@ -81,10 +98,15 @@ def compact_log(log: Log, now_ms: int) -> CompactionStats:
     try:
         if not segments:
             return CompactionStats()
-        latest = latest_offsets(log, segments)
-        stats = CompactionStats()
+        aborted = log.collect_aborted_transactions(segments[0].base_offset,
+                                                   segments[-1].next_offset)
+        latest = latest_offsets(log, segments, aborted)
+        stats, txns = CompactionStats(), CleanedTxnState(aborted)
         for seg in segments:
-            cleaned, seg_stats = clean_segment(log, seg, latest, now_ms)
+            cleaned, seg_stats, last_dropped_marker = clean_segment(log, seg, latest, now_ms,
+                                                                    txns)
+            if last_dropped_marker is not None:
+                log.producer_state.delete_snapshots_through(last_dropped_marker)
             if not log.swap_cleaned_segment(seg, cleaned, generation, commit_swap):
                 logger.info("%s: log changed during compaction; discarding %s", tp, cleaned.path)
                 cleaned.delete()
@@ -95,9 +117,10 @@ def compact_log(log: Log, now_ms: int) -> CompactionStats:
         for seg in segments:
             seg.release()
     logger.info("%s: compaction kept %d of %d records in %d segment(s), %d -> %d bytes, "
-                "%d tombstone(s) dropped", tp, stats.records_kept, stats.records_read,
-                stats.segments_cleaned, stats.bytes_before, stats.bytes_after,
-                stats.tombstones_dropped)
+                "%d tombstone(s), %d aborted record(s), %d marker(s) dropped", tp,
+                stats.records_kept, stats.records_read, stats.segments_cleaned,
+                stats.bytes_before, stats.bytes_after, stats.tombstones_dropped,
+                stats.aborted_records_dropped, stats.markers_dropped)
     return stats
 
 
@@ -112,15 +135,22 @@ def segment_batches(seg: LogSegment) -> list[StoredBatch]:
     return batches
 
 
-def latest_offsets(log: Log, segments: list[LogSegment]) -> np.ndarray:
-    """Sorted offsets of the latest record of every non-null key in ``segments``."""
+def latest_offsets(log: Log, segments: list[LogSegment],
+                   aborted: list[TxnIndexEntry]) -> np.ndarray:
+    """Sorted offsets of the latest record of every non-null key in ``segments``, leaving out
+    control batches and the records of the ``aborted`` transactions."""
     key_type = log.schema.field("key").type
     keys: list[pa.Array] = []
     offsets: list[np.ndarray] = []
+    committed = ReadCommittedFilter([entry.aborted_txn() for entry in aborted])
     for seg in segments:
         seg_keys, seg_offsets = [], []
-        for batch in segment_batches(seg):
-            if not batch.header.is_control:
+        batches = segment_batches(seg)
+        markers = [is_abort_marker(b.header, partial(b.record_batch, log.schema))
+                   for b in batches]
+        for batch, kept in zip(batches, committed.keep([b.header for b in batches], markers),
+                               strict=True):
+            if kept:
                 seg_keys.append(batch.record_batch(log.schema).column("key"))
                 seg_offsets.append(batch.offsets())
         if seg_keys:
@@ -137,37 +167,75 @@ def latest_offsets(log: Log, segments: list[LogSegment]) -> np.ndarray:
     return latest
 
 
-def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray,
-                  now_ms: int) -> tuple[LogSegment, CompactionStats]:
-    """Write the cleaned copy of ``seg`` as ``X.arrow.cleaned`` (indexed, sealed, fsynced)."""
+@dataclass(frozen=True, slots=True)
+class _CleanedBatch:
+    """What cleaning one batch gives: the batch to write (None: dropped) and what it did."""
+
+    header: BatchHeader | None = None
+    data: Bytes | None = None
+    tombstones_dropped: int = 0
+    aborted_records_dropped: int = 0
+    markers_dropped: int = 0
+    txn_index_entry: TxnIndexEntry | None = None
+
+
+class CleanedSegment(NamedTuple):
+    segment: LogSegment  # the X.arrow.cleaned copy, sealed and fsynced
+    stats: CompactionStats
+    last_dropped_marker: int | None  # offset of the last transaction marker it dropped
+
+
+def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
+                  txns: CleanedTxnState) -> CleanedSegment:
+    """Write the cleaned copy of ``seg`` as ``X.arrow.cleaned`` with its indexes (indexed,
+    sealed, fsynced). ``txns`` carries the transaction state from the previous segments."""
     config = log.config
     out = LogSegment.create(seg.dir, seg.base_offset, seg.read_at(0, seg.data_start),
                             config.segment_index_bytes, suffix=CLEANED_SUFFIX)
     horizon = now_ms - config.delete_retention_ms
-    read = written = records = kept = tombstones = 0
+    stats = CompactionStats(segments_cleaned=1, bytes_before=seg.size)
+    last_dropped_marker = None
     for batch in segment_batches(seg):
-        read += 1
-        records += batch.header.record_count
-        header, data, dropped_tombstones = clean_batch(log, batch, latest, horizon)
-        tombstones += dropped_tombstones
-        if header is not None and data is not None:
-            out.append(data, header, config.index_interval_bytes, now_ms)
-            written += 1
-            kept += header.record_count
+        cleaned = _clean_any_batch(log, batch, latest, horizon, txns)
+        if cleaned.markers_dropped:
+            last_dropped_marker = batch.header.base_offset
+        kept = 0
+        if cleaned.header is not None and cleaned.data is not None:
+            out.append(cleaned.data, cleaned.header, config.index_interval_bytes, now_ms)
+            kept = cleaned.header.record_count
+        if cleaned.txn_index_entry is not None:
+            out.txn_index.append(cleaned.txn_index_entry)
+        stats += CompactionStats(0, 1, int(cleaned.header is not None),
+                                 batch.header.record_count, kept, cleaned.tombstones_dropped,
+                                 aborted_records_dropped=cleaned.aborted_records_dropped,
+                                 markers_dropped=cleaned.markers_dropped)
+    out.txn_index.rewrite()  # the swap protocol wants the file even when it is empty
     out.seal()
     out.fsync()
     out.dirty = False
-    stats = CompactionStats(1, read, written, records, kept, tombstones,
-                            seg.size, out.size)
-    return out, stats
+    return CleanedSegment(out, stats + CompactionStats(bytes_after=out.size),
+                          last_dropped_marker)
+
+
+def _clean_any_batch(log: Log, batch: StoredBatch, latest: np.ndarray, horizon: int,
+                     txns: CleanedTxnState) -> _CleanedBatch:
+    header = batch.header
+    if header.is_control:
+        marker = control_marker(batch.record_batch(log.schema))
+        droppable, entry = txns.on_marker(header, marker.type)
+        if droppable and header.max_timestamp < horizon:
+            return _CleanedBatch(markers_dropped=1)
+        return _CleanedBatch(header, batch.message.serialize(), txn_index_entry=entry)
+    if txns.on_data_batch(header):
+        return _CleanedBatch(aborted_records_dropped=header.record_count)
+    kept_header, data, tombstones = clean_batch(log, batch, latest, horizon)
+    return _CleanedBatch(kept_header, data, tombstones)
 
 
 def clean_batch(log: Log, batch: StoredBatch, latest: np.ndarray,
                 horizon: int) -> tuple[BatchHeader | None, Bytes | None, int]:
-    """(header, bytes, tombstones dropped) of the cleaned batch; header and bytes are None
-    when no record is left."""
-    if batch.header.is_control:
-        return batch.header, batch.message.serialize(), 0
+    """(header, bytes, tombstones dropped) of the cleaned data batch; header and bytes are
+    None when no record is left."""
     offsets = batch.offsets()
     records = batch.record_batch(log.schema)
     keep = _is_latest(offsets, latest) | records.column("key").is_null().to_numpy(
@@ -233,6 +301,7 @@ def commit_swap(old: LogSegment, new: LogSegment) -> None:
     old.time_index.delete()
     new.offset_index.rename_to(old.offset_index.path)
     new.time_index.rename_to(old.time_index.path)
+    new.txn_index.rename_to(old.txn_index.path)
     os.replace(swap, old.path)
     fsync_dir(old.dir)
     new.path, new.suffix = old.path, ""

@@ -14,6 +14,14 @@ Why this is safe while the broker appends, rolls, deletes and compacts:
   on any doubt the scan starts at the segment's first batch.
 A segment that vanished before it was opened, or a range the files no longer hold, raises
 ``OffsetOutOfRangeError`` naming the partition and offsets; the caller decides what that means.
+
+read_committed (``read_committed``): the caller gives the last stable offset it learnt from the
+leader; the read stops there and drops control batches and the batches of aborted transactions
+with txn_filter's filter, fed from the ``.txnindex`` files. Every abort below that LSO is in
+those files (the broker writes an entry as soon as its marker is appended, before the LSO can
+pass it). The index is read before the data: compaction only ever removes entries whose
+transaction's data is already gone, and each entry carries its marker's offset, so a marker
+removed in between cannot make the filter drop later committed data.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +42,17 @@ from logstore.segments.format import (
     INDEX_SUFFIX,
     OFFSET_ENTRY,
     SEGMENT_SUFFIX,
+    TXN_INDEX_SUFFIX,
     file_name,
     parse_file_name,
     peek_header,
 )
+from logstore.segments.txn_index import TxnIndexEntry, collect_aborted, parse_entries
+from logstore.txn_filter import ReadCommittedFilter, is_abort_marker
 
 logger = logging.getLogger(__name__)
+
+FILTER_CHUNK_BATCHES = 64  # batches filtered together by read_committed
 
 
 class PartitionFiles:
@@ -80,6 +94,37 @@ class PartitionFiles:
         if position < end and bases[-1] < end:  # a gap before a later segment is compaction's
             raise OffsetOutOfRangeError(
                 f"{self.path}: the segment files end at offset {position}, before {end}")
+
+    def read_committed(self, start: int, end: int, last_stable_offset: int
+                       ) -> Iterator[tuple[pa.Schema, StoredBatch]]:
+        """(schema, batch) for the batches a read_committed reader keeps in [start, end) below
+        ``last_stable_offset``: no control batch, none of an aborted transaction. Raises as
+        ``read`` does."""
+        end = min(end, last_stable_offset)
+        if start >= end:
+            return
+        committed = ReadCommittedFilter(
+            [entry.aborted_txn() for entry in self.aborted_transactions(start, end)])
+        chunk: list[tuple[pa.Schema, StoredBatch]] = []
+        for item in self.read(start, end):
+            chunk.append(item)
+            if len(chunk) >= FILTER_CHUNK_BATCHES:
+                yield from _kept(committed, chunk)
+                chunk = []
+        yield from _kept(committed, chunk)
+
+    def aborted_transactions(self, start: int, end: int) -> list[TxnIndexEntry]:
+        """The aborted transactions overlapping [start, end), from the ``.txnindex`` files."""
+        bases = self.base_offsets()
+        first = _segment_for(bases, start) or 0
+        return collect_aborted((self._txn_entries(base) for base in bases[first:]), start, end)
+
+    def _txn_entries(self, base: int) -> list[TxnIndexEntry]:
+        try:
+            data = (self.path / file_name(base, TXN_INDEX_SUFFIX)).read_bytes()
+        except FileNotFoundError:
+            return []  # no abort in that segment, or the segment is gone (read() says so)
+        return parse_entries(data, tolerate_torn_tail=True)
 
     def _read_segment(self, base: int, start: int, end: int
                       ) -> Iterator[tuple[pa.Schema, StoredBatch]]:
@@ -145,6 +190,15 @@ class PartitionFiles:
         if isinstance(header, int) or header.base_offset != base + int(entries["k"][i]):
             return data_start
         return position
+
+
+def _kept(committed: ReadCommittedFilter, chunk: list[tuple[pa.Schema, StoredBatch]]
+          ) -> Iterator[tuple[pa.Schema, StoredBatch]]:
+    markers = [is_abort_marker(b.header, partial(b.record_batch, schema)) for schema, b in chunk]
+    mask = committed.keep([b.header for _, b in chunk], markers)
+    for item, kept in zip(chunk, mask, strict=True):
+        if kept:
+            yield item
 
 
 def _segment_for(bases: list[int], offset: int) -> int | None:

@@ -16,7 +16,7 @@ Directory layout::
         00000000000000000000.arrow          segment: Arrow IPC stream, named by base offset
         00000000000000000000.index          sparse offset index of that segment
         00000000000000000000.timeindex      sparse time index of that segment
-        00000000000000000000.txnindex       (reserved: aborted-transaction index)
+        00000000000000000000.txnindex       aborted-transaction index (absent: no entries)
         00000000000000001234.snapshot       producer-state snapshot taken at offset 1234
         *.cleaned / *.swap / *.tmp          transient files of compaction and atomic writes
 
@@ -48,8 +48,30 @@ An entry is written at the same points as an offset-index entry when the segment
 timestamp has risen since the last time entry, and once more when the segment is sealed.
 Every record before the batch at ``relative_offset`` has a timestamp <= ``timestamp``.
 
-Producer snapshot (``.snapshot``): UTF-8 JSON ``{"version": 1, "offset": N, "producers":
-[...]}``, the producer state after every batch below offset N (see producer_state.py).
+Aborted-transaction index (``.txnindex``), little-endian fixed-width entries, one per ABORT
+marker in the segment that closed a transaction with data, in marker offset order (Kafka's
+TransactionIndex without its per-entry version):
+
+| field              | type  | meaning                                                       |
+|--------------------|-------|---------------------------------------------------------------|
+| producer_id        | int64 | producer of the aborted transaction                           |
+| first_offset       | int64 | offset of the transaction's first batch in this partition      |
+| last_offset        | int64 | offset of the ABORT marker, which lies in this segment         |
+| last_stable_offset | int64 | the LSO right after the abort, ignoring the high watermark: the first offset of the earliest other open transaction, else last_offset + 1 |
+
+An entry is written to the file as soon as its marker is appended (no fsync: the file is fsynced
+with the segment's indexes once the segment is sealed), so a reader in another process that
+learnt an LSO finds every abort below it. Collecting the aborted transactions that overlap
+[start, end) reads the index of the segment holding ``start`` and of the later ones, and stops at
+an entry whose last_stable_offset is >= end: any transaction aborted after it began at or after
+that LSO.
+
+Producer snapshot (``.snapshot``): UTF-8 JSON ``{"version": 2, "offset": N, "producers":
+[...]}``, the producer state after every batch below offset N (see producer_state.py). Each
+producer is ``{"producer_id", "epoch", "coordinator_epoch", "txn_first_offset", "batches"}``;
+``txn_first_offset`` is the first offset of its open transaction or null. Version 1 (no
+``coordinator_epoch``, no ``txn_first_offset``) is still read, as a state with no open
+transaction.
 
 Checkpoint files (text, as in Kafka): line 1 the version (0), line 2 the number of entries, then
 one ``<topic> <partition> <offset>`` line per partition.
@@ -86,6 +108,7 @@ CHECKPOINT_VERSION = 0
 
 OFFSET_ENTRY = struct.Struct("<ii")
 TIME_ENTRY = struct.Struct("<qi")
+TXN_ENTRY = struct.Struct("<qqqq")
 MAX_RELATIVE_OFFSET = 2**31 - 1
 MAX_POSITION = 2**31 - 1
 

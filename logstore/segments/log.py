@@ -1,9 +1,19 @@
 """One partition's log: an ordered set of segments with a log start offset, a log end offset, a
-high watermark and a recovery point.
+high watermark, a last stable offset and a recovery point.
 
-Owns: offset assignment, appends (leader and follower), idempotent-producer checks, rolling,
-reads, time lookups, planning flushes, truncation, retention and the log start offset.
+Owns: offset assignment, appends (leader and follower, data and transaction markers),
+idempotent-producer and transaction checks, the last stable offset and the aborted-transaction
+indexes, rolling, reads (read_uncommitted and read_committed), time lookups, planning flushes,
+truncation, retention and the log start offset.
 Must not: know about the network, replication protocol or other partitions.
+
+Transactions, as in Kafka: the last stable offset (LSO) is the first offset of the earliest
+transaction that is open or whose marker is not yet below the high watermark, else the high
+watermark (never below the log start offset). A read_committed read stops at it and carries the
+aborted transactions overlapping what it returns. Each ABORT marker that closes a transaction
+adds an entry to the aborted-transaction index of the segment that holds it; at open, the
+indexes recovery could not trust are rebuilt by replaying producer state from a snapshot at or
+before the first of them. Retention and compaction never pass the LSO.
 
 Durability, as in Kafka: a rolled segment is fsynced (file and indexes) soon after the roll by
 the log manager's background flusher (``flush_rolled_segments``), which moves the recovery point
@@ -22,9 +32,8 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,37 +41,27 @@ import pyarrow as pa
 
 from logstore.clock import Clock
 from logstore.config import TopicConfig
-from logstore.errors import (
-    InvalidRecordError,
-    KafkaStorageError,
-    MessageTooLargeError,
-    OffsetOutOfRangeError,
-)
+from logstore.errors import InvalidRecordError, KafkaStorageError, OffsetOutOfRangeError
 from logstore.records import (
-    FLAG_CONTROL,
     FLAG_LOG_APPEND_TIME,
-    FLAG_TRANSACTIONAL,
     BatchHeader,
+    ControlType,
+    EndTxnMarker,
     StoredBatch,
-    encode_batch,
     patch_base_offset,
     schema_message,
 )
-from logstore.segments import recovery
-from logstore.segments.batches import (
-    follower_bytes,
-    stamp_timestamps,
-    validate_batch,
-    write_options,
-)
+from logstore.segments.batches import LeaderBatches, follower_bytes, follower_marker
 from logstore.segments.flusher import FlushPlan, LogFlusher, flush_range, take_dirty
-from logstore.segments.format import fsync_dir
+from logstore.segments.log_loader import LoadedSegments, load_segments, replay_producer_state
 from logstore.segments.producer_state import BatchMetadata, ProducerStateManager
-from logstore.segments.reads import read_segments, scan_headers, search_time
+from logstore.segments.reads import SegmentList, read_log, search_time
 from logstore.segments.results import AppendInfo, FetchData
 from logstore.segments.retention import deletable_segments
 from logstore.segments.rolling import roll_reason
 from logstore.segments.segment import Bytes, LogSegment, SegmentClosedError
+from logstore.segments.txn_index import TxnIndexEntry
+from logstore.txn_filter import IsolationLevel
 
 if TYPE_CHECKING:
     from logstore.segments.cleaner import CompactionStats
@@ -70,24 +69,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _READ_ATTEMPTS = 8
-CALLER_FLAGS = FLAG_TRANSACTIONAL | FLAG_CONTROL  # the log sets the others itself
-
-
-@dataclass(frozen=True, slots=True)
-class _Segments:
-    """The published segment list (replaced, never mutated) and the log start offset."""
-
-    bases: tuple[int, ...]
-    segments: tuple[LogSegment, ...]
-    log_start_offset: int
-
-    @classmethod
-    def of(cls, segments: list[LogSegment] | tuple[LogSegment, ...], lso: int) -> _Segments:
-        return cls(tuple(s.base_offset for s in segments), tuple(segments), lso)
-
-    def floor(self, offset: int) -> int:
-        """Index of the segment that holds ``offset`` (0 when it is below every segment)."""
-        return max(0, bisect_right(self.bases, offset) - 1)
 
 
 class Log:
@@ -103,12 +84,13 @@ class Log:
         self._schema_bytes = schema_message(schema)
         self._clock = clock
         self._config = config
-        self._write_options = write_options(config)
+        self._encoder = LeaderBatches(self._tp, schema, config)
         self._lock = threading.Lock()
         self._flusher = LogFlusher(dir, self._tp, clock, self._plan_flush)
-        self._state = _Segments((), (), 0)
+        self._state = SegmentList((), (), 0)
         self._log_end_offset = 0
         self._high_watermark = 0
+        self._last_stable_offset = 0
         self._dir_dirty = False
         self._rolled_unflushed = False
         self._closed = False
@@ -124,50 +106,45 @@ class Log:
         """Open (recovering as needed) or create the log in the partition directory ``dir``.
         ``schema`` None reads it from the first segment file; a new log needs one."""
         tp = f"{topic}-{partition}"
-        dir.mkdir(parents=True, exist_ok=True)
-        recovery.finish_interrupted_swaps(dir, tp)
-        bases = recovery.segment_base_offsets(dir)
-        schema = recovery.resolve_schema(dir, bases, schema, tp)
-        log = cls(dir, topic, partition, config, schema, clock)
-        if bases:
-            segments = recovery.load_segments(
-                dir, tp, schema, bases, config.index_interval_bytes, config.segment_index_bytes,
-                recovery_point, clean_shutdown)
-        else:
-            segments = [LogSegment.create(dir, max(0, log_start_offset), log._schema_bytes,
-                                          config.segment_index_bytes)]
-            fsync_dir(dir)
-        log._finish_open(segments, log_start_offset, clock.time_ms())
-        if bases:
-            logger.info("%s: opened log with %d segment(s), offsets [%d, %d), clean_shutdown=%s",
-                        tp, len(segments), log.log_start_offset, log.log_end_offset,
-                        clean_shutdown)
-        else:
+        loaded = load_segments(dir, tp, config, schema, recovery_point, log_start_offset,
+                               clean_shutdown)
+        log = cls(dir, topic, partition, config, loaded.schema, clock)
+        log._finish_open(loaded, log_start_offset, clock.time_ms())
+        if loaded.created:
             logger.info("%s: created log at offset %d", tp, log.log_end_offset)
+        else:
+            logger.info("%s: opened log with %d segment(s), offsets [%d, %d), clean_shutdown=%s",
+                        tp, len(loaded.segments), log.log_start_offset, log.log_end_offset,
+                        clean_shutdown)
         return log
 
-    def _finish_open(self, segments: list[LogSegment], log_start_offset: int, now: int) -> None:
+    def _finish_open(self, loaded: LoadedSegments, log_start_offset: int, now: int) -> None:
+        segments = loaded.segments
         active = segments[-1]
         if not active.is_empty:
             stamps = active.time_index.entries()[0]
             active.rolling_base_ms = min(now, int(stamps[0])) if len(stamps) else now
         self._log_end_offset = max(active.next_offset, active.base_offset)
         lso = min(max(log_start_offset, segments[0].base_offset), self._log_end_offset)
-        self._state = _Segments.of(segments, lso)
+        self._state = SegmentList.of(segments, lso)
         self._high_watermark = lso
         self._flusher.recovery_point = self._log_end_offset
-        self._load_producer_state()
+        self._load_producer_state(loaded.stale_txn_index_from)
 
-    def _load_producer_state(self) -> None:
-        start = self._producers.load(self._log_end_offset)
-        self._scan_producer_state(self.log_start_offset if start is None else start)
+    def _load_producer_state(self, rebuild_from: int | None = None) -> None:
+        """Reload producer state (log_loader.py); rebuild the aborted-transaction indexes from
+        ``rebuild_from`` on, when given."""
+        replay_producer_state(self._producers, self._state.segments, self.log_start_offset,
+                              self._log_end_offset, self._schema, self._tp, rebuild_from)
+        self._producers.on_high_watermark(self._high_watermark)
+        self._update_last_stable_offset()
 
-    def _scan_producer_state(self, from_offset: int) -> None:
-        """Feed the headers of every batch ending after ``from_offset`` to the producer state."""
-        state = self._state
-        for header in scan_headers(state.segments[state.floor(from_offset):], from_offset,
-                                   self._tp):
-            self._producers.update(header)
+    def _update_last_stable_offset(self) -> None:
+        """Publish the LSO after the high watermark or the producer state changed."""
+        first = self._producers.first_unstable_offset
+        hw = self._high_watermark
+        self._last_stable_offset = max(hw if first is None else min(first, hw),
+                                       self.log_start_offset)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -192,7 +169,7 @@ class Log:
         return self._config
 
     def update_config(self, config: TopicConfig) -> None:
-        self._write_options = write_options(config)
+        self._encoder = LeaderBatches(self._tp, self._schema, config)
         self._config = config
 
     @property
@@ -208,6 +185,11 @@ class Log:
         return self._high_watermark
 
     @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is decided and its marker replicated (module docstring)."""
+        return self._last_stable_offset
+
+    @property
     def recovery_point(self) -> int:
         return self._flusher.recovery_point
 
@@ -217,39 +199,51 @@ class Log:
 
     def __repr__(self) -> str:
         return (f"Log({self._tp}, [{self.log_start_offset}, {self.log_end_offset}), "
-                f"hw={self.high_watermark})")
+                f"hw={self.high_watermark}, lso={self.last_stable_offset})")
 
     # -- appending -------------------------------------------------------------------------
 
     def append_as_leader(self, batch: pa.RecordBatch, leader_epoch: int = 0,
                          producer_id: int = -1, producer_epoch: int = -1,
                          base_sequence: int = -1, flags: int = 0) -> AppendInfo:
-        """Assign offsets LEO..LEO+n-1 to ``batch`` and append it (see module docstring)."""
-        validate_batch(self._tp, batch, self._schema, self._config)
-        flags &= CALLER_FLAGS
+        """Assign offsets LEO..LEO+n-1 to ``batch`` and append it (see module docstring). Only
+        FLAG_TRANSACTIONAL is taken from ``flags``; a control flag is refused."""
         now = self._clock.time_ms()
-        batch, first_ts, max_ts, flags = stamp_timestamps(batch, now, self._config, flags)
-        n = batch.num_rows
-        header = BatchHeader(0, n - 1, n, first_ts, max_ts, producer_id, producer_epoch,
-                             base_sequence, leader_epoch, flags)
-        data = encode_batch(batch, header, options=self._write_options)
-        if len(data) > self._config.max_message_bytes:
-            raise MessageTooLargeError(
-                f"{self._tp}: batch of {len(data)} bytes exceeds max_message_bytes "
-                f"{self._config.max_message_bytes}")
-        append_time = now if flags & FLAG_LOG_APPEND_TIME else -1
+        data, header = self._encoder.producer_batch(batch, now, leader_epoch, producer_id,
+                                                    producer_epoch, base_sequence, flags)
         with self._lock:
             self._check_open()
             if producer_id >= 0:
-                duplicate = self._producers.check(producer_id, producer_epoch, base_sequence, n)
+                duplicate = self._producers.check(producer_id, producer_epoch, base_sequence,
+                                                  header.record_count, header.is_transactional)
                 if duplicate is not None:
                     return self._duplicate_info(duplicate)
-            base = self._log_end_offset
-            patch_base_offset(data, base)
-            stored = replace(header, base_offset=base, batch_size=len(data))
-            self._append_locked(data, stored, now)
-            lso = self.log_start_offset
-        return AppendInfo(base, base + n - 1, max_ts, append_time, len(data), lso)
+            return self._assign_and_append(data, header, now)
+
+    def append_control_marker(self, producer_id: int, producer_epoch: int, marker: ControlType,
+                              coordinator_epoch: int, leader_epoch: int = 0) -> AppendInfo:
+        """Append a COMMIT or ABORT marker for the producer's transaction, as leader (Kafka's
+        WriteTxnMarkers): one control batch, replicated like any other. Raises
+        InvalidProducerEpochError when ``producer_epoch`` is older than the producer's."""
+        now = self._clock.time_ms()
+        end = EndTxnMarker(ControlType(marker), coordinator_epoch)
+        data, header = self._encoder.marker_batch(now, producer_id, producer_epoch, end,
+                                                  leader_epoch)
+        with self._lock:
+            self._check_open()
+            self._producers.check_marker(producer_id, producer_epoch)
+            return self._assign_and_append(data, header, now, end)
+
+    def _assign_and_append(self, data: memoryview, header: BatchHeader, now: int,
+                           marker: EndTxnMarker | None = None) -> AppendInfo:
+        """Under the lock: give the encoded batch the log end offset and append it."""
+        base = self._log_end_offset
+        patch_base_offset(data, base)
+        stored = replace(header, base_offset=base, batch_size=len(data))
+        self._append_locked(data, stored, now, marker)
+        append_time = now if header.flags & FLAG_LOG_APPEND_TIME else -1
+        return AppendInfo(base, stored.last_offset, header.max_timestamp, append_time, len(data),
+                          self.log_start_offset)
 
     def _duplicate_info(self, original: BatchMetadata) -> AppendInfo:
         return AppendInfo(original.first_offset, original.last_offset, original.max_timestamp,
@@ -260,29 +254,34 @@ class Log:
         if self._closed:
             raise KafkaStorageError(f"{self._tp}: the log is closed")
 
-    def _append_locked(self, data: Bytes, header: BatchHeader, now: int) -> None:
+    def _append_locked(self, data: Bytes, header: BatchHeader, now: int,
+                       marker: EndTxnMarker | None = None) -> None:
         segment = self._maybe_roll(len(data), header, now)
         segment.append(data, header, self._config.index_interval_bytes, now)
-        self._producers.update(header)
+        entry = self._producers.index_entry(self._producers.update(header, marker))
+        if entry is not None and segment.txn_index.append(entry):
+            self._dir_dirty = True  # a new .txnindex file: the next flush makes its name durable
         self._log_end_offset = max(self._log_end_offset, header.next_offset)
+        self._update_last_stable_offset()
 
     def append_as_follower(self, batches: list[StoredBatch]) -> AppendInfo | None:
         """Append batches fetched from the leader verbatim (offsets included) after checking
         their CRCs and that they start at or after the log end offset."""
         if not batches:
             return None
-        prepared = [follower_bytes(self._tp, b) for b in batches]
+        prepared = [(*follower_bytes(self._tp, b), follower_marker(self._tp, b, self._schema))
+                    for b in batches]
         now = self._clock.time_ms()
         with self._lock:
             self._check_open()
-            for header, data in prepared:
+            for header, data, marker in prepared:
                 if header.base_offset < self._log_end_offset:
                     raise InvalidRecordError(
                         f"{self._tp}: follower batch at offset {header.base_offset} is below "
                         f"the log end offset {self._log_end_offset}")
-                self._append_locked(data, header, now)
+                self._append_locked(data, header, now, marker)
             lso = self.log_start_offset
-        headers = [h for h, _ in prepared]
+        headers = [h for h, _, _ in prepared]
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset,
                           max(h.max_timestamp for h in headers), -1,
                           sum(h.batch_size for h in headers), lso)
@@ -314,7 +313,7 @@ class Log:
         active.seal()
         new = LogSegment.create(self._dir, leo, self._schema_bytes,
                                 self._config.segment_index_bytes)
-        self._state = _Segments.of(self._state.segments + (new,), self.log_start_offset)
+        self._state = SegmentList.of(self._state.segments + (new,), self.log_start_offset)
         self._dir_dirty = True
         self._rolled_unflushed = True
         self._producers.take_snapshot(leo)
@@ -324,22 +323,33 @@ class Log:
     # -- reading ---------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one: bool = True) -> FetchData:
+             min_one: bool = True,
+             isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> FetchData:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` in total (the
-        first one regardless when ``min_one``), none starting at or after ``max_offset``."""
+        first one regardless when ``min_one``), none starting at or after ``max_offset`` nor,
+        for READ_COMMITTED, at or after the last stable offset; a READ_COMMITTED result also
+        carries the aborted transactions overlapping the batches."""
+        committed = isolation == IsolationLevel.READ_COMMITTED
         for _ in range(_READ_ATTEMPTS):
             self._check_open()
-            hw, leo, state = self._high_watermark, self._log_end_offset, self._state
+            stable, hw = self._last_stable_offset, self._high_watermark
+            leo, state = self._log_end_offset, self._state
             self._check_range(offset, state.log_start_offset, leo)
             limit = leo if max_offset is None else min(max_offset, leo)
             try:
-                batches = read_segments(state.segments[state.floor(offset):], offset,
-                                        max_bytes, limit, min_one)
+                batches, aborted = read_log(state, offset, max_bytes,
+                                            min(limit, stable) if committed else limit, min_one,
+                                            committed)
             except SegmentClosedError:
                 continue
-            return FetchData(batches, state.log_start_offset, leo, min(hw, leo))
+            return FetchData(batches, state.log_start_offset, leo, min(hw, leo), stable,
+                             aborted)
         raise KafkaStorageError(f"{self._tp}: read at offset {offset} kept racing with "
                                 "segment changes")
+
+    def collect_aborted_transactions(self, start: int, end: int) -> list[TxnIndexEntry]:
+        """The aborted transactions overlapping [start, end), in marker order."""
+        return self._state.aborted(start, end)
 
     def _check_range(self, offset: int, lso: int, leo: int) -> None:
         if offset < lso or offset > leo:
@@ -366,6 +376,8 @@ class Log:
             offset = min(max(offset, self.log_start_offset), self._log_end_offset)
             if offset > self._high_watermark:
                 self._high_watermark = offset
+                self._producers.on_high_watermark(offset)
+                self._update_last_stable_offset()
 
     def maybe_increment_log_start_offset(self, offset: int) -> None:
         """Raise the log start offset (never past the log end offset); segments wholly below
@@ -374,8 +386,10 @@ class Log:
             offset = min(offset, self._log_end_offset)
             if offset <= self.log_start_offset:
                 return
-            self._state = _Segments.of(self._state.segments, offset)
+            self._state = SegmentList.of(self._state.segments, offset)
             self._high_watermark = max(self._high_watermark, offset)
+            self._producers.on_high_watermark(self._high_watermark)
+            self._update_last_stable_offset()
             logger.info("%s: log start offset raised to %d", self._tp, offset)
 
     # -- flushing --------------------------------------------------------------------------
@@ -454,7 +468,7 @@ class Log:
     def _replace_segments(self, keep: list[LogSegment], drop: Sequence[LogSegment],
                           leo: int, lso: int) -> None:
         """Publish ``keep`` after a truncation, delete ``drop`` and fix every offset."""
-        self._state = _Segments.of(keep, lso)
+        self._state = SegmentList.of(keep, lso)
         for seg in drop:
             seg.delete()
         active = keep[-1]
@@ -475,7 +489,7 @@ class Log:
 
     def _truncate_fully_locked(self, offset: int) -> None:
         old = self._state.segments
-        self._state = _Segments((), (), offset)
+        self._state = SegmentList((), (), offset)
         for seg in old:
             seg.delete()
         self._producers.delete_all_snapshots()
@@ -490,20 +504,23 @@ class Log:
     def delete_old_segments(self) -> int:
         """Delete sealed segments wholly below the log start offset, and (cleanup policy
         "delete") those past retention_ms or beyond retention_bytes, oldest first, only below
-        the high watermark and never the active segment. Returns how many were deleted."""
+        the last stable offset (so below the high watermark) and never the active segment.
+        Returns how many were deleted."""
         now = self._clock.time_ms()
         with self._lock:
             if self._closed:
                 return 0
             segments = self._state.segments
             doomed = deletable_segments(segments, self._config, self.log_start_offset,
-                                        self._high_watermark, now)
+                                        self._last_stable_offset, now)
             if not doomed:
                 return 0
             keep = segments[len(doomed):]
             lso = max(self.log_start_offset, keep[0].base_offset)
-            self._state = _Segments.of(keep, lso)
+            self._state = SegmentList.of(keep, lso)
             self._high_watermark = max(self._high_watermark, lso)
+            self._producers.on_high_watermark(self._high_watermark)
+            self._update_last_stable_offset()
             self._dir_dirty = True
         for seg in doomed:
             seg.delete()
@@ -520,26 +537,21 @@ class Log:
         return compact_log(self, self._clock.time_ms() if now_ms is None else now_ms)
 
     def cleanable_segments(self, now_ms: int) -> tuple[list[LogSegment], int]:
-        """For the cleaner: the sealed segments whose records are all older than
-        min_compaction_lag_ms, each acquired (release them), and the truncation generation."""
+        """For the cleaner: the sealed segments wholly below the last stable offset whose
+        records are all older than min_compaction_lag_ms, each acquired (release them), and the
+        truncation generation."""
         horizon = now_ms - self._config.min_compaction_lag_ms
         with self._lock:
             if self._closed:
                 return [], self._flusher.generation
-            chosen = []
-            for seg in self._state.segments[:-1]:
-                if seg.max_timestamp > horizon:
-                    break
+            chosen = self._state.sealed_below(self._last_stable_offset, horizon)
+            for seg in chosen:
                 seg.acquire()
-                chosen.append(seg)
             return chosen, self._flusher.generation
 
     def dirty_ratio(self) -> float:
         """Share of the sealed bytes at or after ``cleaned_until`` (not compacted yet)."""
-        sealed = self._state.segments[:-1]
-        total = sum(s.size - s.data_start for s in sealed)
-        dirty = sum(s.size - s.data_start for s in sealed if s.base_offset >= self.cleaned_until)
-        return dirty / total if total else 0.0
+        return self._state.dirty_ratio(self.cleaned_until)
 
     def swap_cleaned_segment(self, old: LogSegment, new: LogSegment, generation: int,
                              commit: Callable[[LogSegment, LogSegment], None]) -> bool:
@@ -551,8 +563,8 @@ class Log:
                 return False
             commit(old, new)
             i = segments.index(old)
-            self._state = _Segments.of(segments[:i] + (new,) + segments[i + 1:],
-                                       self.log_start_offset)
+            self._state = SegmentList.of(segments[:i] + (new,) + segments[i + 1:],
+                                         self.log_start_offset)
         old.close()
         return True
 
@@ -560,14 +572,7 @@ class Log:
 
     def segments_info(self) -> list[dict[str, Any]]:
         """base_offset, next_offset, size_bytes, path, sealed and max_timestamp per segment."""
-        segments = self._state.segments
-        infos = []
-        for seg, following in zip(segments, segments[1:] + (None,), strict=True):
-            next_offset = self._log_end_offset if following is None else following.base_offset
-            infos.append({"base_offset": seg.base_offset, "next_offset": next_offset,
-                          "size_bytes": seg.size, "path": seg.path, "sealed": following is not None,
-                          "max_timestamp": seg.max_timestamp})
-        return infos
+        return self._state.info(self._log_end_offset)
 
     def close(self) -> None:
         """Flush, seal the active segment's indexes, snapshot producer state, close files."""

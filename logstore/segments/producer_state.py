@@ -1,18 +1,34 @@
-"""Idempotent-producer state of one partition: per producer id, its epoch and its last five
-batches, for duplicate detection and sequence checks with Kafka's semantics.
+"""Producer state of one partition: per producer id, its epoch, its last five batches (duplicate
+detection and sequence checks) and its open transaction, with Kafka's semantics; and from the
+open transactions, the partition's first unstable offset (the LSO before the high watermark).
 
-Owns: the sequence rules, and the producer snapshot files ``{offset:020d}.snapshot`` (JSON, the
-state after every batch below ``offset``) written at segment roll and clean close. After a
-restart the state is the newest snapshot at or below the log end offset plus a re-scan of the
-batch headers after it (the Log does the scan and feeds ``update``).
-Must not: read segment files or know about transactions' markers (later work).
+Owns: the sequence and transaction rules, the open and the not-yet-replicated completed
+transactions, and the producer snapshot files ``{offset:020d}.snapshot`` (JSON, the state after
+every batch below ``offset``, layout in format.py) written at segment roll and clean close.
+After a restart the state is the newest snapshot at or below the log end offset plus a re-scan
+of the batches after it (the Log does the scan and feeds ``update``).
+Must not: read segment files or write the transaction index (the Log does, from ``update``'s
+result).
 
-Rules (``check``), for a batch of producer ``pid`` with ``epoch``, sequences first..last:
+Rules (``check``), for a leader batch of producer ``pid`` with ``epoch``, sequences first..last:
 - unknown producer: any sequence is accepted (its state may have been lost to retention);
 - ``epoch`` below the producer's epoch: InvalidProducerEpochError;
 - ``epoch`` above it: the sequence must start at 0, else OutOfOrderSequenceError;
 - same epoch: a batch equal to one of the last five is a duplicate (the original metadata is
-  returned and nothing is written); otherwise ``first`` must follow the last sequence.
+  returned and nothing is written); otherwise ``first`` must follow the last sequence, if one
+  is known (as in Kafka, a producer whose epoch only a marker wrote, or whose batches
+  retention took, may go on from any sequence);
+- a non-transactional batch from a producer with an open transaction: InvalidTxnStateError.
+
+Transactions (``update``): a transactional batch of a producer with no open transaction opens
+one at its base offset; a marker (control batch) closes the open one and returns it as a
+``CompletedTxn``. A marker with an epoch older than the producer's is refused by
+``check_marker`` (leader appends); a marker with no open transaction is written but opens or
+closes nothing (Kafka writes them, e.g. for an abort after a timeout); its epoch still becomes
+the producer's, which fences the producer's older epoch. A completed transaction stays
+"unreplicated" until the high watermark passes its marker: until then it holds the first
+unstable offset down as an open one does, so read_committed readers never see a transaction
+whose marker could still be lost with a leader change (Kafka's rule).
 """
 
 from __future__ import annotations
@@ -23,15 +39,28 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from logstore.errors import InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceError
-from logstore.records import FLAG_LOG_APPEND_TIME, BatchHeader
-from logstore.segments.format import SNAPSHOT_SUFFIX, atomic_write, file_name, parse_file_name
+from logstore.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+)
+from logstore.records import FLAG_LOG_APPEND_TIME, BatchHeader, ControlType, EndTxnMarker
+from logstore.segments.format import (
+    SNAPSHOT_SUFFIX,
+    atomic_write,
+    file_name,
+    fsync_dir,
+    parse_file_name,
+)
+from logstore.segments.txn_index import TxnIndexEntry
 
 logger = logging.getLogger(__name__)
 
 MAX_CACHED_BATCHES = 5
 SEQUENCE_MODULUS = 2**31
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+READABLE_SNAPSHOT_VERSIONS = (1, 2)
 SNAPSHOTS_KEPT = 2
 
 
@@ -60,12 +89,24 @@ class BatchMetadata:
                    header.batch_size)
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker closed: its producer, first offset and marker offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     producer_id: int
     epoch: int
     batches: deque[BatchMetadata] = field(
         default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    coordinator_epoch: int = -1
+    txn_first_offset: int | None = None
 
     def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
         for batch in self.batches:
@@ -85,6 +126,9 @@ class ProducerStateManager:
         self.dir = dir
         self.tp = tp
         self._producers: dict[int, ProducerEntry] = {}
+        self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open txn
+        self._unreplicated: deque[CompletedTxn] = deque()  # in marker order
+        self._first_unstable: int | None = None
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -92,8 +136,19 @@ class ProducerStateManager:
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self._producers.get(producer_id)
 
-    def check(self, producer_id: int, epoch: int, base_sequence: int,
-              record_count: int) -> BatchMetadata | None:
+    @property
+    def open_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction (a copy)."""
+        return dict(self._ongoing)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction that is open or whose marker is not yet
+        below the high watermark; None when there is none."""
+        return self._first_unstable
+
+    def check(self, producer_id: int, epoch: int, base_sequence: int, record_count: int,
+              transactional: bool = False) -> BatchMetadata | None:
         """Validate a leader append; returns the original batch when it is a duplicate."""
         if base_sequence < 0 or epoch < 0:
             raise InvalidRecordError(f"{self.tp}: producer {producer_id} sent base_sequence "
@@ -101,6 +156,14 @@ class ProducerStateManager:
         entry = self._producers.get(producer_id)
         if entry is None:
             return None
+        duplicate = self._check_sequence(entry, epoch, base_sequence, record_count)
+        if duplicate is None:
+            self._check_txn_state(entry, transactional)
+        return duplicate
+
+    def _check_sequence(self, entry: ProducerEntry, epoch: int, base_sequence: int,
+                        record_count: int) -> BatchMetadata | None:
+        producer_id = entry.producer_id
         if epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"{self.tp}: producer {producer_id} epoch {epoch} is older than the current "
@@ -113,28 +176,102 @@ class ProducerStateManager:
             return None
         duplicate = entry.find_duplicate(base_sequence, last_sequence(base_sequence,
                                                                       record_count - 1))
-        if duplicate is not None:
+        if duplicate is not None or entry.last_seq is None:
             return duplicate
-        expected = 0 if entry.last_seq is None else (entry.last_seq + 1) % SEQUENCE_MODULUS
+        expected = (entry.last_seq + 1) % SEQUENCE_MODULUS
         if base_sequence != expected:
             raise OutOfOrderSequenceError(
                 f"{self.tp}: producer {producer_id} epoch {epoch} sent sequence {base_sequence}, "
                 f"expected {expected}")
         return None
 
-    def update(self, header: BatchHeader) -> None:
-        """Record a written batch (leader append, follower append or recovery scan)."""
+    def _check_txn_state(self, entry: ProducerEntry, transactional: bool) -> None:
+        if entry.txn_first_offset is not None and not transactional:
+            raise InvalidTxnStateError(
+                f"{self.tp}: producer {entry.producer_id} sent a non-transactional batch while "
+                f"its transaction opened at offset {entry.txn_first_offset} is still open")
+
+    def check_marker(self, producer_id: int, epoch: int) -> None:
+        """Validate a transaction marker the leader is about to append."""
+        if producer_id < 0 or epoch < 0:
+            raise InvalidRecordError(f"{self.tp}: a transaction marker needs a producer id and "
+                                     f"epoch >= 0, got {producer_id} and {epoch}")
+        entry = self._producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"{self.tp}: transaction marker for producer {producer_id} has epoch {epoch}, "
+                f"older than the producer's epoch {entry.epoch}")
+
+    def update(self, header: BatchHeader,
+               marker: EndTxnMarker | None = None) -> CompletedTxn | None:
+        """Record a written batch (leader append, follower append or recovery scan); a control
+        batch comes with its ``marker``. Returns the transaction the marker closed, if any."""
         if header.producer_id < 0:
-            return
-        entry = self._producers.get(header.producer_id)
-        if entry is None or header.producer_epoch != entry.epoch:
-            entry = ProducerEntry(header.producer_id, header.producer_epoch)
-            self._producers[header.producer_id] = entry
+            return None
+        entry = self._entry_for(header.producer_id, header.producer_epoch)
+        if header.is_control:
+            if marker is None:
+                raise ValueError(f"{self.tp}: control batch at offset {header.base_offset} "
+                                 "given without its marker")
+            return self._end_txn(entry, header.base_offset, marker)
         if header.base_sequence >= 0:
             entry.batches.append(BatchMetadata.of(header))
+        if header.is_transactional and entry.txn_first_offset is None:
+            entry.txn_first_offset = header.base_offset
+            self._ongoing[entry.producer_id] = header.base_offset
+            self._refresh_first_unstable()
+        return None
+
+    def _entry_for(self, producer_id: int, epoch: int) -> ProducerEntry:
+        """The producer's entry; a new epoch forgets its batches but not its transaction."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = self._producers[producer_id] = ProducerEntry(producer_id, epoch)
+        elif entry.epoch != epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        return entry
+
+    def _end_txn(self, entry: ProducerEntry, offset: int,
+                 marker: EndTxnMarker) -> CompletedTxn | None:
+        entry.coordinator_epoch = marker.coordinator_epoch
+        first, entry.txn_first_offset = entry.txn_first_offset, None
+        if first is None:
+            return None
+        del self._ongoing[entry.producer_id]
+        completed = CompletedTxn(entry.producer_id, first, offset,
+                                 marker.type is ControlType.ABORT)
+        self._unreplicated.append(completed)
+        self._refresh_first_unstable()
+        return completed
+
+    def index_entry(self, completed: CompletedTxn | None) -> TxnIndexEntry | None:
+        """The aborted-transaction index entry of ``completed`` (just closed) when it was
+        aborted, with the LSO right after it ignoring the high watermark: the first offset of
+        the earliest other open transaction, else the marker's offset + 1."""
+        if completed is None or not completed.is_aborted:
+            return None
+        lso = min(self._ongoing.values(), default=completed.last_offset + 1)
+        return TxnIndexEntry(completed.producer_id, completed.first_offset,
+                             completed.last_offset, lso)
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Completed transactions whose marker is below ``high_watermark`` become stable."""
+        unreplicated = self._unreplicated
+        if unreplicated and unreplicated[0].last_offset < high_watermark:
+            while unreplicated and unreplicated[0].last_offset < high_watermark:
+                unreplicated.popleft()
+            self._refresh_first_unstable()
+
+    def _refresh_first_unstable(self) -> None:
+        firsts = [*self._ongoing.values(), *(t.first_offset for t in self._unreplicated)]
+        self._first_unstable = min(firsts, default=None)
 
     def clear(self) -> None:
         self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
+        self._first_unstable = None
 
     # -- snapshots ---------------------------------------------------------------------------
 
@@ -150,6 +287,7 @@ class ProducerStateManager:
         unreadable snapshot is skipped at load, so only a clean close needs ``durable``."""
         body = {"version": SNAPSHOT_VERSION, "offset": offset, "producers": [
             {"producer_id": e.producer_id, "epoch": e.epoch,
+             "coordinator_epoch": e.coordinator_epoch, "txn_first_offset": e.txn_first_offset,
              "batches": [asdict(b) for b in e.batches]} for e in self._producers.values()]}
         atomic_write(self._path(offset), json.dumps(body).encode(), durable=durable)
         for old in self.snapshot_offsets()[:-SNAPSHOTS_KEPT]:
@@ -160,16 +298,27 @@ class ProducerStateManager:
             if found > offset:
                 self._path(found).unlink(missing_ok=True)
 
+    def delete_snapshots_through(self, offset: int) -> None:
+        """Durably delete the snapshots at or below ``offset``. The cleaner calls it before it
+        drops a transaction marker at ``offset``: such a snapshot may hold that transaction
+        open, and nothing after it would close it any more."""
+        doomed = [found for found in self.snapshot_offsets() if found <= offset]
+        for found in doomed:
+            self._path(found).unlink(missing_ok=True)
+        if doomed:
+            fsync_dir(self.dir)
+
     def delete_all_snapshots(self) -> None:
         self.delete_snapshots_above(-1)
 
-    def load(self, log_end_offset: int) -> int | None:
-        """Replace the state with the newest readable snapshot at or below ``log_end_offset``;
-        returns its offset (the caller re-scans batches from there), or None when there is none
-        (re-scan the whole log)."""
+    def load(self, log_end_offset: int, at_most: int | None = None) -> int | None:
+        """Replace the state with the newest readable snapshot at or below ``log_end_offset``
+        (and ``at_most``, when given); returns its offset (the caller re-scans batches from
+        there), or None when there is none (re-scan the whole log)."""
         self.clear()
         self.delete_snapshots_above(log_end_offset)
-        for offset in reversed(self.snapshot_offsets()):
+        limit = log_end_offset if at_most is None else min(at_most, log_end_offset)
+        for offset in reversed([o for o in self.snapshot_offsets() if o <= limit]):
             try:
                 self._read(self._path(offset))
                 return offset
@@ -182,9 +331,14 @@ class ProducerStateManager:
 
     def _read(self, path: Path) -> None:
         body = json.loads(path.read_bytes())
-        if body["version"] != SNAPSHOT_VERSION:
+        if body["version"] not in READABLE_SNAPSHOT_VERSIONS:
             raise ValueError(f"unknown snapshot version {body['version']}")
         for raw in body["producers"]:
             entry = ProducerEntry(int(raw["producer_id"]), int(raw["epoch"]))
             entry.batches.extend(BatchMetadata(**b) for b in raw["batches"])
+            entry.coordinator_epoch = int(raw.get("coordinator_epoch", -1))
+            first = raw.get("txn_first_offset")
+            if first is not None:
+                entry.txn_first_offset = self._ongoing[entry.producer_id] = int(first)
             self._producers[entry.producer_id] = entry
+        self._refresh_first_unstable()

@@ -7,6 +7,10 @@ unclean shutdown, every batch from the segment holding the recovery point onward
 CRC-checked; the first torn, short or failing batch and everything after it (the rest of its file
 and every later segment file) is truncated with a WARNING. After a clean shutdown nothing is
 re-validated; a torn tail found while reading the last segment's headers is still truncated.
+An aborted-transaction index cannot be rebuilt from its segment alone (it needs the producer
+state before it): the index of every re-validated segment, of a trusted segment whose index
+fails its sanity check, and of every segment after one of those is emptied and marked
+``stale``; the Log rebuilds them by replaying producer state (log.py).
 Must not: touch producer state, checkpoints or other partitions.
 """
 
@@ -32,6 +36,7 @@ from logstore.segments.format import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TMP_SUFFIX,
+    TXN_INDEX_SUFFIX,
     fsync_dir,
     parse_file_name,
     unlink_quietly,
@@ -44,23 +49,33 @@ SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 def finish_interrupted_swaps(dir: Path, tp: str) -> None:
-    """Delete half-written compaction output and temp files; complete committed swaps.
+    """Complete committed compaction swaps; delete half-written compaction output and temp files.
 
     The cleaner renames ``X.arrow.cleaned`` to ``X.arrow.swap`` (its commit point), then replaces
     the indexes and renames the swap file over ``X.arrow``. A swap file found here is therefore
-    committed data whose indexes may be stale: they are deleted and rebuilt later."""
+    committed data: its offset and time indexes may be stale, so they are deleted and rebuilt
+    later; its transaction index cannot be rebuilt from the segment, so the cleaned one (written
+    and fsynced before the commit point) is moved into place if it is still waiting."""
+    for path in sorted(dir.iterdir()):
+        if path.name.endswith(SEGMENT_SUFFIX + SWAP_SUFFIX):
+            _complete_swap(dir, path, tp)
     for path in sorted(dir.iterdir()):
         if path.name.endswith((CLEANED_SUFFIX, TMP_SUFFIX)):
             logger.info("%s: deleting leftover %s", tp, path.name)
             unlink_quietly(path)
-        elif path.name.endswith(SEGMENT_SUFFIX + SWAP_SUFFIX):
-            final = path.with_name(path.name[: -len(SWAP_SUFFIX)])
-            logger.warning("%s: completing interrupted compaction swap of %s", tp, final.name)
-            stem = final.name[: -len(SEGMENT_SUFFIX)]
-            unlink_quietly(dir / (stem + INDEX_SUFFIX))
-            unlink_quietly(dir / (stem + TIME_INDEX_SUFFIX))
-            os.replace(path, final)
-            fsync_dir(dir)
+
+
+def _complete_swap(dir: Path, swap: Path, tp: str) -> None:
+    final = swap.with_name(swap.name[: -len(SWAP_SUFFIX)])
+    logger.warning("%s: completing interrupted compaction swap of %s", tp, final.name)
+    stem = final.name[: -len(SEGMENT_SUFFIX)]
+    unlink_quietly(dir / (stem + INDEX_SUFFIX))
+    unlink_quietly(dir / (stem + TIME_INDEX_SUFFIX))
+    cleaned_txn_index = dir / (stem + TXN_INDEX_SUFFIX + CLEANED_SUFFIX)
+    if cleaned_txn_index.exists():
+        os.replace(cleaned_txn_index, dir / (stem + TXN_INDEX_SUFFIX))
+    os.replace(swap, final)
+    fsync_dir(dir)
 
 
 def segment_base_offsets(dir: Path) -> list[int]:
@@ -72,7 +87,7 @@ def segment_base_offsets(dir: Path) -> list[int]:
             continue
         if parsed[1] == SEGMENT_SUFFIX:
             bases.add(parsed[0])
-        elif parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        elif parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             sidecars.append((parsed[0], path))
     for base, path in sidecars:
         if base not in bases:
@@ -245,9 +260,11 @@ def load_segments(dir: Path, tp: str, schema: pa.Schema, bases: list[int],
             cut = validate_segment(seg, schema, index_interval_bytes, tp)
         else:
             cut = _load_trusted(seg, next_base, schema, index_interval_bytes, tp)
+        _load_txn_index(seg, i >= validate_from or cut, next_base, tp)
         if cut and next_base is not None and i >= validate_from:
             _drop_later_segments(dir, bases[i + 1:], max_index_bytes, tp)
             break
+    _spread_staleness(segments)
     if not clean_shutdown:
         for seg in segments[validate_from:]:
             seg.fsync()
@@ -257,6 +274,29 @@ def load_segments(dir: Path, tp: str, schema: pa.Schema, bases: list[int],
         seg.time_index.close()
         seg.sealed = True
     return segments
+
+
+def _load_txn_index(seg: LogSegment, validated: bool, next_base: int | None, tp: str) -> None:
+    """Load the aborted-transaction index of a trusted, unchanged segment; mark it stale when
+    the segment was re-validated or the index fails its sanity check."""
+    if validated:
+        seg.txn_index.mark_stale()
+        return
+    end = seg.next_offset if next_base is None else next_base
+    problem = seg.txn_index.load() or seg.txn_index.sanity_check(end)
+    if problem:
+        logger.warning("%s: aborted-transaction index of %s is unusable (%s); rebuilding it",
+                       tp, seg.path.name, problem)
+        seg.txn_index.mark_stale()
+
+
+def _spread_staleness(segments: list[LogSegment]) -> None:
+    """A rebuild replays from a segment onwards, so every index after a stale one is stale."""
+    stale = False
+    for seg in segments:
+        stale = stale or seg.txn_index.stale
+        if stale and not seg.txn_index.stale:
+            seg.txn_index.mark_stale()
 
 
 def _load_trusted(seg: LogSegment, next_base: int | None, schema: pa.Schema,

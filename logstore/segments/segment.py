@@ -1,4 +1,5 @@
-"""One segment of a partition's log: a segment file plus its offset and time indexes.
+"""One segment of a partition's log: a segment file plus its offset, time and aborted-transaction
+indexes.
 
 Owns: the segment's file descriptor (one per segment; ``os.pread`` is thread-safe), appending an
 encoded batch and indexing it, locating the batch that holds an offset, reading whole batches
@@ -37,6 +38,7 @@ from logstore.segments.format import (
     unlink_quietly,
 )
 from logstore.segments.index import OffsetIndex, TimeIndex
+from logstore.segments.txn_index import TxnIndex
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ class LogSegment:
                                         base_offset, max_index_bytes // 8)
         self.time_index = TimeIndex(dir / (file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
                                     base_offset, max_index_bytes // 12)
+        self.txn_index = TxnIndex(dir / (file_name(base_offset, TXN_INDEX_SUFFIX) + suffix),
+                                  base_offset)
         self.size = data_start
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -86,6 +90,7 @@ class LogSegment:
         seg = cls(dir, base_offset, len(schema_bytes), max_index_bytes, suffix)
         seg.offset_index.delete()
         seg.time_index.delete()
+        seg.txn_index.delete()
         seg._fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         seg._write_at(schema_bytes, 0)
         seg.dirty = True
@@ -116,6 +121,7 @@ class LogSegment:
         """Close the descriptor now, or when the last reader releases it."""
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         with self._state_lock:
             self._closing = True
             if self._refs == 0:
@@ -129,12 +135,9 @@ class LogSegment:
     def delete(self) -> None:
         """Remove the files; readers holding the descriptor keep reading the unlinked file."""
         self.close()
-        for path in (self.path, self.offset_index.path, self.time_index.path, self.txn_index_path):
+        for path in (self.path, self.offset_index.path, self.time_index.path,
+                     self.txn_index.path):
             unlink_quietly(path)
-
-    @property
-    def txn_index_path(self) -> Path:
-        return self.dir / (file_name(self.base_offset, TXN_INDEX_SUFFIX) + self.suffix)
 
     @property
     def is_empty(self) -> bool:
@@ -175,7 +178,7 @@ class LogSegment:
             os.fsync(self._fd)
         if self._index_sync_pending:
             self._index_sync_pending = False
-            for path in (self.offset_index.path, self.time_index.path):
+            for path in (self.offset_index.path, self.time_index.path, self.txn_index.path):
                 _fsync_path(path)
 
     def flush_indexes(self) -> None:
@@ -184,6 +187,7 @@ class LogSegment:
 
     def recreate_empty(self, schema_bytes: bytes) -> None:
         """Replace the file's content with just a schema message (recovery of a torn one)."""
+        self.txn_index.mark_stale()
         self.truncate_file(0)
         self._write_at(schema_bytes, 0)
         self.data_start = self.size = len(schema_bytes)
@@ -227,6 +231,7 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self.sealed = True
         self.dirty = True
         self._index_sync_pending = True
@@ -270,13 +275,15 @@ class LogSegment:
         self.time_index.rewrite()
 
     def truncate_to(self, offset: int, index_interval_bytes: int) -> int | None:
-        """Drop every batch whose last offset is >= ``offset``; returns the base offset of the
-        first dropped batch, or None when nothing was dropped."""
+        """Drop every batch whose last offset is >= ``offset`` (and the aborted transactions whose
+        markers go with them); returns the base offset of the first dropped batch, or None when
+        nothing was dropped."""
         found = self.find_batch(offset, self.size)
         if found is None:
             return None
         position, header = found
         self.truncate_file(position)
+        self.txn_index.truncate_to(header.base_offset)
         self.rebuild_indexes(index_interval_bytes)
         if self.is_empty:
             self.rolling_base_ms = None

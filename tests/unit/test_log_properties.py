@@ -116,6 +116,7 @@ class LogModel(RuleBasedStateMachine):
     def compact(self) -> None:
         """Latest record per key among the sealed segments survives, at its offset; tombstones
         stay (delete_retention_ms is a day); emptied batches vanish."""
+        self.log.update_high_watermark(self.log_end)  # compaction stops at the LSO (<= HW)
         active_base = self.log.segments_info()[-1]["base_offset"]
         sealed = [b for b in self.batches if b.base < active_base]
         latest = {key: offset for b in sealed for offset, key, _ in b.rows}

@@ -32,6 +32,7 @@ def _compacted_log(tmp_path: Path, clock: FakeClock) -> Log:
     log.append_as_leader(make_batch([b"b", b"c"], [b"b1", None], clock=clock))
     log.roll()
     log.append_as_leader(make_batch([b"a"], [b"active"], clock=clock))
+    log.update_high_watermark(log.log_end_offset)  # compaction stops at the LSO (<= HW)
     return log
 
 
@@ -75,6 +76,7 @@ def test_compaction_writes_offset_deltas_and_keeps_producer_fields(tmp_path: Pat
     log.append_as_leader(make_batch([b"a", b"b", b"c", b"a", b"c", b"d"]), producer_id=3,
                          producer_epoch=1, base_sequence=0)
     log.roll()
+    log.update_high_watermark(log.log_end_offset)
     log.compact()
     batch = log.read(0, 1 << 20).batches[0]
     assert batch.header.flags & FLAG_HAS_OFFSET_DELTAS
@@ -93,6 +95,7 @@ def test_compaction_does_not_disturb_concurrent_readers(tmp_path: Path) -> None:
         log.append_as_leader(make_batch([b"k%d" % (j % 5) for j in range(50)], clock=clock))
         if i % 4 == 3:
             log.roll()
+    log.update_high_watermark(log.log_end_offset)
     stop, failures = threading.Event(), []
 
     def reader() -> None:
