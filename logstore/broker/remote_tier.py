@@ -11,10 +11,12 @@ for the retry); time lookups in the remote tier; and, while this broker is the c
 the periodic cleanup of deleted topics' remote segments. Must not: decide what to copy, read or
 delete (``tiering/`` does), or touch the network.
 
-read_committed: the remote tier holds each segment's uploaded ``.txnindex``, but nothing reads
-it yet, so a read_committed fetch that reaches the remote tier is refused with
+read_committed: each segment's ``.txnindex`` is uploaded with it, and the remote reader
+collects the aborted transactions of a remote range from them (``collect_aborted``, the seam),
+but fetch responses do not carry aborted transactions to consumers yet (for local reads
+either), so a read_committed fetch that reaches the remote tier is refused with
 INVALID_REQUEST naming the partition and offset (``ReadCommittedRemoteError``) rather than
-answered without the aborted transactions filtered out.
+answered with aborted records in it.
 """
 
 from __future__ import annotations
@@ -103,9 +105,10 @@ class RemoteTier:
         running = self.manager.leader_epoch(tp)
         if partition.is_leader and config.remote_storage_enable:
             if running != partition.leader_epoch:
-                view = LogTierView(partition.log, lambda: [
+                log_ = partition.log
+                view = LogTierView(log_, lambda: [
                     (e.epoch, e.start_offset) for e in partition.epochs.entries],
-                    config=topic_config)
+                    last_stable_offset=lambda: log_.last_stable_offset, config=topic_config)
                 self.manager.on_become_leader(view, topic_id, partition.leader_epoch)
                 log.info("%s: tiering at leader epoch %d", tp, partition.leader_epoch)
         elif running is not None:

@@ -29,6 +29,8 @@ Errors, each naming topic, partition and offset:
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,7 +42,14 @@ import pyarrow.ipc as ipc
 from logstore.errors import ApiError, CorruptRecordError, OffsetOutOfRangeError
 from logstore.model import TopicPartition
 from logstore.records import BatchHeader, StoredBatch, decode_message
-from logstore.segments.format import INDEX_SUFFIX, PREFIX_SIZE, SEGMENT_SUFFIX, peek_header
+from logstore.segments.format import (
+    INDEX_SUFFIX,
+    PREFIX_SIZE,
+    SEGMENT_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    peek_header,
+)
+from logstore.segments.txn_index import TxnIndexEntry, collect_entries, parse_entries
 from logstore.tiering.metadata import RemoteLogSegmentMetadata
 from logstore.tiering.naming import segment_key
 from logstore.tiering.remote_cache import (
@@ -54,6 +63,7 @@ from logstore.tiering.store import ObjectStore, RemoteObjectNotFoundError, Remot
 logger = logging.getLogger(__name__)
 
 DEFAULT_SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+TXN_INDEXES_KEPT = 256  # parsed remote .txnindex objects kept in memory (they are small)
 # A read also peeks at the header of the batch after its last one: read that far ahead too.
 READ_AHEAD_SLACK_BYTES = 64 * 1024
 
@@ -101,7 +111,50 @@ class RemoteLogReader:
         self._indexes = index_cache
         self._chunks = chunk_cache
         self._read_ahead_on = read_ahead
+        self._txn_lock = threading.Lock()
+        self._txn_cache: OrderedDict[str, list[TxnIndexEntry]] = OrderedDict()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="remote-reader")
+
+    def collect_aborted(self, tp: TopicPartition, start: int, end: int
+                        ) -> tuple[list[TxnIndexEntry], bool]:
+        """The aborted transactions overlapping ``[start, end)`` that the remote tier knows:
+        the uploaded ``.txnindex`` entries of the readable segment holding ``start`` and of
+        the segments after it, until an entry proves no later segment can add one (Kafka's
+        ``collectAbortedTransactions`` over remote segments); (entries, complete). When not
+        complete the caller goes on with the local log's, from the local log start offset.
+        A segment copied without a ``.txnindex`` had no aborted transaction. This is the seam
+        for read_committed fetches of the remote tier."""
+        found: list[TxnIndexEntry] = []
+        offset = start
+        while offset < end:  # bounded: every step moves to a later segment
+            segment = self._lookup.find_remote_segment(tp, offset)
+            if segment is None:
+                return found, False
+            more, complete = collect_entries(self._txn_entries(segment), start, end)
+            found += more
+            if complete:
+                return found, True
+            offset = segment.next_offset
+        return found, False
+
+    def _txn_entries(self, segment: RemoteLogSegmentMetadata) -> list[TxnIndexEntry]:
+        with self._txn_lock:
+            cached = self._txn_cache.get(segment.segment_id)
+        if cached is not None:
+            return cached
+        key = segment_key(segment, TXN_INDEX_SUFFIX)
+        try:
+            entries = parse_entries(self._store.read_object(key))
+        except RemoteObjectNotFoundError:
+            entries = []
+        except ValueError as e:
+            raise CorruptRecordError(f"{segment.describe()}: remote transaction index {key}: "
+                                     f"{e}") from e
+        with self._txn_lock:
+            self._txn_cache[segment.segment_id] = entries
+            if len(self._txn_cache) > TXN_INDEXES_KEPT:
+                self._txn_cache.popitem(last=False)
+        return entries
 
     def submit(self, request: RemoteFetchRequest) -> Future[RemoteFetchResult]:
         """Read on the pool; the future raises what ``read`` would."""

@@ -192,3 +192,39 @@ def test_a_follower_restarts_at_the_leader_local_log_start_with_its_epochs(
     assert part.end_offset_for_epoch(0) == (0, 40)
     part.follow_leader_local_log_start(55)  # nothing above its high watermark goes
     assert log.log_start_offset == 50
+
+
+def test_the_remote_reader_collects_aborted_transactions_from_uploaded_txn_indexes(
+        tmp_path: Path) -> None:
+    """Goal: the seam for read_committed over remote ranges: the aborted transactions of a
+    remote range come from the segments' uploaded ``.txnindex`` objects, as the local log
+    would have answered before its segments were deleted. Method: a transaction aborted
+    across a segment boundary and one committed, on the real Log; copy (below the last stable
+    offset) and delete locally; collect from the remote tier."""
+    from txn_helpers import ABORT, COMMIT, Producer
+
+    from logstore.tiering.remote_cache import ChunkCache, RemoteIndexCache
+    from logstore.tiering.remote_reader import RemoteLogReader
+
+    t = tiered(tmp_path, local_retention_ms=0)
+    aborted, committed = Producer(t.log, 7), Producer(t.log, 8)
+    aborted.send(3)
+    t.log.roll()
+    committed.send(2)
+    aborted.send(2)
+    aborted.end(ABORT)
+    committed.end(COMMIT)
+    t.log.roll()
+    t.produce_segments(1)
+    expected = t.log.collect_aborted_transactions(0, t.log.log_end_offset)
+    assert [(e.producer_id, e.first_offset) for e in expected] == [(7, 0)]
+    t.clock.advance(1)
+    t.lead()
+    t.rlm.run_task(TP)
+    assert t.log.log_start_offset == t.log.log_end_offset  # every segment only in the remote
+    reader = RemoteLogReader(t.store, t.rlm, RemoteIndexCache(t.root / "ic", 1 << 20, t.store),
+                             ChunkCache(1 << 20), 1)
+    found, _ = reader.collect_aborted(TP, 0, t.log.log_end_offset)
+    assert found == expected
+    assert reader.collect_aborted(TP, 8, t.log.log_end_offset)[0] == []  # after the abort
+    reader.close()
