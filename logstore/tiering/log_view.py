@@ -62,8 +62,9 @@ class TieredLog(Protocol):
         ...
 
     def segment_files(self, segment: LocalSegment) -> dict[str, Path]:
-        """The files of a sealed segment that exist, by suffix (naming.SUFFIXES): the segment
-        file and indexes always, the transaction index and producer snapshot when kept."""
+        """The files of a sealed segment that exist, by suffix (naming.SUFFIXES), the segment
+        file first: it and the indexes always, the transaction index and producer snapshot
+        when kept."""
         ...
 
     def epoch_entries(self) -> list[tuple[int, int]]:

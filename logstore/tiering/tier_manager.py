@@ -12,7 +12,7 @@ One task run, in order:
 1. (first run of a leadership) read the partition's entries; FINISHED segments outside the
    leader's epoch lineage are deleted, the rest are readable;
 2. copy candidates oldest first: COPY_SEGMENT_STARTED entry, every file under a fresh segment
-   id (uploaded concurrently), COPY_SEGMENT_FINISHED entry. On failure the objects uploaded so far are deleted, the
+   id (the segment file, then its sidecars concurrently), COPY_SEGMENT_FINISHED entry. On failure the objects uploaded so far are deleted, the
    entry is taken to DELETE_SEGMENT_FINISHED if possible, and the task retries with backoff;
    nothing local is deleted;
 3. delete local segments that are copied and past local retention;
@@ -68,7 +68,7 @@ logger = logging.getLogger(__name__)
 
 S = RemoteLogSegmentState
 DEFAULT_ORPHAN_GRACE_MS = 15 * 60_000
-UPLOAD_THREADS = 8  # the files of one segment go up together (at most 7 of them)
+UPLOAD_THREADS = 6  # a segment's sidecars go up together (at most 6 of them)
 
 
 class RemoteLogMetadataStore(Protocol):
@@ -424,18 +424,23 @@ class RemoteLogManager:
 
     def _upload(self, task: _Task, started: RemoteLogSegmentMetadata, segment: LocalSegment,
                 uploaded: list[str]) -> None:
-        """Every file of the segment at once (the sidecars' requests hide behind the segment
-        file's); ``uploaded`` gets every key first, so a failure cleans them all up."""
-        if task.stopped:
-            raise _Stopped()
+        """The segment file, then its sidecars all at once (small objects: their requests'
+        latencies overlap); ``uploaded`` gets every key before its upload starts, so a
+        failure cleans them all up."""
         files = {segment_key(started, suffix): path
                  for suffix, path in task.log.segment_files(segment).items()}
+        (first, path), *sidecars = files.items()  # the segment file comes first
+        if task.stopped:
+            raise _Stopped()
+        uploaded.append(first)
+        self._limiter.spend(self._store.put_file(first, path))
+        if task.stopped:
+            raise _Stopped()
         checkpoint = segment_key(started, EPOCH_CHECKPOINT_SUFFIX)
-        uploaded += [*files, checkpoint]
-        lineage = epoch_checkpoint(started.segment_leader_epochs)
-        futures = [self._uploads.submit(self._store.put_file, key, path)
-                   for key, path in files.items()]
-        futures.append(self._uploads.submit(self._put_bytes, checkpoint, lineage))
+        uploaded += [key for key, _ in sidecars] + [checkpoint]
+        futures = [self._uploads.submit(self._store.put_file, key, p) for key, p in sidecars]
+        futures.append(self._uploads.submit(
+            self._put_bytes, checkpoint, epoch_checkpoint(started.segment_leader_epochs)))
         wait(futures)
         self._limiter.spend(sum(f.result() for f in futures))  # the first failure raises
 
