@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: venv install demo test lint bench bench-spark clean
+.PHONY: venv install demo test lint bench bench-spark bench-tiering clean
 
 venv: $(PY)
 
@@ -46,6 +46,10 @@ bench: install
 # One local[2] Spark session; its Python workers run on the venv's interpreter.
 bench-spark: install
 	PYSPARK_PYTHON="$(abspath $(PY))" $(PY) benchmarks/spark_read.py $(BENCH_ARGS)
+
+# Tiering against moto's S3 server (its own process) and raw s3fs; Spark for the last figures.
+bench-tiering: install
+	PYSPARK_PYTHON="$(abspath $(PY))" $(PY) benchmarks/tiering.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info
