@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
+from logstore.broker import acl_rules as rules
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
 from logstore.controller.store import MetadataStore, TopicRecord
 from logstore.controller.topics import TopicController
@@ -132,24 +133,25 @@ class RequestHandlers:
         # The Flight server dispatches on these, by action name.
         self.routes: dict[str, Route[Any, Any]] = {}
         self.add_routes([
-            Route(MetadataRequest, self.metadata),
-            Route(CreateTopicsRequest, self.create_topics),
-            Route(DeleteTopicsRequest, self.delete_topics),
-            Route(CreatePartitionsRequest, self.create_partitions),
-            Route(DescribeConfigsRequest, self.describe_configs),
-            Route(AlterConfigsRequest, self.alter_configs),
-            Route(ListOffsetsRequest, self.list_offsets),
-            Route(InitProducerIdRequest, self.init_producer_id),
-            Route(DescribeLogDirsRequest, self.describe_log_dirs),
-            Route(AwaitHighWatermarksRequest, self.await_high_watermarks),
-            Route(BrokerStatsRequest, self.broker_stats),
+            Route(MetadataRequest, self.metadata, rules.METADATA),
+            Route(CreateTopicsRequest, self.create_topics, rules.CREATE_TOPICS),
+            Route(DeleteTopicsRequest, self.delete_topics, rules.DELETE_TOPICS),
+            Route(CreatePartitionsRequest, self.create_partitions, rules.CREATE_PARTITIONS),
+            Route(DescribeConfigsRequest, self.describe_configs, rules.DESCRIBE_CONFIGS),
+            Route(AlterConfigsRequest, self.alter_configs, rules.ALTER_CONFIGS),
+            Route(ListOffsetsRequest, self.list_offsets, rules.LIST_OFFSETS),
+            Route(InitProducerIdRequest, self.init_producer_id, rules.INIT_PRODUCER_ID),
+            Route(DescribeLogDirsRequest, self.describe_log_dirs, rules.DESCRIBE_LOG_DIRS),
+            Route(AwaitHighWatermarksRequest, self.await_high_watermarks,
+                  rules.AWAIT_HIGH_WATERMARKS),
+            Route(BrokerStatsRequest, self.broker_stats, rules.BROKER_STATS),
         ])
 
     def add_routes(self, routes: list[Route[Any, Any]]) -> None:
         """Serve typed actions (the cluster's come from cluster.py), each counted."""
         for route in routes:
             self.routes[route.action] = Route(route.request_type, _counted(
-                route.action, route.handle, self._action_counts))
+                route.action, route.handle, self._action_counts), route.access)
 
     # -- topics ------------------------------------------------------------------------------
 
