@@ -79,6 +79,8 @@ from logstore.records import (
     topic_schema,
 )
 from logstore.replication.partition import PendingAppend
+from logstore.security.access import Access, Permissions, authorize
+from logstore.security.sasl import CredentialLookup
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +132,10 @@ class RequestHandlers:
         self._replicas = replicas
         self._producer_ids = producer_ids
         self._action_counts: Counter[str] = Counter()
+        # What a connection may do, and users' credentials: the broker's security manager sets
+        # these (without it no authorizer runs and no user exists).
+        self.permissions: Callable[[str, str], Permissions | None] = _no_authorizer
+        self.credentials: CredentialLookup = _no_users
         # The Flight server dispatches on these, by action name.
         self.routes: dict[str, Route[Any, Any]] = {}
         self.add_routes([
@@ -271,12 +277,24 @@ class RequestHandlers:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         return topic_schema(record.value_schema)
 
-    def produce(self, req: ProduceRequest, batch: pa.RecordBatch, meta: ProduceBatchMetadata
-                ) -> PendingProduce:
-        """Append one producer batch now; the result's ``ack(timeout_ms)`` waits for the
-        acknowledgement and gives the batch's ``ProduceAck``."""
+    @staticmethod
+    def authorize_stream(req: ProduceRequest | FetchRequest, permissions: Permissions | None
+                         ) -> None:
+        """Refuse a produce or fetch stream the connection may not open (acl_rules.PRODUCE,
+        FETCH); with no authorizer (``permissions`` None) everything may."""
+        if permissions is not None:
+            access: Access[Any, Any] = rules.PRODUCE if isinstance(
+                req, ProduceRequest) else rules.FETCH
+            authorize(access, req, permissions, _nothing)
+
+    def produce(self, req: ProduceRequest, batch: pa.RecordBatch, meta: ProduceBatchMetadata,
+                permissions: Permissions | None) -> PendingProduce:
+        """Append one producer batch now, if the connection may still write (an ACL removed
+        while the stream is open refuses the next batch); the result's ``ack(timeout_ms)``
+        waits for the acknowledgement and gives the batch's ``ProduceAck``."""
         tp = TopicPartition(req.topic, meta.partition)
         try:
+            self.authorize_stream(req, permissions)
             batch = conform_batch(batch, self.topic_schema(req.topic), f"topic-partition {tp}")
             pending = self._replicas.append_records(
                 tp, batch, req.acks, producer_id=meta.producer_id,
@@ -288,7 +306,9 @@ class RequestHandlers:
 
     # -- fetch -------------------------------------------------------------------------------
 
-    def fetch(self, req: FetchRequest) -> tuple[pa.Schema, list[PartitionFetchResult]]:
+    def fetch(self, req: FetchRequest, permissions: Permissions | None
+              ) -> tuple[pa.Schema, list[PartitionFetchResult]]:
+        self.authorize_stream(req, permissions)
         if req.max_bytes <= 0:
             raise InvalidFetchSizeError(f"fetch from {req.topic!r}: max_bytes must be positive")
         parts = [FetchPartition(
@@ -330,6 +350,18 @@ def _topic_result(name: str, fn: Callable[..., object], *args: Any) -> TopicResu
         log.exception("request for topic %r failed", name)
         return TopicResult(name=name, **error_kw(UnknownServerError(f"{type(e).__name__}: {e}")))
     return TopicResult(name=name)
+
+
+def _no_authorizer(principal: str, host: str) -> Permissions | None:
+    return None
+
+
+def _no_users(user: str) -> dict[str, Any]:
+    return {}
+
+
+def _nothing(req: object) -> None:
+    return None
 
 
 def _capped_wait(max_wait_ms: int) -> int:
