@@ -25,18 +25,9 @@ from logstore.errors import (
 )
 from logstore.messages import Route, error_kw
 from logstore.messages import security as m
+from logstore.messages.security import binding_of, entry_of, filter_of
 from logstore.security.access import AuthorizerPermissions, Permissions
-from logstore.security.acl import (
-    AccessControlEntry,
-    AclBinding,
-    AclBindingFilter,
-    Operation,
-    PatternType,
-    Permission,
-    ResourcePattern,
-    ResourceType,
-    parse_enum,
-)
+from logstore.security.acl import AclBinding
 from logstore.security.authorizer import Authorizer, Principal
 from logstore.security.config import SecurityConfig
 from logstore.security.scram import (
@@ -188,26 +179,3 @@ def _describe_user(name: str, creds: dict[str, ScramCredential] | None
     return m.UserScramCredentials(user=name, credentials=[
         m.ScramCredentialInfo(mechanism=c.mechanism, iterations=c.iterations)
         for c in sorted(creds.values(), key=lambda c: c.mechanism)])
-
-
-def binding_of(e: m.AclEntry) -> AclBinding:
-    """The binding a wire entry describes (INVALID_REQUEST naming the bad field)."""
-    return AclBinding(
-        ResourcePattern(parse_enum(ResourceType, e.resource_type, "resource_type"), e.name,
-                        parse_enum(PatternType, e.pattern_type, "pattern_type")),
-        AccessControlEntry(e.principal, e.host, parse_enum(Operation, e.operation, "operation"),
-                           parse_enum(Permission, e.permission, "permission")))
-
-
-def entry_of(b: AclBinding) -> m.AclEntry:
-    return m.AclEntry(**b.to_json())
-
-
-def filter_of(f: m.AclFilter) -> AclBindingFilter:
-    def opt(cls: type[object], text: str | None, what: str) -> object:
-        return None if text is None else parse_enum(cls, text, what)
-    return AclBindingFilter(
-        opt(ResourceType, f.resource_type, "resource_type"),  # type: ignore[arg-type]
-        f.name, f.pattern_type.upper(), f.principal, f.host,
-        opt(Operation, f.operation, "operation"),  # type: ignore[arg-type]
-        opt(Permission, f.permission, "permission"))  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
-from logstore.cli.arguments import add_bootstrap, admin, key_value
+from logstore.cli.arguments import add_bootstrap, admin, client_settings, key_value
 from logstore.cli.schema_spec import VALUE_SCHEMA_HELP, type_spec, value_schema_arg
 from logstore.errors import LogstoreError
 
@@ -89,7 +89,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     with closing(admin(args)) as client:
         topics = client.describe_topics([args.name] if args.name else None)
         configs = client.describe_configs([t.name for t in topics]) if topics else {}
-    offsets = _log_offsets(args.bootstrap_server, topics)
+    offsets = _log_offsets(args, topics)
     for topic in topics:
         _print_topic(topic, configs.get(topic.name, {}), offsets)
     return 0
@@ -121,7 +121,7 @@ def _non_default(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in sorted(config.items()) if defaults.get(k, object()) != v}
 
 
-def _log_offsets(bootstrap: str, topics: list[TopicDescription]
+def _log_offsets(args: argparse.Namespace, topics: list[TopicDescription]
                  ) -> dict[tuple[str, int], tuple[int, int]]:
     """Log start and end offset per partition; empty when the leaders cannot tell (describe
     still prints the rest, with '-' for offsets)."""
@@ -131,7 +131,8 @@ def _log_offsets(bootstrap: str, topics: list[TopicDescription]
     if not tps:
         return {}
     try:
-        with closing(Consumer(bootstrap_servers=bootstrap)) as consumer:
+        with closing(Consumer(bootstrap_servers=args.bootstrap_server,
+                              **client_settings(args))) as consumer:
             start, end = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
     except LogstoreError as e:
         print(f"warning: log offsets unavailable: {e}", file=sys.stderr)

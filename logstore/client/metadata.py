@@ -27,6 +27,7 @@ from logstore.messages.topics import MetadataRequest, TopicMetadata
 from logstore.model import TopicPartition
 from logstore.records import decode_schema, topic_schema
 from logstore.rpc.client import BrokerConnection
+from logstore.security.config import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,10 @@ def parse_bootstrap(servers: str | list[str]) -> list[str]:
 
 class ClusterMetadata:
     def __init__(self, bootstrap_servers: str | list[str], request_timeout_ms: int = 30_000,
-                 compression: str | None = None, metadata_max_age_ms: int = 300_000) -> None:
+                 compression: str | None = None, metadata_max_age_ms: int = 300_000,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = security
         self._timeout_s = request_timeout_ms / 1000.0
         self._compression = compression
         self._lock = threading.RLock()
@@ -88,7 +91,8 @@ class ClusterMetadata:
         with self._lock:
             conn = self._connections.get(address)
             if conn is None:
-                conn = BrokerConnection(address, self._timeout_s, self._compression)
+                conn = BrokerConnection(address, self._timeout_s, self._compression,
+                                        self.security)
                 self._connections[address] = conn
             return conn
 

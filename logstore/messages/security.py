@@ -15,6 +15,17 @@ from __future__ import annotations
 from typing import ClassVar
 
 from logstore.messages.base import ErrorFields, Message, Request
+from logstore.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+    parse_enum,
+)
 
 # -- ACLs ------------------------------------------------------------------------------------
 
@@ -31,6 +42,19 @@ class AclEntry(Message, frozen=True, kw_only=True):
     permission: str = "ALLOW"
 
 
+def binding_of(e: AclEntry) -> AclBinding:
+    """The binding a wire entry describes (INVALID_REQUEST naming the bad field)."""
+    return AclBinding(
+        ResourcePattern(parse_enum(ResourceType, e.resource_type, "resource_type"), e.name,
+                        parse_enum(PatternType, e.pattern_type, "pattern_type")),
+        AccessControlEntry(e.principal, e.host, parse_enum(Operation, e.operation, "operation"),
+                           parse_enum(Permission, e.permission, "permission")))
+
+
+def entry_of(b: AclBinding) -> AclEntry:
+    return AclEntry(**b.to_json())
+
+
 class AclFilter(Message, frozen=True, kw_only=True):
     """Which bindings to describe or delete; None matches anything. ``pattern_type`` is ANY,
     MATCH (every pattern that applies to ``name``), LITERAL or PREFIXED."""
@@ -42,6 +66,23 @@ class AclFilter(Message, frozen=True, kw_only=True):
     host: str | None = None
     operation: str | None = None
     permission: str | None = None
+
+
+def filter_of(f: AclFilter) -> AclBindingFilter:
+    return AclBindingFilter(
+        None if f.resource_type is None else parse_enum(ResourceType, f.resource_type,
+                                                        "resource_type"),
+        f.name, f.pattern_type.upper(), f.principal, f.host,
+        None if f.operation is None else parse_enum(Operation, f.operation, "operation"),
+        None if f.permission is None else parse_enum(Permission, f.permission, "permission"))
+
+
+def filter_entry_of(f: AclBindingFilter) -> AclFilter:
+    return AclFilter(
+        resource_type=None if f.resource_type is None else f.resource_type.value, name=f.name,
+        pattern_type=f.pattern_type, principal=f.principal, host=f.host,
+        operation=None if f.operation is None else f.operation.value,
+        permission=None if f.permission is None else f.permission.value)
 
 
 class AclCreationResult(ErrorFields, frozen=True, kw_only=True):
