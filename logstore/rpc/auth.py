@@ -67,7 +67,8 @@ class Session:
     id: str
     principal: str
     user: str
-    mechanism: str
+    mechanism: str  # the SASL mechanism it authenticated with
+    credential: str  # the stored credential's mechanism (PLAIN checks a SCRAM credential)
     stored_key: bytes
     last_used: float
 
@@ -92,7 +93,7 @@ class Sessions:
         token = secrets.token_bytes(TOKEN_BYTES)
         digest = hashlib.sha256(token).digest()
         session = Session(digest.hex()[:32], f"{USER_TYPE}:{user}", user, mechanism,
-                          credential.stored_key, time.monotonic())
+                          credential.mechanism, credential.stored_key, time.monotonic())
         with self._lock:
             self._sweep(session.last_used)
             self._by_hash[digest] = session
@@ -110,7 +111,7 @@ class Sessions:
         if session is None:
             raise IllegalSaslStateError("no authenticated SASL session on this broker for "
                                         "the call; authenticate first")
-        current = self._credentials(session.user).get(session.mechanism)
+        current = self._credentials(session.user).get(session.credential)
         if current is None or not secrets.compare_digest(current.stored_key,
                                                           session.stored_key):
             self._drop(session)
