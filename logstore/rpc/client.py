@@ -71,7 +71,7 @@ class ProduceStream:
     connection would, after ``session_lost`` makes the connection authenticate again."""
 
     def __init__(self, writer: flight.FlightStreamWriter, reader: flight.FlightMetadataReader,
-                 where: str, session_lost: Callable[[], None] = lambda: None) -> None:
+                 where: str, session_lost: Callable[[], None] | None = None) -> None:
         self._writer = writer
         self._reader = reader
         self._where = where
@@ -80,7 +80,7 @@ class ProduceStream:
 
     def _error(self, e: flight.FlightError) -> ApiError:
         error = from_flight_error(e, self._where)
-        if isinstance(error, IllegalSaslStateError):
+        if isinstance(error, IllegalSaslStateError) and self._session_lost is not None:
             self._session_lost()
             return NetworkError(error.message)
         return error
@@ -101,8 +101,20 @@ class ProduceStream:
             raise self._error(e) from None
         except (pa.ArrowException, OSError) as e:
             raise from_flight_error(flight.FlightUnavailableError(str(e)), self._where) from None
-        return None if buf is None else decode_response(ProduceAck, buf.to_pybytes(),
-                                                        self._where)
+        if buf is None:
+            self._raise_final_status()
+            return None
+        return decode_response(ProduceAck, buf.to_pybytes(), self._where)
+
+    def _raise_final_status(self) -> None:
+        """The server ended the stream: the error it ended it with (a refused produce), if
+        any, is the call's final status, which closing the writer reads."""
+        try:
+            self._writer.close()
+        except flight.FlightError as e:
+            raise self._error(e) from None
+        except (pa.ArrowException, OSError):
+            return
 
     def close(self) -> None:
         if self._closed:
@@ -223,7 +235,8 @@ class BrokerConnection:
             writer, reader = self._client.do_put(descriptor, schema, options)
         except flight.FlightError as e:
             raise from_flight_error(e, where) from None
-        return ProduceStream(writer, reader, where, self._session_lost)
+        return ProduceStream(writer, reader, where,
+                             self._session_lost if self._security.sasl else None)
 
     def fetch(self, request: FetchRequest, timeout_s: float | None = None) -> FetchResponse:
         return self._in_session(lambda: self._fetch(request, timeout_s))
