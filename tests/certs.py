@@ -80,8 +80,10 @@ class Pki:
         return CertFiles(str(certfile), str(keyfile))
 
     def broker(self, cn: str = "broker") -> CertFiles:
-        """A broker certificate for 127.0.0.1 and localhost."""
-        return self.issue(cn, dns=("localhost",), ips=("127.0.0.1",))
+        """A broker certificate for 127.0.0.1 and localhost. Its first subjectAltName is its
+        CN: a broker presents it to the others too, and gRPC names a peer by its first SAN
+        (rpc/auth.py), so the brokers' principal is ``User:<cn>``."""
+        return self.issue(cn, dns=(cn, "localhost"), ips=("127.0.0.1",))
 
     def client(self, user: str) -> CertFiles:
         """A client certificate whose subject CN is the user (no subjectAltName)."""

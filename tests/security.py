@@ -47,6 +47,39 @@ def add_user(user: str, secret: str, *where: str, mechanism: str = SCRAM
                         stdin=secret + "\n")
 
 
+def cluster_security(kind: str, root: Path, zk_connect: str, monkeypatch: Any
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(every broker's settings, the admin's client settings) of a cluster whose brokers
+    authenticate to each other as User:broker: by certificate (``tls``, mutual) or by SCRAM
+    with the password in the environment (``sasl_tls``); the authorizer is on."""
+    if kind == "plaintext":
+        return {}, {}
+    pki = Pki(root / "pki")
+    cert = pki.broker("broker")
+    settings: dict[str, Any] = {
+        "listener_security": kind, "ssl_certfile": cert.certfile, "ssl_keyfile": cert.keyfile,
+        "ssl_cafile": pki.cafile, "authorizer_enable": True,
+        "super_users": ["User:broker", f"User:{ADMIN}"]}
+    client: dict[str, Any] = {"ssl_cafile": pki.cafile}
+    if kind == "tls":
+        admin_cert = pki.client(ADMIN)
+        settings["ssl_client_auth"] = "required"
+        client.update(security_protocol="SSL", ssl_certfile=admin_cert.certfile,
+                      ssl_keyfile=admin_cert.keyfile)
+    else:
+        from logstore.security.config import INTER_BROKER_PASSWORD_ENV
+
+        broker_password, admin_password = password("broker"), password(ADMIN)
+        monkeypatch.setenv(INTER_BROKER_PASSWORD_ENV, broker_password)
+        add_user("broker", broker_password, "--zookeeper", zk_connect,
+                 mechanism="SCRAM-SHA-512")
+        add_user(ADMIN, admin_password, "--zookeeper", zk_connect)
+        settings["inter_broker_sasl_username"] = "broker"
+        client.update(security_protocol="SASL_SSL", sasl_mechanism=SCRAM,
+                      sasl_plain_username=ADMIN, sasl_plain_password=admin_password)
+    return settings, client
+
+
 class SecureBrokers:
     """Brokers of one security kind, and the client settings to reach them."""
 
