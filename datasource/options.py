@@ -20,6 +20,7 @@ talk to a broker (planning.py does) or import pyspark, so it is tested as pure l
 | ``minOffsetsPerTrigger`` / ``maxTriggerDelay`` | stream: wait for that many, but no longer than the delay (default ``15m``) |
 | ``readMode``                            | LogStore: ``auto`` (default; files when on the broker's disk, else fetch), ``fetch``, ``local`` |
 | ``fetchMaxBytes``                       | LogStore: bytes per fetch request (default 64 MiB)     |
+| ``kafka.security.protocol``, ``kafka.ssl.*``, ``kafka.sasl.*`` | TLS and SASL, as Spark's Kafka connector (security_options.py) |
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from typing import Any
 
 import orjson
 
+from datasource.security_options import SECURITY_OPTIONS, parse_security
 from logstore.errors import InvalidTopicError, LogstoreError
 from logstore.model import EARLIEST, LATEST, TopicPartition, validate_topic_name
+from logstore.security.config import PLAINTEXT, ClientSecurity
 
 
 class OptionError(LogstoreError, ValueError):
@@ -86,13 +89,14 @@ class ReadOptions:
     max_trigger_delay_ms: int = 15 * 60 * 1000
     read_mode: str = "auto"
     fetch_max_bytes: int = 64 * 1024 * 1024
+    security: ClientSecurity = PLAINTEXT
 
 
 READ_MODES = ("auto", "fetch", "local")
 _COMMON = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "startingOffsets",
            "startingTimestamp", "startingOffsetsByTimestamp",
            "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition",
-           "failOnDataLoss", "includeHeaders", "readMode", "fetchMaxBytes")
+           "failOnDataLoss", "includeHeaders", "readMode", "fetchMaxBytes", *SECURITY_OPTIONS)
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 _STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$")
@@ -131,7 +135,8 @@ def parse_read_options(raw: Mapping[str, str], streaming: bool | None) -> ReadOp
         min_offsets_per_trigger=_positive_int(opts, "minOffsetsPerTrigger"),
         max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60 * 1000),
         read_mode=read_mode,
-        fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or 64 * 1024 * 1024)
+        fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or 64 * 1024 * 1024,
+        security=parse_security(opts))
 
 
 def _reject_unknown(raw: Mapping[str, str], known: tuple[str, ...], where: str) -> None:

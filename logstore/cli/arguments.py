@@ -74,10 +74,9 @@ def client_settings(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--command-config {path} does not exist") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"--command-config {path}: not valid TOML: {e}") from None
-    from logstore.security.config import CLIENT_KEYS, client_security
+    from logstore.security.config import client_security
 
-    settings = client_security(raw, f"--command-config {path}")
-    return {key: getattr(settings, key) for key in CLIENT_KEYS}
+    return client_security(raw, f"--command-config {path}").settings()
 
 
 def admin(args: argparse.Namespace) -> Admin:

@@ -205,6 +205,10 @@ class ClientSecurity:
     def tls(self) -> bool:
         return self.security_protocol in ("SSL", "SASL_SSL")
 
+    def settings(self) -> dict[str, Any]:
+        """These settings as client keyword arguments (``Producer(..., **settings())``)."""
+        return {key: getattr(self, key) for key in CLIENT_KEYS}
+
     @property
     def sasl(self) -> bool:
         return self.security_protocol.startswith("SASL_")
