@@ -98,6 +98,7 @@ def _followers(cluster: Cluster, topic: str) -> list[int]:
     return [b for b in cluster.brokers if b != leader]
 
 
+@pytest.mark.parametrize("cluster", ["plaintext", "sasl_tls"], indirect=True)
 def test_stopped_follower_leaves_the_isr_and_rejoins_after_sigcont(cluster: Cluster) -> None:
     """Goal: a frozen follower does not stall acks=all for longer than the lag time, and
     catches up when it thaws (issue 4 §4.2). Method: SIGSTOP a follower that is not the
@@ -123,6 +124,7 @@ def test_stopped_follower_leaves_the_isr_and_rejoins_after_sigcont(cluster: Clus
     assert consume_all(cluster, topic) == [b"%d" % i for i in range(150)]
 
 
+@pytest.mark.parametrize("cluster", ["plaintext", "sasl_tls"], indirect=True)
 def test_two_stopped_followers_fail_acks_all_but_not_acks_1(cluster: Cluster) -> None:
     """Goal: with the ISR below min_insync_replicas acks=all is refused with
     NOT_ENOUGH_REPLICAS while acks=1 goes on, and nothing acknowledged is lost once the
@@ -155,6 +157,7 @@ def test_two_stopped_followers_fail_acks_all_but_not_acks_1(cluster: Cluster) ->
     assert consume_all(cluster, topic) == [b"%d" % i for i in range(50)]
 
 
+@pytest.mark.parametrize("cluster", ["plaintext", "sasl_tls"], indirect=True)
 def test_killed_controller_is_replaced_and_every_partition_leads_again(
         cluster: Cluster) -> None:
     """Goal: losing the controller leaves no partition without a leader for longer than the
