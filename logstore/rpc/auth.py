@@ -159,9 +159,8 @@ class SaslServerAuthHandler(flight.ServerAuthHandler):  # type: ignore[misc]  # 
             outgoing.write(exchange.step(first.auth_bytes))
             while exchange.user is None:
                 outgoing.write(exchange.step(incoming.read()))
-            credential = getattr(exchange, "credential", None)
-            assert credential is not None
-            token = self._sessions.open(exchange.user, exchange.mechanism, credential)
+            assert exchange.credential is not None
+            token = self._sessions.open(exchange.user, exchange.mechanism, exchange.credential)
             outgoing.write(encode(SaslSession(token=token, principal=f"User:{exchange.user}")))
         except ApiError as e:
             log.info("SASL authentication refused: %s", e.message)

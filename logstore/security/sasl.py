@@ -37,10 +37,12 @@ def failed(mechanism: str) -> SaslAuthenticationFailedError:
 
 class ServerExchange(Protocol):
     """One authentication, server side: ``step`` takes the client's next message and returns
-    the challenge to send back; once ``user`` is set, authentication succeeded."""
+    the challenge to send back; once ``user`` is set, authentication succeeded, against
+    ``credential`` (a session lives as long as that credential does)."""
 
     mechanism: str
     user: str | None
+    credential: ScramCredential | None
 
     def step(self, message: bytes) -> bytes: ...
 
