@@ -133,6 +133,10 @@ def _cmd_add(args: argparse.Namespace) -> int:
 
 
 def _cmd_remove(args: argparse.Namespace) -> int:
+    if not _resources(args) and not (args.allow_principal or args.deny_principal
+                                     or args.principal):
+        raise ValueError("acls remove needs a resource (--topic, --group, --cluster, "
+                         "--transactional-id) or a principal; it never removes every binding")
     with closing(admin(args)) as client:
         removed = client.delete_acls(_filters(args))
     print(f"removed {len(removed)} binding(s):")
