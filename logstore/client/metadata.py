@@ -81,6 +81,9 @@ class ClusterMetadata:
         self._brokers: dict[int, str] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._refreshed_at: dict[str, float] = {}
+        # The last refresh's answer for topics it did not return (TOPIC_AUTHORIZATION_FAILED
+        # must not read as "no such topic", which clients retry).
+        self._refused: dict[str, ApiError] = {}
         self._max_age_s = metadata_max_age_ms / 1000.0
         self._connections: dict[str, BrokerConnection] = {}
         self.controller_id: int | None = None
@@ -131,11 +134,15 @@ class ClusterMetadata:
                 self._topics = {}
             now = time.monotonic()
             for t in response.topics:
-                if t.error() is None:
+                error = t.error()
+                if error is None:
                     self._topics[t.name] = _topic_info(t)
                     self._refreshed_at[t.name] = now
+                    self._refused.pop(t.name, None)
                 else:
                     self._topics.pop(t.name, None)
+                    if not error.retriable:
+                        self._refused[t.name] = error
 
     def topic(self, name: str, refresh: bool = False) -> TopicInfo:
         """A topic's metadata, refreshed when asked, unknown or older than
@@ -145,6 +152,9 @@ class ClusterMetadata:
             self.refresh([name])
         info = self._topics.get(name)
         if info is None:
+            refused = self._refused.get(name)
+            if refused is not None:
+                raise type(refused)(refused.message)
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         return info
 

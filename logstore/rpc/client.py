@@ -22,7 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from logstore.errors import ApiError, IllegalSaslStateError, InvalidRequestError, NetworkError
+from logstore.errors import (
+    ApiError,
+    IllegalSaslStateError,
+    InvalidRequestError,
+    NetworkError,
+    UnknownServerError,
+)
 from logstore.messages import Message, Request, decode_response, encode
 from logstore.messages.fetch import FetchPartitionSummary, FetchRequest
 from logstore.messages.produce import ProduceAck, ProduceBatchMetadata, ProduceRequest
@@ -107,12 +113,16 @@ class ProduceStream:
         return decode_response(ProduceAck, buf.to_pybytes(), self._where)
 
     def _raise_final_status(self) -> None:
-        """The server ended the stream: the error it ended it with (a refused produce), if
-        any, is the call's final status, which closing the writer reads."""
+        """The server ended the stream: if it ended it with an error of its own (a refused
+        produce), that error is the call's final status, which closing the writer reads.
+        Anything else (a broker going away) stays a closed stream, which the producer
+        retries."""
         try:
             self._writer.close()
         except flight.FlightError as e:
-            raise self._error(e) from None
+            error = self._error(e)
+            if not isinstance(error, UnknownServerError | NetworkError):  # one of ours
+                raise error from None
         except (pa.ArrowException, OSError):
             return
 

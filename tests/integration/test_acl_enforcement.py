@@ -313,8 +313,38 @@ def snapshot(broker: BrokerProcess, zk: str) -> dict[str, bytes]:
     return out
 
 
+def _stream_leak(conn: BrokerConnection, rng: random.Random) -> str | None:
+    """A random produce or fetch stream; what it got through, if anything."""
+    import pyarrow.flight as flight
+
+    if rng.random() < 0.5:
+        body = msgspec.json.encode(random_struct(rng, FetchRequest))
+        try:
+            table = conn._client.do_get(flight.Ticket(body), flight.FlightCallOptions(
+                timeout=15)).read_all()
+        except (flight.FlightError, pa.ArrowException):
+            return None
+        return f"fetch {body[:120]!r} read {table.num_rows} rows" if table.num_rows else None
+    body = msgspec.json.encode(random_struct(rng, ProduceRequest))
+    batch = pa.RecordBatch.from_pylist([{"key": None, "value": b"x", "timestamp": 0,
+                                         "headers": []}], schema=DEFAULT_SCHEMA)
+    try:
+        writer, reader = conn._client.do_put(flight.FlightDescriptor.for_command(body),
+                                             DEFAULT_SCHEMA)
+        writer.write_with_metadata(batch, pa.py_buffer(b'{"partition": 0}'))
+        writer.done_writing()
+        ack = reader.read()
+        writer.close()
+    except (flight.FlightError, pa.ArrowException, OSError):
+        return None
+    if ack is not None and b'"error_code":0' in ack.to_pybytes():
+        return f"produce {body[:120]!r} acknowledged"
+    return None
+
+
 def fuzz(conn: BrokerConnection, rng: random.Random, rounds: int) -> list[str]:
-    """Send ``rounds`` random actions; the ones that were not refused."""
+    """Send ``rounds`` random actions (one in ten a produce or fetch stream); the ones that
+    were not refused."""
     import pyarrow.flight as flight
 
     from logstore.rpc.codec import from_flight_error
@@ -322,6 +352,10 @@ def fuzz(conn: BrokerConnection, rng: random.Random, rounds: int) -> list[str]:
     leaks = []
     conn._authenticated()
     for i in range(rounds):
+        if rng.random() < 0.1:
+            if (leak := _stream_leak(conn, rng)) is not None:
+                leaks.append(f"{i}: {leak}")
+            continue
         name, body = random_action(rng)
         try:
             results = list(conn._client.do_action(flight.Action(name, body),
@@ -341,7 +375,8 @@ def test_fuzzer_is_refused_everything_and_changes_nothing(
         cluster: tuple[SecureBrokers, BrokerProcess, str], user: str | None, seed: int) -> None:
     """Goal: an attacker without credentials, or with a user that has no ACL, gets nothing and
     changes nothing. Method: 1,000 random actions (random action names, garbage bodies,
-    and requests of every type filled with random values from pools of real and odd names),
+    requests of every type filled with random values from pools of real and odd names, and
+    one in ten a produce or fetch stream of random descriptors and tickets),
     each refused with an error code (never UNKNOWN_SERVER_ERROR), answered with nothing to see;
     the log directory's files and every znode are the same afterwards, and the broker still
     answers the admin."""

@@ -11,16 +11,26 @@ from typing import Any
 import pyarrow.flight as flight
 import pytest
 
-from logstore import Admin, NewTopic
+from logstore import Admin, NewTopic, Producer
 from logstore.client.admin import UserScramCredentialDeletion, UserScramCredentialUpsertion
 from logstore.errors import (
+    ClusterAuthorizationFailedError,
     IllegalSaslStateError,
     SaslAuthenticationFailedError,
+    TopicAuthorizationFailedError,
     UnsupportedSaslMechanismError,
 )
 from logstore.messages import decode_message, encode
 from logstore.messages.security import SaslAuthenticate, SaslSession
 from logstore.rpc.codec import from_flight_error
+from logstore.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    Operation,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
 from logstore.security.sasl import client_exchange
 from tests.brokers import BrokerFactory, BrokerProcess
 from tests.security import ADMIN, SecureBrokers, add_user, logstore_cli, password
@@ -209,3 +219,28 @@ def test_users_command_adds_lists_and_deletes_without_printing_the_password(
     for out in outputs:
         assert secret not in out.stdout + out.stderr
         assert brokers.admin_password not in out.stdout + out.stderr
+
+
+def test_producer_without_rights_fails_fast_with_the_authorization_error(
+        secure: tuple[SecureBrokers, BrokerProcess]) -> None:
+    """Goal: a producer that may not write fails with the authorization error at once, not
+    after delivery_timeout_ms of retries. Method: frank may not even DESCRIBE the topic:
+    TOPIC_AUTHORIZATION_FAILED (not "unknown topic"); then he may DESCRIBE it only: an
+    idempotent producer fails with CLUSTER_AUTHORIZATION_FAILED (no producer id), a
+    non-idempotent one with TOPIC_AUTHORIZATION_FAILED (its produce stream is refused), all
+    well inside the 10-minute delivery timeout."""
+    brokers, broker = secure
+    brokers.add_user(broker.bootstrap, "frank")
+    cases = [(None, True, TopicAuthorizationFailedError),
+             (Operation.DESCRIBE, True, ClusterAuthorizationFailedError),
+             (None, False, TopicAuthorizationFailedError)]
+    for grant, idempotent, error in cases:
+        if grant is not None:
+            with brokers.admin(broker.bootstrap) as admin:
+                admin.create_acls([AclBinding(ResourcePattern(ResourceType.TOPIC, "shared"),
+                                              AccessControlEntry("User:frank", "*", grant,
+                                                                 Permission.ALLOW))])
+        with Producer(broker.bootstrap, delivery_timeout_ms=600_000,
+                      enable_idempotence=idempotent, **brokers.client("frank")) as producer, \
+                pytest.raises(error):
+            producer.send("shared", b"x", partition=0).result(30)
