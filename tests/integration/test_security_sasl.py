@@ -16,6 +16,7 @@ from logstore.client.admin import UserScramCredentialDeletion, UserScramCredenti
 from logstore.errors import (
     ClusterAuthorizationFailedError,
     IllegalSaslStateError,
+    NetworkError,
     SaslAuthenticationFailedError,
     TopicAuthorizationFailedError,
     UnsupportedSaslMechanismError,
@@ -244,3 +245,20 @@ def test_producer_without_rights_fails_fast_with_the_authorization_error(
                       enable_idempotence=idempotent, **brokers.client("frank")) as producer, \
                 pytest.raises(error):
             producer.send("shared", b"x", partition=0).result(30)
+
+
+def test_sasl_ssl_with_required_client_certificates_takes_the_sasl_principal(
+        broker_factory: BrokerFactory) -> None:
+    """Goal: on sasl_tls with ssl_client_auth=required the certificate only admits the
+    connection and the principal is the SASL user's (as Kafka's SASL_SSL). Method: without a
+    client certificate the admin is refused; with a certificate whose CN is 'mallory' the
+    admin (a super user by SASL) still creates a topic."""
+    brokers = SecureBrokers(broker_factory, "sasl_tls", ssl_client_auth="required")
+    broker = brokers.start()
+    with pytest.raises(NetworkError), Admin(broker.bootstrap, request_timeout_ms=5000,
+                                            **brokers.client()) as admin:
+        admin.list_topics()
+    cert = brokers.pki.client("mallory")
+    with Admin(broker.bootstrap, **brokers.client(cert=cert)) as admin:
+        admin.create_topics([NewTopic("by-admin", 1)])
+        assert admin.list_topics() == ["by-admin"]
