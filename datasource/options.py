@@ -22,6 +22,7 @@ talk to a broker (planning.py does) or import pyspark, so it is tested as pure l
 | ``fetchMaxBytes``                       | LogStore: bytes per fetch request (default 64 MiB)     |
 | ``remoteStorageUri``                    | LogStore: the fsspec URL executors read remote segments from (default: the leader's ``remote_storage_uri``) |
 | ``remoteStorageOptions``                | LogStore: JSON object of fsspec options for it (default: the leader's ``remote_storage_options``); credentials are refused here: executors take them from their environment (``AWS_*``) or the provider's chain |
+| ``kafka.security.protocol``, ``kafka.ssl.*``, ``kafka.sasl.*`` | TLS and SASL, as Spark's Kafka connector (security_options.py) |
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from typing import Any
 
 import orjson
 
+from datasource.security_options import SECURITY_OPTIONS, parse_security
 from logstore.config import credential_keys
 from logstore.errors import InvalidTopicError, LogstoreError
 from logstore.model import EARLIEST, LATEST, TopicPartition, validate_topic_name
+from logstore.security.config import PLAINTEXT, ClientSecurity
 
 
 class OptionError(LogstoreError, ValueError):
@@ -91,6 +94,7 @@ class ReadOptions:
     fetch_max_bytes: int = 64 * 1024 * 1024
     remote_storage_uri: str | None = None
     remote_storage_options: dict[str, Any] | None = None
+    security: ClientSecurity = PLAINTEXT
 
 
 READ_MODES = ("auto", "fetch", "local", "remote")
@@ -98,7 +102,7 @@ _COMMON = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "star
            "startingTimestamp", "startingOffsetsByTimestamp",
            "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition",
            "failOnDataLoss", "includeHeaders", "readMode", "fetchMaxBytes",
-           "remoteStorageUri", "remoteStorageOptions")
+           "remoteStorageUri", "remoteStorageOptions", *SECURITY_OPTIONS)
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 _STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$")
@@ -139,7 +143,8 @@ def parse_read_options(raw: Mapping[str, str], streaming: bool | None) -> ReadOp
         read_mode=read_mode,
         fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or 64 * 1024 * 1024,
         remote_storage_uri=_remote_storage_uri(opts),
-        remote_storage_options=_remote_storage_options(opts))
+        remote_storage_options=_remote_storage_options(opts),
+        security=parse_security(opts))
 
 
 def _remote_storage_uri(opts: Mapping[str, str]) -> str | None:

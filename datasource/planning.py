@@ -136,7 +136,8 @@ class Planner:
     metadata: ClusterMetadata = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metadata = ClusterMetadata(self.options.bootstrap_servers, request_timeout_ms=30_000)
+        self.metadata = ClusterMetadata(self.options.bootstrap_servers, request_timeout_ms=30_000,
+                                        security=self.options.security)
 
     def close(self) -> None:
         self.metadata.close()

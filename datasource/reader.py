@@ -39,6 +39,7 @@ from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.records import FLAG_LOG_APPEND_TIME, BatchHeader
 from logstore.rpc.client import BrokerConnection, FetchedBatch
+from logstore.security.config import PLAINTEXT, ClientSecurity
 from logstore.segments.file_reader import PartitionFiles
 from logstore.segments.format import INCARNATION_FILE
 from logstore.tiering.metadata import RemoteLogSegmentMetadata
@@ -88,6 +89,7 @@ class ReadSettings:
     read_mode: str = "auto"
     fail_on_data_loss: bool = True
     fetch_max_bytes: int = 64 * 1024 * 1024
+    security: ClientSecurity = PLAINTEXT
 
 
 def read_range(task: ReadTask, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
@@ -308,14 +310,16 @@ class _Fetcher:
 
     def _connection(self) -> BrokerConnection:
         if self._conn is None:
-            self._conn = BrokerConnection(self.address, timeout_s=30.0)
+            self._conn = BrokerConnection(self.address, timeout_s=30.0,
+                                          security=self.settings.security)
         return self._conn
 
     def _reconnect(self, error: ApiError) -> None:
         log.info("%s: fetch from %s failed (%s); looking up the leader again",
                  self.task.tp, self.address, error)
         self.close()
-        metadata = ClusterMetadata(self.settings.bootstrap_servers)
+        metadata = ClusterMetadata(self.settings.bootstrap_servers,
+                                   security=self.settings.security)
         try:
             leader = metadata.leader(self.task.tp)
             self.address = metadata.brokers().get(leader, self.address)

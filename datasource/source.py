@@ -118,7 +118,7 @@ class _ScanBase:
         self.settings = ReadSettings(options.bootstrap_servers,
                                      to_arrow_schema(schema, timezone="UTC"),
                                      options.read_mode, options.fail_on_data_loss,
-                                     options.fetch_max_bytes)
+                                     options.fetch_max_bytes, options.security)
 
     def _check_schema(self, planner: Planner, topics: list[str]) -> None:
         value_schema = planner.value_schema(topics)

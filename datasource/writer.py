@@ -16,6 +16,7 @@ when the job fails (``abort`` says how many).
 | ``acks``            | ``all`` (default), ``1`` or ``0``                              |
 | ``compression``     | ``none`` (default), ``lz4`` or ``zstd``                        |
 | ``lingerMs`` / ``batchSize`` | producer batching (defaults 5 ms, 1 MiB)               |
+| ``kafka.security.protocol``, ``kafka.ssl.*``, ``kafka.sasl.*`` | as the source (security_options.py) |
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from datasource.options import OptionError
+from datasource.security_options import SECURITY_OPTIONS, parse_security
 from logstore.client.admin import Admin
 from logstore.client.producer import Producer
 from logstore.model import validate_topic_name
@@ -39,7 +41,8 @@ from logstore.records import HEADERS_TYPE, topic_schema, value_columns
 
 log = logging.getLogger(__name__)
 
-_KNOWN = {"bootstrap.servers", "topic", "acks", "compression", "lingerms", "batchsize", "path"}
+_KNOWN = {"bootstrap.servers", "topic", "acks", "compression", "lingerms", "batchsize", "path",
+          *SECURITY_OPTIONS}
 _ROUTING = ("topic", "partition")
 
 
@@ -61,6 +64,7 @@ class LogStoreWriter(DataSourceArrowWriter):
             raise OptionError("option 'bootstrap.servers' is required")
         self.topic = opts.get("topic")
         self.acks: str | int = _acks(opts.get("acks", "all"))
+        self.security = parse_security(opts)
         self.producer_options = _producer_options(opts)
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         check_columns(self.arrow_schema, self.topic, self._value_schema())
@@ -70,12 +74,13 @@ class LogStoreWriter(DataSourceArrowWriter):
         if self.topic is None:
             return False
         validate_topic_name(self.topic)
-        with Admin(self.bootstrap) as admin:
+        with Admin(self.bootstrap, **self.security.settings()) as admin:
             described = admin.describe_topics([self.topic])
         return described[0].value_schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LogStoreCommitMessage:
-        producer = Producer(self.bootstrap, acks=self.acks, **self.producer_options)
+        producer = Producer(self.bootstrap, acks=self.acks, **self.producer_options,
+                            **self.security.settings())
         futures: list[Any] = []
         topics: set[str] = set()
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from logstore.errors import ConfigError, InvalidConfigError
+from logstore.security.config import SECURITY_TYPES, SecurityConfig, security_config_from_dict
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -261,6 +262,9 @@ class BrokerConfig:
     # A failed tiering run is retried after this, doubling up to the max (Kafka's names).
     remote_log_manager_task_retry_backoff_ms: int = 500
     remote_log_manager_task_retry_backoff_max_ms: int = 30_000
+    # TLS, SASL and ACLs: flat keys in the file (listener_security, ssl_certfile, ...; the
+    # table is logstore/security/config.py's), gathered here.
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     @property
     def offsets_partitions(self) -> int:
@@ -318,15 +322,17 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
     """Validate ``raw`` (as parsed from ``source``) into a BrokerConfig; ConfigError names the
     key and the source."""
     values: dict[str, Any] = {}
+    security: dict[str, Any] = {}
+    known = {**_BROKER_TYPES, **SECURITY_TYPES}
     for key, value in raw.items():
-        types = _BROKER_TYPES.get(key)
+        types = known.get(key)
         if types is None:
             raise ConfigError(f"{source}: unknown key {key!r}; known keys: "
-                              f"{', '.join(sorted(_BROKER_TYPES))}")
-        if not isinstance(value, types) or isinstance(value, bool):
+                              f"{', '.join(sorted(known))}")
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise ConfigError(f"{source}: key {key!r} must be {types[0].__name__}, "
                               f"got {value!r}")
-        values[key] = value
+        (security if key in SECURITY_TYPES else values)[key] = value
     if isinstance(values.get("log_dirs"), str):
         values["log_dirs"] = [values["log_dirs"]]
     if "log_dirs" in values:
@@ -347,7 +353,7 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
         validate_topic_config(values.get("topic_defaults", {}))
     except InvalidConfigError as e:
         raise ConfigError(f"{source}: topic_defaults: {e.message}") from None
-    return BrokerConfig(**values)
+    return BrokerConfig(**values, security=security_config_from_dict(security, source))
 
 
 def _check_remote_storage(values: dict[str, Any], source: str) -> None:

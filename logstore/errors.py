@@ -46,7 +46,12 @@ class ErrorCode(IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_TIMESTAMP = 32
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -61,7 +66,10 @@ class ErrorCode(IntEnum):
     INVALID_TXN_STATE = 48
     INVALID_PRODUCER_ID_MAPPING = 49
     CONCURRENT_TRANSACTIONS = 51
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
@@ -70,6 +78,10 @@ class ErrorCode(IntEnum):
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
     OFFSET_MOVED_TO_TIERED_STORAGE = 109
+
+
+    RESOURCE_NOT_FOUND = 91
+    UNACCEPTABLE_CREDENTIAL = 93
 
 
 class LogstoreError(Exception):
@@ -517,6 +529,72 @@ class OffsetMovedToTieredStorageError(ApiError):
     code = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
     retriable = False
     refresh_metadata = False
+
+
+# -- security: authentication and authorization (none is retriable: trying again with the same
+# credentials or ACLs gives the same answer) ------------------------------------------------
+
+
+class TopicAuthorizationFailedError(ApiError):
+    """The principal may not perform the operation on the topic (the message names both)."""
+
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(ApiError):
+    """The principal may not perform the operation on the consumer group."""
+
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailedError(ApiError):
+    """The principal may not perform the operation on the cluster."""
+
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class UnsupportedSaslMechanismError(ApiError):
+    """The broker does not enable the SASL mechanism the client asked for."""
+
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+
+
+class IllegalSaslStateError(ApiError):
+    """A request arrived outside an authenticated session (none yet, or one the broker no
+    longer knows, e.g. after a restart): authenticate again."""
+
+    code = ErrorCode.ILLEGAL_SASL_STATE
+
+
+class TransactionalIdAuthorizationFailedError(ApiError):
+    """The principal may not perform the operation on the transactional id."""
+
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+class SecurityDisabledError(ApiError):
+    """The request needs a security feature this broker does not run (ACLs without
+    ``authorizer_enable``)."""
+
+    code = ErrorCode.SECURITY_DISABLED
+
+
+class SaslAuthenticationFailedError(ApiError):
+    """Authentication failed; the message names the mechanism, never the reason."""
+
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+class ResourceNotFoundError(ApiError):
+    """The named user or credential does not exist."""
+
+    code = ErrorCode.RESOURCE_NOT_FOUND
+
+
+class UnacceptableCredentialError(ApiError):
+    """A credential the broker will not store (unknown mechanism, too few iterations)."""
+
+    code = ErrorCode.UNACCEPTABLE_CREDENTIAL
 
 
 _BY_CODE: dict[int, type[ApiError]] = {

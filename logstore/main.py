@@ -30,6 +30,7 @@ from logstore.errors import ConfigError, LogstoreError
 if TYPE_CHECKING:
     from logstore.broker.broker import Broker
     from logstore.controller.store import MetadataStore
+    from logstore.controller.zookeeper import ZkDigest
     from logstore.tiering.store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -64,10 +65,18 @@ def build_broker(config: BrokerConfig) -> Broker:
     from logstore.broker.broker import Broker  # the heavy imports happen only when run
     from logstore.rpc.client import BrokerConnection
     from logstore.rpc.server import FlightBrokerServer
-    # Brokers talk to each other (replication, the controller) only in cluster mode.
-    connect = BrokerConnection if config.zk_connect is not None else None
+    # Brokers talk to each other (replication, the controller) only in cluster mode, every
+    # connection through this factory: the listener's security with the broker's own
+    # certificate and SASL user.
+    connect = None
+    if config.zk_connect is not None:
+        peer_security = config.security.inter_broker_client()
+
+        def connect(address: str) -> BrokerConnection:
+            return BrokerConnection(address, security=peer_security)
     return Broker(config, serve=lambda listener, handlers: FlightBrokerServer(
-        f"grpc://{listener}", handlers), store=build_metadata_store(config), connect=connect,
+        listener, handlers, config.security), store=build_metadata_store(config),
+        connect=connect,
         object_store=build_object_store(config))
 
 
@@ -86,15 +95,33 @@ def build_object_store(config: BrokerConfig) -> ObjectStore | None:
 
 
 def build_metadata_store(config: BrokerConfig) -> MetadataStore:
-    """ZooKeeper when ``zk_connect`` is set, else the embedded file in the first log dir."""
+    """ZooKeeper when ``zk_connect`` is set, else the embedded file in the first log dir
+    (locked while the broker runs)."""
     if config.zk_connect is not None:
         from logstore.controller.zookeeper import KazooMetadataStore  # kazoo only in cluster mode
 
         return KazooMetadataStore(config.zk_connect, config.broker_id,
-                                  session_timeout_ms=config.zk_session_timeout_ms)
+                                  session_timeout_ms=config.zk_session_timeout_ms,
+                                  digest=zk_digest(config.security.zk_set_acl))
     from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 
-    return LocalMetadataStore(Path(config.log_dirs[0]) / METADATA_FILE, config.broker_id)
+    return LocalMetadataStore(Path(config.log_dirs[0]) / METADATA_FILE, config.broker_id,
+                              exclusive=True)
+
+
+def zk_digest(zk_set_acl: bool) -> ZkDigest | None:
+    """The digest identity of ``zk_set_acl``, from the environment (never from conf/)."""
+    from logstore.controller.zookeeper import ZkDigest
+    from logstore.security.config import ZK_DIGEST_PASSWORD_ENV, ZK_DIGEST_USERNAME_ENV
+
+    username = os.environ.get(ZK_DIGEST_USERNAME_ENV)
+    password = os.environ.get(ZK_DIGEST_PASSWORD_ENV)
+    if not zk_set_acl:
+        return None
+    if not username or not password:
+        raise ConfigError(f"zk_set_acl = true needs ${ZK_DIGEST_USERNAME_ENV} and "
+                          f"${ZK_DIGEST_PASSWORD_ENV} (the brokers' ZooKeeper digest identity)")
+    return ZkDigest(username, password)
 
 
 def _default_broker(config: BrokerConfig) -> Runnable:

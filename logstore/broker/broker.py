@@ -26,6 +26,7 @@ from logstore.broker.group_handlers import GroupHandlers, ReplicaOffsetsLog
 from logstore.broker.handlers import RequestHandlers
 from logstore.broker.remote_tier import RemoteTier
 from logstore.broker.replica_manager import ReplicaManager
+from logstore.broker.security import SecurityManager
 from logstore.clock import Clock, SystemClock
 from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.cluster_controller import ClusterController
@@ -117,6 +118,10 @@ class Broker:
                                         self.replicas, ProducerIdAllocator(self.store))
         self.groups = self._group_handlers(config)
         self.handlers.add_routes(self.groups.routes())
+        self.security = SecurityManager(config.security, self.store)
+        self.handlers.add_routes(self.security.routes())
+        self.handlers.permissions = self.security.permissions
+        self.handlers.credentials = self.security.credentials
         self.server: Server | None = None
         self._sync_lock = threading.RLock()
         self._stopping = threading.Event()
@@ -163,6 +168,7 @@ class Broker:
     def start(self) -> None:
         _raise_open_file_limit()
         self.store.start()
+        self.security.start()
         self.log_manager.startup()
         if self.tier is not None:
             self.tier.start()

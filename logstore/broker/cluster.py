@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from logstore.broker import acl_rules as rules
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.controller.cluster_controller import ClusterController
 from logstore.controller.store import MetadataStore, PartitionState
@@ -126,11 +127,12 @@ class ClusterHandlers:
         self._controller_epoch = 0
 
     def routes(self) -> list[Route[Any, Any]]:
-        return [Route(LeaderAndIsrRequest, self.leader_and_isr),
-                Route(AlterIsrRequest, self.alter_isr),
-                Route(ControlledShutdownRequest, self.controlled_shutdown),
-                Route(OffsetsForLeaderEpochRequest, self.offsets_for_leader_epoch),
-                Route(LeaderEpochsRequest, self.leader_epochs)]
+        return [Route(LeaderAndIsrRequest, self.leader_and_isr, rules.BROKERS_ONLY),
+                Route(AlterIsrRequest, self.alter_isr, rules.BROKERS_ONLY),
+                Route(ControlledShutdownRequest, self.controlled_shutdown, rules.BROKERS_ONLY),
+                Route(OffsetsForLeaderEpochRequest, self.offsets_for_leader_epoch,
+                      rules.BROKERS_ONLY),
+                Route(LeaderEpochsRequest, self.leader_epochs, rules.BROKERS_ONLY)]
 
     def leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
         """The controller's word on partitions this broker hosts."""

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from logstore.broker import acl_rules as rules
 from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.controller.store import MetadataStore
@@ -124,16 +125,16 @@ class GroupHandlers:
         self._segment_bytes = segment_bytes
 
     def routes(self) -> list[Route[Any, Any]]:
-        return [Route(FindCoordinatorRequest, self.find_coordinator),
-                Route(JoinGroupRequest, self.join_group),
-                Route(SyncGroupRequest, self.sync_group),
-                Route(HeartbeatRequest, self.heartbeat),
-                Route(LeaveGroupRequest, self.leave_group),
-                Route(OffsetCommitRequest, self.offset_commit),
-                Route(OffsetFetchRequest, self.offset_fetch),
-                Route(ListGroupsRequest, self.list_groups),
-                Route(DescribeGroupsRequest, self.describe_groups),
-                Route(DeleteGroupsRequest, self.delete_groups)]
+        return [Route(FindCoordinatorRequest, self.find_coordinator, rules.FIND_COORDINATOR),
+                Route(JoinGroupRequest, self.join_group, rules.GROUP_MEMBERSHIP),
+                Route(SyncGroupRequest, self.sync_group, rules.GROUP_MEMBERSHIP),
+                Route(HeartbeatRequest, self.heartbeat, rules.GROUP_MEMBERSHIP),
+                Route(LeaveGroupRequest, self.leave_group, rules.GROUP_MEMBERSHIP),
+                Route(OffsetCommitRequest, self.offset_commit, rules.OFFSET_COMMIT),
+                Route(OffsetFetchRequest, self.offset_fetch, rules.OFFSET_FETCH),
+                Route(ListGroupsRequest, self.list_groups, rules.LIST_GROUPS),
+                Route(DescribeGroupsRequest, self.describe_groups, rules.DESCRIBE_GROUPS),
+                Route(DeleteGroupsRequest, self.delete_groups, rules.DELETE_GROUPS)]
 
     # -- coordinator lookup ------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 import pyarrow as pa
 
+from logstore.broker import acl_rules as rules
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
 from logstore.controller.store import MetadataStore, TopicRecord
 from logstore.controller.topics import TopicController
@@ -88,6 +89,8 @@ from logstore.records import (
     topic_schema,
 )
 from logstore.replication.partition import PendingAppend
+from logstore.security.access import Access, Permissions, authorize
+from logstore.security.sasl import CredentialLookup
 from logstore.segments.format import SEGMENT_SUFFIX
 from logstore.tiering.metadata import RemoteLogSegmentMetadata
 from logstore.tiering.naming import segment_key
@@ -142,29 +145,35 @@ class RequestHandlers:
         self._replicas = replicas
         self._producer_ids = producer_ids
         self._action_counts: Counter[str] = Counter()
+        # What a connection may do, and users' credentials: the broker's security manager sets
+        # these (without it no authorizer runs and no user exists).
+        self.permissions: Callable[[str, str], Permissions | None] = _no_authorizer
+        self.credentials: CredentialLookup = _no_users
         # The Flight server dispatches on these, by action name.
         self.routes: dict[str, Route[Any, Any]] = {}
         self.add_routes([
-            Route(MetadataRequest, self.metadata),
-            Route(CreateTopicsRequest, self.create_topics),
-            Route(DeleteTopicsRequest, self.delete_topics),
-            Route(CreatePartitionsRequest, self.create_partitions),
-            Route(DescribeConfigsRequest, self.describe_configs),
-            Route(AlterConfigsRequest, self.alter_configs),
-            Route(ListOffsetsRequest, self.list_offsets),
-            Route(InitProducerIdRequest, self.init_producer_id),
-            Route(DescribeLogDirsRequest, self.describe_log_dirs),
-            Route(AwaitHighWatermarksRequest, self.await_high_watermarks),
-            Route(BrokerStatsRequest, self.broker_stats),
-            Route(DescribeLogTiersRequest, self.describe_log_tiers),
-            Route(ListRemoteSegmentsRequest, self.list_remote_segments),
+            Route(MetadataRequest, self.metadata, rules.METADATA),
+            Route(CreateTopicsRequest, self.create_topics, rules.CREATE_TOPICS),
+            Route(DeleteTopicsRequest, self.delete_topics, rules.DELETE_TOPICS),
+            Route(CreatePartitionsRequest, self.create_partitions, rules.CREATE_PARTITIONS),
+            Route(DescribeConfigsRequest, self.describe_configs, rules.DESCRIBE_CONFIGS),
+            Route(AlterConfigsRequest, self.alter_configs, rules.ALTER_CONFIGS),
+            Route(ListOffsetsRequest, self.list_offsets, rules.LIST_OFFSETS),
+            Route(InitProducerIdRequest, self.init_producer_id, rules.INIT_PRODUCER_ID),
+            Route(DescribeLogDirsRequest, self.describe_log_dirs, rules.DESCRIBE_LOG_DIRS),
+            Route(AwaitHighWatermarksRequest, self.await_high_watermarks,
+                  rules.AWAIT_HIGH_WATERMARKS),
+            Route(BrokerStatsRequest, self.broker_stats, rules.BROKER_STATS),
+            Route(DescribeLogTiersRequest, self.describe_log_tiers, rules.DESCRIBE_LOG_TIERS),
+            Route(ListRemoteSegmentsRequest, self.list_remote_segments,
+                  rules.LIST_REMOTE_SEGMENTS),
         ])
 
     def add_routes(self, routes: list[Route[Any, Any]]) -> None:
         """Serve typed actions (the cluster's come from cluster.py), each counted."""
         for route in routes:
             self.routes[route.action] = Route(route.request_type, _counted(
-                route.action, route.handle, self._action_counts))
+                route.action, route.handle, self._action_counts), route.access)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -337,12 +346,24 @@ class RequestHandlers:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         return topic_schema(record.value_schema)
 
-    def produce(self, req: ProduceRequest, batch: pa.RecordBatch, meta: ProduceBatchMetadata
-                ) -> PendingProduce:
-        """Append one producer batch now; the result's ``ack(timeout_ms)`` waits for the
-        acknowledgement and gives the batch's ``ProduceAck``."""
+    @staticmethod
+    def authorize_stream(req: ProduceRequest | FetchRequest, permissions: Permissions | None
+                         ) -> None:
+        """Refuse a produce or fetch stream the connection may not open (acl_rules.PRODUCE,
+        FETCH); with no authorizer (``permissions`` None) everything may."""
+        if permissions is not None:
+            access: Access[Any, Any] = rules.PRODUCE if isinstance(
+                req, ProduceRequest) else rules.FETCH
+            authorize(access, req, permissions, _nothing)
+
+    def produce(self, req: ProduceRequest, batch: pa.RecordBatch, meta: ProduceBatchMetadata,
+                permissions: Permissions | None) -> PendingProduce:
+        """Append one producer batch now, if the connection may still write (an ACL removed
+        while the stream is open refuses the next batch); the result's ``ack(timeout_ms)``
+        waits for the acknowledgement and gives the batch's ``ProduceAck``."""
         tp = TopicPartition(req.topic, meta.partition)
         try:
+            self.authorize_stream(req, permissions)
             batch = conform_batch(batch, self.topic_schema(req.topic), f"topic-partition {tp}")
             pending = self._replicas.append_records(
                 tp, batch, req.acks, producer_id=meta.producer_id,
@@ -354,7 +375,9 @@ class RequestHandlers:
 
     # -- fetch -------------------------------------------------------------------------------
 
-    def fetch(self, req: FetchRequest) -> tuple[pa.Schema, list[PartitionFetchResult]]:
+    def fetch(self, req: FetchRequest, permissions: Permissions | None
+              ) -> tuple[pa.Schema, list[PartitionFetchResult]]:
+        self.authorize_stream(req, permissions)
         if req.max_bytes <= 0:
             raise InvalidFetchSizeError(f"fetch from {req.topic!r}: max_bytes must be positive")
         parts = [FetchPartition(
@@ -405,6 +428,18 @@ def _segment_entry(m: RemoteLogSegmentMetadata) -> RemoteSegmentEntry:
         end_offset=m.end_offset, max_timestamp=m.max_timestamp_ms, size_bytes=m.size_bytes,
         leader_epoch=m.leader_epoch, epochs=[list(e) for e in m.segment_leader_epochs],
         key=segment_key(m, SEGMENT_SUFFIX))
+
+
+def _no_authorizer(principal: str, host: str) -> Permissions | None:
+    return None
+
+
+def _no_users(user: str) -> dict[str, Any]:
+    return {}
+
+
+def _nothing(req: object) -> None:
+    return None
 
 
 def _capped_wait(max_wait_ms: int) -> int:

@@ -17,7 +17,12 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from logstore.cli.arguments import add_bootstrap, describe_topic, non_negative
+from logstore.cli.arguments import (
+    add_bootstrap,
+    client_settings,
+    describe_topic,
+    non_negative,
+)
 from logstore.cli.json_rows import json_values
 
 if TYPE_CHECKING:
@@ -103,11 +108,13 @@ def _new_consumer(args: argparse.Namespace) -> Consumer:
 
     if args.group is not None:  # auto-commit (the default) commits every 5 s while it runs
         return Consumer(bootstrap_servers=args.bootstrap_server, group_id=args.group,
-                        auto_offset_reset="earliest" if args.from_beginning else "latest")
+                        auto_offset_reset="earliest" if args.from_beginning else "latest",
+                        **client_settings(args))
     # An explicit --offset outside the log is an error naming the valid range, not a silent
     # jump to the beginning.
     return Consumer(bootstrap_servers=args.bootstrap_server,
-                    auto_offset_reset="none" if args.offset is not None else "earliest")
+                    auto_offset_reset="none" if args.offset is not None else "earliest",
+                    **client_settings(args))
 
 
 def _start(consumer: Consumer, args: argparse.Namespace, topic: TopicDescription) -> None:

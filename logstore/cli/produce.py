@@ -13,7 +13,13 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from logstore.cli.arguments import acks, add_bootstrap, describe_topic, non_negative
+from logstore.cli.arguments import (
+    acks,
+    add_bootstrap,
+    client_settings,
+    describe_topic,
+    non_negative,
+)
 from logstore.cli.json_rows import BadLine, json_chunks, lines, rows_to_table
 
 if TYPE_CHECKING:
@@ -47,7 +53,8 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     if value_schema is not None and args.key_separator is not None:
         raise ValueError(f"topic {args.topic!r} has typed values: each line is a JSON object "
                          'and the key is its "key" field, so --key-separator does not apply')
-    with Producer(bootstrap_servers=args.bootstrap_server, acks=args.acks) as producer:
+    with Producer(bootstrap_servers=args.bootstrap_server, acks=args.acks,
+                  **client_settings(args)) as producer:
         if value_schema is None:
             sent = _produce_lines(args, producer)
         else:

@@ -1,5 +1,5 @@
-"""The admin client: the cluster's brokers and controller, topics, partitions, topic configs
-and consumer groups.
+"""The admin client: the cluster's brokers and controller, topics, partitions, topic configs,
+consumer groups, ACLs and SCRAM users.
 
 Each call raises the ApiError of the first entity that failed, with a message naming it, after
 the request has been applied to every entity it could be applied to (as Kafka's admin does
@@ -9,7 +9,7 @@ per-topic). Must not: reach into broker internals.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -26,6 +26,18 @@ from logstore.messages.groups import (
     ListGroupsRequest,
 )
 from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
+from logstore.messages.security import (
+    AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DescribeAclsRequest,
+    DescribeUserScramCredentialsRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+    binding_of,
+    entry_of,
+    filter_entry_of,
+)
 from logstore.messages.tiering import DescribeLogTiersRequest
 from logstore.messages.topics import (
     AlterConfigsRequest,
@@ -40,6 +52,16 @@ from logstore.messages.topics import (
 )
 from logstore.model import NewTopic, OffsetAndMetadata, TopicPartition
 from logstore.records import decode_schema, encode_schema
+from logstore.security.acl import AclBinding, AclBindingFilter
+from logstore.security.config import client_security
+from logstore.security.scram import (
+    DEFAULT_ITERATIONS,
+    SCRAM_SHA_256,
+    check_iterations,
+    check_mechanism,
+    new_salt,
+    salted_password,
+)
 
 
 @dataclass(frozen=True)
@@ -117,10 +139,29 @@ class ClusterDescription:
     controller_id: int | None
 
 
+@dataclass(frozen=True)
+class UserScramCredentialUpsertion:
+    """Set ``user``'s credential for ``mechanism``. The password stays here: the broker gets a
+    fresh salt and the salted password (KIP-554)."""
+
+    user: str
+    password: str = field(repr=False)
+    mechanism: str = SCRAM_SHA_256
+    iterations: int = DEFAULT_ITERATIONS
+
+
+@dataclass(frozen=True)
+class UserScramCredentialDeletion:
+    user: str
+    mechanism: str = SCRAM_SHA_256
+
+
 class Admin:
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
-                 request_timeout_ms: int = 30_000) -> None:
-        self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms)
+                 request_timeout_ms: int = 30_000, **security: Any) -> None:
+        """``**security``: kafka-python's connection settings, as ``Producer`` takes them."""
+        self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms,
+                                         security=client_security(security, "Admin"))
 
     def describe_cluster(self) -> ClusterDescription:
         """The registered brokers, sorted by id, and the controller, as one broker sees them."""
@@ -261,6 +302,42 @@ class Admin:
         for entry in entries:
             entry.raise_error()
 
+    # -- ACLs and users ----------------------------------------------------------------------
+
+    def create_acls(self, bindings: list[AclBinding]) -> None:
+        response = self._metadata.call(CreateAclsRequest(creations=[entry_of(b) for b in bindings]))
+        _raise_first(response.results)
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[AclBinding]:
+        """Remove the bindings matching any filter; the ones removed."""
+        response = self._metadata.call(DeleteAclsRequest(
+            filters=[filter_entry_of(f) for f in filters]))
+        _raise_first(response.results)
+        return [binding_of(e) for r in response.results for e in r.matching]
+
+    def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        response = self._metadata.call(DescribeAclsRequest(
+            filter=filter_entry_of(acl_filter or AclBindingFilter())))
+        response.raise_error("describe_acls")
+        return [binding_of(e) for e in response.acls]
+
+    def alter_user_scram_credentials(
+            self, upsertions: Iterable[UserScramCredentialUpsertion] = (),
+            deletions: Iterable[UserScramCredentialDeletion] = ()) -> None:
+        request = AlterUserScramCredentialsRequest(
+            deletions=[ScramCredentialDeletion(name=d.user, mechanism=d.mechanism)
+                       for d in deletions],
+            upsertions=[_upsertion(u) for u in upsertions])
+        _raise_first(self._metadata.call(request).results)
+
+    def describe_user_scram_credentials(self, users: list[str] | None = None
+                                        ) -> dict[str, dict[str, int]]:
+        """{user: {mechanism: iterations}} (every user when ``users`` is None)."""
+        response = self._metadata.call(DescribeUserScramCredentialsRequest(users=users))
+        _raise_first(response.results)
+        return {r.user: {c.mechanism: c.iterations for c in r.credentials}
+                for r in response.results}
+
     def _group(self, group_id: str) -> GroupMember:
         return GroupMember(self._metadata, GroupSettings(group_id))
 
@@ -272,6 +349,14 @@ class Admin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _upsertion(u: UserScramCredentialUpsertion) -> ScramCredentialUpsertion:
+    check_iterations(check_mechanism(u.mechanism), u.iterations)
+    salt = new_salt()
+    return ScramCredentialUpsertion(
+        name=u.user, mechanism=u.mechanism, iterations=u.iterations, salt=salt,
+        salted_password=salted_password(u.mechanism, u.password, salt, u.iterations))
 
 
 def _assigned(assignment: Any) -> list[TopicPartition]:

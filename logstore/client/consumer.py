@@ -39,6 +39,7 @@ from logstore.model import (
     OffsetAndTimestamp,
     TopicPartition,
 )
+from logstore.security.config import client_security
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +70,16 @@ class Consumer:
                  max_poll_interval_ms: int = 300_000,
                  partition_assignment_strategy: Iterable[str] = ("range",),
                  group_instance_id: str | None = None, client_id: str = "logstore-consumer",
-                 metadata_max_age_ms: int = 300_000) -> None:
+                 metadata_max_age_ms: int = 300_000, **security: Any) -> None:
+        """``**security``: kafka-python's connection settings, as ``Producer`` takes them."""
         if auto_offset_reset not in _RESET:
             raise ValueError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', "
                              f"got {auto_offset_reset!r}")
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
         self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms,
-                                         metadata_max_age_ms=metadata_max_age_ms)
+                                         metadata_max_age_ms=metadata_max_age_ms,
+                                         security=client_security(security, "Consumer"))
         self._group: GroupMember | None = None if group_id is None else GroupMember(
             self._metadata, GroupSettings(
                 group_id, session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,

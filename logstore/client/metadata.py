@@ -27,6 +27,7 @@ from logstore.messages.topics import MetadataRequest, TopicMetadata
 from logstore.model import TopicPartition
 from logstore.records import decode_schema, topic_schema
 from logstore.rpc.client import BrokerConnection
+from logstore.security.config import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +71,19 @@ def parse_bootstrap(servers: str | list[str]) -> list[str]:
 
 class ClusterMetadata:
     def __init__(self, bootstrap_servers: str | list[str], request_timeout_ms: int = 30_000,
-                 compression: str | None = None, metadata_max_age_ms: int = 300_000) -> None:
+                 compression: str | None = None, metadata_max_age_ms: int = 300_000,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = security
         self._timeout_s = request_timeout_ms / 1000.0
         self._compression = compression
         self._lock = threading.RLock()
         self._brokers: dict[int, str] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._refreshed_at: dict[str, float] = {}
+        # The last refresh's answer for topics it did not return (TOPIC_AUTHORIZATION_FAILED
+        # must not read as "no such topic", which clients retry).
+        self._refused: dict[str, ApiError] = {}
         self._max_age_s = metadata_max_age_ms / 1000.0
         self._connections: dict[str, BrokerConnection] = {}
         self.controller_id: int | None = None
@@ -88,7 +94,8 @@ class ClusterMetadata:
         with self._lock:
             conn = self._connections.get(address)
             if conn is None:
-                conn = BrokerConnection(address, self._timeout_s, self._compression)
+                conn = BrokerConnection(address, self._timeout_s, self._compression,
+                                        self.security)
                 self._connections[address] = conn
             return conn
 
@@ -127,11 +134,15 @@ class ClusterMetadata:
                 self._topics = {}
             now = time.monotonic()
             for t in response.topics:
-                if t.error() is None:
+                error = t.error()
+                if error is None:
                     self._topics[t.name] = _topic_info(t)
                     self._refreshed_at[t.name] = now
+                    self._refused.pop(t.name, None)
                 else:
                     self._topics.pop(t.name, None)
+                    if not error.retriable:
+                        self._refused[t.name] = error
 
     def topic(self, name: str, refresh: bool = False) -> TopicInfo:
         """A topic's metadata, refreshed when asked, unknown or older than
@@ -141,6 +152,9 @@ class ClusterMetadata:
             self.refresh([name])
         info = self._topics.get(name)
         if info is None:
+            refused = self._refused.get(name)
+            if refused is not None:
+                raise type(refused)(refused.message)
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         return info
 

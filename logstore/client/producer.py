@@ -29,6 +29,7 @@ from logstore.client.partitioner import StickyPartitioner, assign_partitions
 from logstore.client.sender import Sender
 from logstore.errors import InvalidRecordError, MessageTooLargeError, RequestTimedOutError
 from logstore.records import HEADERS_TYPE, TIMESTAMP_TYPE, conform_batch, value_columns
+from logstore.security.config import client_security
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,9 @@ _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
 
 class Producer:
     """Sends records to LogStore topics. Thread-safe; use as a context manager or ``close()``.
+    ``**security`` takes kafka-python's connection settings (``security_protocol``,
+    ``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname``,
+    ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``).
 
     ``batch_size`` is in bytes (default 1 MiB, larger than Kafka's 16 KiB because a batch is one
     Arrow record batch and large batches are what make Arrow fast)."""
@@ -49,7 +53,7 @@ class Producer:
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  max_in_flight_requests_per_connection: int = 5,
                  buffer_memory: int = 256 * MiB, enable_idempotence: bool | None = None,
-                 metadata_max_age_ms: int = 300_000) -> None:
+                 metadata_max_age_ms: int = 300_000, **security: Any) -> None:
         if acks not in _ACKS:
             raise ValueError(f"acks must be 'all', 1 or 0, got {acks!r}")
         if compression_type not in (None, "none", "lz4", "zstd"):
@@ -67,7 +71,8 @@ class Producer:
         self.delivery_timeout_s = delivery_timeout_ms / 1000.0
         compression = None if compression_type in (None, "none") else compression_type
         self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms, compression,
-                                         metadata_max_age_ms)
+                                         metadata_max_age_ms,
+                                         client_security(security, "Producer"))
         idempotent = self.acks != 0 if enable_idempotence is None else enable_idempotence
         in_flight = max_in_flight_requests_per_connection
         if not idempotent and retries > 0:

@@ -113,6 +113,8 @@ class Sender:
         self._inflight: dict[TopicPartition, int] = {}
         self._resetting: set[TopicPartition] = set()  # need a fresh id once drained
         self._fresh_ids: dict[TopicPartition, tuple[int, int]] = {}  # fetched for them
+        # A refusal no retry can change (an authorization error): batches fail with it.
+        self._ids_refused: ApiError | None = None
         self._queued_bytes = 0
         self._outstanding: set[int] = set()  # orders of batches not yet done
         self._refresh: set[str] = set()
@@ -245,7 +247,9 @@ class Sender:
             default = self._sequences.fetch_ids() if need_default else None
         except ApiError as e:
             log.info("could not get a producer id yet: %s", e)
+            self._ids_refused = None if e.retriable else e
             return
+        self._ids_refused = None
         with self._cond:
             self._fresh_ids.update(fetched)
             if default is not None:
@@ -257,7 +261,7 @@ class Sender:
             if self._idempotent and not self._sequences.has_default():
                 self._fetch_ids()
                 if not self._sequences.has_default():
-                    raise NetworkError("no producer id yet")
+                    raise self._ids_refused or NetworkError("no producer id yet")
             stream, leader_epoch = self._stream_for(batch)
             if self._idempotent:
                 with self._cond:

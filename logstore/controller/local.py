@@ -3,20 +3,26 @@ alone with no ZooKeeper. Writes go to a temporary file that is fsynced and renam
 leaves either the old or the new state. The broker is always its own controller; each election
 (one per start) still takes a new controller epoch, so the fencing rules are the same as with
 ZooKeeper. Remote log segment entries sit in the same file, fenced in-process by the same rule
-as in ZooKeeper (``store.remote_write_fence``). Must not: know about the network.
+as in ZooKeeper (``store.remote_write_fence``), and so do users' SCRAM credentials (salted keys
+only) and ACL bindings. With ``exclusive`` the store holds an advisory lock on
+``<file>.lock`` while started: the broker takes it, so ``logstore users add --log-dir`` (which
+edits the file of a stopped broker) is refused while the broker runs. Must not: know about the
+network.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
 from logstore.controller.store import (
     BrokerInfo,
+    Credentials,
     ElectedCallback,
     MetadataListener,
     PartitionState,
@@ -24,7 +30,9 @@ from logstore.controller.store import (
     TopicRecord,
     remote_write_fence,
 )
-from logstore.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from logstore.errors import ConfigError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from logstore.security.acl import AclBinding
+from logstore.security.scram import ScramCredential
 from logstore.tiering.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -38,9 +46,14 @@ METADATA_FILE = "__cluster_metadata.json"
 class LocalMetadataStore:
     """All cluster metadata of a single embedded broker in ``<log_dir>/__cluster_metadata.json``."""
 
-    def __init__(self, path: Path, broker_id: int) -> None:
+    def __init__(self, path: Path, broker_id: int, exclusive: bool = False) -> None:
         self._path = Path(path)
         self._broker_id = broker_id
+        self._exclusive = exclusive
+        self._lock_file: IO[bytes] | None = None
+        self._users: Credentials = {}
+        self._acls: set[AclBinding] = set()
+        self._security_listeners: list[MetadataListener] = []
         self._lock = threading.RLock()
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, TopicRecord] = {}
@@ -52,9 +65,14 @@ class LocalMetadataStore:
         self._remote: dict[TopicIdPartition, dict[str, RemoteLogSegmentMetadata]] = {}
 
     def start(self) -> None:
+        if self._exclusive:
+            self._take_lock()
         if not self._path.exists():
             return
         data = orjson.loads(self._path.read_bytes())
+        self._users = {u: {m: ScramCredential.from_text(m, t) for m, t in creds.items()}
+                       for u, creds in data.get("scram_users", {}).items()}
+        self._acls = {AclBinding.from_json(b) for b in data.get("acls", [])}
         self._topics = {n: TopicRecord.from_json(t) for n, t in data.get("topics", {}).items()}
         self._states = {n: {int(p): PartitionState.from_json(s) for p, s in states.items()}
                         for n, states in data.get("states", {}).items()}
@@ -64,8 +82,22 @@ class LocalMetadataStore:
             entry = RemoteLogSegmentMetadata.from_json(raw)
             self._remote.setdefault(entry.partition, {})[entry.segment_id] = entry
 
+    def _take_lock(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        lock_file = open(self._path.with_suffix(".lock"), "ab")  # noqa: SIM115 (held open)
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock_file.close()
+            raise ConfigError(f"{self._path} is in use by a running broker; change it through "
+                              "that broker (--bootstrap-server) instead") from None
+        self._lock_file = lock_file
+
     def close(self) -> None:
-        """Nothing to release: every change was written through to the file already."""
+        """Every change was written through to the file already; only the lock is let go."""
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
 
     def register_broker(self, info: BrokerInfo) -> None:
         with self._lock:
@@ -185,6 +217,52 @@ class LocalMetadataStore:
                 self._remote.pop(tp, None)
             self._save()
 
+    # -- security ----------------------------------------------------------------------------
+
+    def scram_credentials(self) -> Credentials:
+        with self._lock:
+            return {u: dict(c) for u, c in self._users.items()}
+
+    def put_scram_credential(self, user: str, credential: ScramCredential) -> None:
+        with self._lock:
+            self._users.setdefault(user, {})[credential.mechanism] = credential
+            self._save()
+        self._notify_security()
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        with self._lock:
+            if mechanism not in self._users.get(user, {}):
+                return False
+            del self._users[user][mechanism]
+            if not self._users[user]:
+                del self._users[user]
+            self._save()
+        self._notify_security()
+        return True
+
+    def acls(self) -> frozenset[AclBinding]:
+        with self._lock:
+            return frozenset(self._acls)
+
+    def add_acls(self, bindings: list[AclBinding]) -> None:
+        with self._lock:
+            self._acls.update(bindings)
+            self._save()
+        self._notify_security()
+
+    def remove_acls(self, bindings: list[AclBinding]) -> None:
+        with self._lock:
+            self._acls.difference_update(bindings)
+            self._save()
+        self._notify_security()
+
+    def add_security_listener(self, listener: MetadataListener) -> None:
+        self._security_listeners.append(listener)
+
+    def _notify_security(self) -> None:
+        for listener in self._security_listeners:
+            listener()
+
     def _require(self, name: str) -> None:
         if name not in self._topics:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -203,6 +281,9 @@ class LocalMetadataStore:
             "controller_epoch": self._latest_controller_epoch,
             "remote_log_segments": [m.to_json() for entries in self._remote.values()
                                     for m in entries.values()],
+            "scram_users": {u: {m: c.to_text() for m, c in creds.items()}
+                            for u, creds in self._users.items()},
+            "acls": [b.to_json() for b in sorted(self._acls, key=AclBinding.sort_key)],
         }
         tmp = self._path.with_suffix(".tmp")
         self._path.parent.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,8 @@
 
 Owns: the value types of cluster metadata (brokers, topics with their ids, partition leader
 state) with their versioned JSON form, the ``MetadataStore`` protocol that the embedded file
-store (``local.py``) and the ZooKeeper store implement, and the fencing rule of remote log
+store (``local.py``) and the ZooKeeper store implement (security metadata included: users'
+SCRAM credentials and ACL bindings, whose value types are ``security/``'s), and the fencing rule of remote log
 segment metadata writes that both apply (the entries' value type and transition rules are
 ``tiering/metadata.py``'s). Must not: import kazoo or do network I/O.
 """
@@ -18,6 +19,8 @@ import pyarrow as pa
 
 from logstore.errors import ApiError, FencedLeaderEpochError
 from logstore.records import decode_schema, encode_schema
+from logstore.security.acl import AclBinding
+from logstore.security.scram import ScramCredential
 from logstore.tiering.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 JSON_VERSION = 1
@@ -134,6 +137,8 @@ def remote_write_fence(tp: TopicIdPartition, leader_epoch: int | None,
 
 
 MetadataListener = Callable[[], None]
+# user -> mechanism -> credential
+Credentials = dict[str, dict[str, ScramCredential]]
 ElectedCallback = Callable[[int], None]
 ResignedCallback = Callable[[], None]
 
@@ -215,3 +220,27 @@ class MetadataStore(Protocol):
         only once no topic has that id. An impossible transition raises
         InvalidRemoteSegmentStateError and writes nothing."""
         ...
+
+    # -- security: users' SCRAM credentials and ACL bindings ----------------------------------
+    # Security listeners hear of every change to either, as metadata listeners do of theirs
+    # (another broker's change through a watch).
+
+    def scram_credentials(self) -> Credentials: ...
+
+    def put_scram_credential(self, user: str, credential: ScramCredential) -> None:
+        """Add or replace ``user``'s credential for its mechanism."""
+        ...
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        """Remove it; False if the user had no credential for ``mechanism``."""
+        ...
+
+    def acls(self) -> frozenset[AclBinding]: ...
+
+    def add_acls(self, bindings: list[AclBinding]) -> None: ...
+
+    def remove_acls(self, bindings: list[AclBinding]) -> None:
+        """Remove these bindings (those already gone are ignored)."""
+        ...
+
+    def add_security_listener(self, listener: MetadataListener) -> None: ...

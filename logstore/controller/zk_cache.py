@@ -19,6 +19,7 @@ CacheKey = str | tuple[str, str]
 BROKERS_KEY = "brokers"
 TOPICS_KEY = "topics"
 CONTROLLER_KEY = "controller"
+SECURITY_KEY = "security"  # users' credentials and ACLs (zk_security.py keeps its own snapshot)
 STATES = "states"  # ("states", topic) keys the partition states of one topic
 
 
@@ -32,6 +33,8 @@ def key_for(path: str) -> CacheKey | None:
         return BROKERS_KEY
     if path == zp.CONTROLLER:
         return CONTROLLER_KEY
+    if zp.is_security_path(path):
+        return SECURITY_KEY
     topic = zp.topic_of(path)
     if path == zp.TOPICS or (topic is not None and path == zp.topic_path(topic)):
         return TOPICS_KEY

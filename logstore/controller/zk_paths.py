@@ -22,6 +22,16 @@ misreads a newer broker's data. Must not: import kazoo or do I/O.
 | /remote_log_segments/<topic>-<topic id>/<p>  | persistent | (no data)                        |
 | /remote_log_segments/<topic>-<topic id>/<p>/ | persistent | one remote segment's metadata    |
 |   <segment id>                               |            | (tiering/metadata.py's table)    |
+| /config/users/<user>                         | persistent | config: {mechanism: Kafka's SCRAM|
+|                                              | sensitive  | credential text}                 |
+| /kafka-acl/<Type>/<name>                     | persistent | acls: [{principal,               |
+| /kafka-acl-extended/prefixed/<Type>/<name>   |            | permissionType, operation, host}]|
+
+Names in the user and ACL paths are URL-quoted (a group name may hold a ``/``). ``<Type>`` and
+the ACL fields use Kafka's spelling (``Topic``, ``TransactionalId``, ``Allow``,
+``ClusterAction``), so the layout is Kafka's ZooKeeper ACL layout. With ``zk_set_acl`` every
+znode LogStore creates is writable only by the brokers' digest identity (and world-readable,
+except the sensitive ones, which only that identity can read).
 
 Topic deletion is one ZooKeeper transaction over the topic's subtree, so Kafka's
 ``/admin/delete_topics`` marker is not needed (yet). Remote segment entries live outside that
@@ -34,11 +44,22 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, unquote
 
 import orjson
 
 from logstore.controller.store import JSON_VERSION, BrokerInfo, PartitionState, TopicRecord
 from logstore.errors import ConfigError
+from logstore.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
+from logstore.security.scram import ScramCredential
 from logstore.tiering.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 BROKERS = "/brokers"
@@ -48,9 +69,20 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 REMOTE_LOG_SEGMENTS = "/remote_log_segments"
+CONFIG = "/config"
+USERS = "/config/users"
+ACLS_LITERAL = "/kafka-acl"
+ACLS_EXTENDED = "/kafka-acl-extended"
+ACLS_PREFIXED = "/kafka-acl-extended/prefixed"
+_ACL_TYPE_NAMES = {"TOPIC": "Topic", "GROUP": "Group", "CLUSTER": "Cluster",
+                   "TRANSACTIONAL_ID": "TransactionalId"}
+ACL_TYPE_PATHS = tuple(f"{root}/{t}" for root in (ACLS_LITERAL, ACLS_PREFIXED)
+                       for t in _ACL_TYPE_NAMES.values())
 # Created at startup by whoever gets there first; never deleted.
-PERSISTENT_PATHS = (BROKERS, BROKER_IDS, TOPICS, REMOTE_LOG_SEGMENTS)
+PERSISTENT_PATHS = (BROKERS, BROKER_IDS, TOPICS, REMOTE_LOG_SEGMENTS, CONFIG, USERS,
+                    ACLS_LITERAL, ACLS_EXTENDED, ACLS_PREFIXED, *ACL_TYPE_PATHS)
 INITIAL_CONTROLLER_EPOCH = 0
+EMPTY_JSON = b'{"version": 1}'  # what a missing user or ACL znode reads as
 
 
 def broker_path(broker_id: int) -> str:
@@ -83,6 +115,34 @@ def remote_partition_path(tp: TopicIdPartition) -> str:
 
 def remote_segment_path(tp: TopicIdPartition, segment_id: str) -> str:
     return f"{REMOTE_LOG_SEGMENTS}/{tp.topic_dir}/{tp.partition}/{segment_id}"
+
+
+def user_path(user: str) -> str:
+    return f"{USERS}/{quote(user, safe='')}"
+
+
+def user_of(path: str) -> str:
+    return unquote(path.rsplit("/", 1)[1])
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    root = ACLS_PREFIXED if pattern.pattern_type is PatternType.PREFIXED else ACLS_LITERAL
+    kind = _ACL_TYPE_NAMES[pattern.resource_type.value]
+    return f"{root}/{kind}/{quote(pattern.name, safe='')}"
+
+
+def acl_pattern_of(path: str) -> ResourcePattern:
+    """The resource pattern an ACL znode path names."""
+    parent, name = path.rsplit("/", 1)
+    root, kind = parent.rsplit("/", 1)
+    resource = {v: k for k, v in _ACL_TYPE_NAMES.items()}[kind]
+    return ResourcePattern(ResourceType(resource), unquote(name), PatternType.PREFIXED
+                           if root == ACLS_PREFIXED else PatternType.LITERAL)
+
+
+def is_security_path(path: str) -> bool:
+    return any(path == root or path.startswith(root + "/")
+               for root in (USERS, ACLS_LITERAL, ACLS_EXTENDED))
 
 
 def topic_of(path: str) -> str | None:
@@ -198,3 +258,33 @@ def encode_remote_segment(metadata: RemoteLogSegmentMetadata) -> bytes:
 
 def decode_remote_segment(data: bytes) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata.from_json(_loads(data, "remote log segment"))
+
+
+def encode_user(credentials: dict[str, ScramCredential]) -> bytes:
+    return _dumps({"config": {m: c.to_text() for m, c in sorted(credentials.items())}})
+
+
+def decode_user(data: bytes) -> dict[str, ScramCredential]:
+    config = _loads(data, "user").get("config", {})
+    return {m: ScramCredential.from_text(m, text) for m, text in config.items()}
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+_OPERATIONS = {_camel(o.value): o for o in Operation}
+_PERMISSIONS = {_camel(p.value): p for p in Permission}
+
+
+def encode_acls(entries: list[AccessControlEntry]) -> bytes:
+    return _dumps({"acls": [{"principal": e.principal, "permissionType": _camel(
+        e.permission.value), "operation": _camel(e.operation.value), "host": e.host}
+        for e in sorted(entries, key=lambda e: (e.principal, e.host, e.operation.value,
+                                                e.permission.value))]})
+
+
+def decode_acls(pattern: ResourcePattern, data: bytes) -> list[AclBinding]:
+    return [AclBinding(pattern, AccessControlEntry(
+        a["principal"], a["host"], _OPERATIONS[a["operation"]], _PERMISSIONS[a["permissionType"]]))
+        for a in _loads(data, "acls").get("acls", [])]

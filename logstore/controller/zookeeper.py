@@ -6,7 +6,9 @@ expires), the controller election (ephemeral ``/controller`` plus a conditional 
 controller epoch, producer-id blocks (compare-and-set), remote log segment entries written in
 transactions that check the topic and partition-state znodes (leader-epoch fencing), and a cache
 of what it read, kept fresh by watches (remote segment entries are not cached: a new leader
-reads its partition's once). The znode layout is ``zk_paths.py``'s. Must not: be imported by anything but
+reads its partition's once). Users' credentials and ACLs are ``zk_security.py``'s, through the
+``ZNodes`` seam implemented here; with ``zk_set_acl`` (a ``ZkDigest``) every znode this store
+creates is writable only by that digest identity. The znode layout is ``zk_paths.py``'s. Must not: be imported by anything but
 the composition root, or let kazoo exceptions out (connection trouble becomes the retriable
 ``RequestTimedOutError``); this is the only module that imports kazoo.
 
@@ -27,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -44,10 +47,12 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
+from kazoo.security import make_acl, make_digest_acl
 
 from logstore.controller import zk_paths as zp
 from logstore.controller.store import (
     BrokerInfo,
+    Credentials,
     ElectedCallback,
     MetadataListener,
     PartitionState,
@@ -58,6 +63,7 @@ from logstore.controller.store import (
 from logstore.controller.zk_cache import (
     BROKERS_KEY,
     CONTROLLER_KEY,
+    SECURITY_KEY,
     TOPICS_KEY,
     CacheKey,
     WatchedCache,
@@ -65,6 +71,7 @@ from logstore.controller.zk_cache import (
     states_key,
 )
 from logstore.controller.zk_events import EventsThread
+from logstore.controller.zk_security import ZkSecurity
 from logstore.errors import (
     ApiError,
     ConfigError,
@@ -73,6 +80,8 @@ from logstore.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from logstore.security.acl import AclBinding
+from logstore.security.scram import ScramCredential
 from logstore.tiering.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -100,13 +109,23 @@ def _failure(results: list[Any]) -> Exception | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class ZkDigest:
+    """The digest identity brokers authenticate to ZooKeeper with (``zk_set_acl``)."""
+
+    username: str
+    password: str = field(repr=False)
+
+
 class KazooMetadataStore:
     """Cluster metadata in ZooKeeper at ``zk_connect`` (``host:port[,host:port]/chroot``)."""
 
-    def __init__(self, zk_connect: str, broker_id: int, session_timeout_ms: int = 18_000) -> None:
+    def __init__(self, zk_connect: str, broker_id: int, session_timeout_ms: int = 18_000,
+                 digest: ZkDigest | None = None) -> None:
         self._hosts, self._chroot = zp.split_zk_connect(zk_connect)
         self._broker_id = broker_id
         self._timeout_s = session_timeout_ms / 1000
+        self._digest = digest
         self._client = self._new_client(self._hosts + (self._chroot or ""))
         self._cache = WatchedCache()
         self._listeners: list[MetadataListener] = []
@@ -119,12 +138,25 @@ class KazooMetadataStore:
         self._is_controller = False
         self._won_epoch = 0
         self._started = False
+        self._security = ZkSecurity(_KazooZNodes(self))
 
     def _new_client(self, hosts: str) -> KazooClient:
         # Reconnect attempts back off to at most a second, so a restarted ZooKeeper is found
         # again well inside the session timeout (kazoo's default backoff grows to an hour).
         retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S)
-        return KazooClient(hosts=hosts, timeout=self._timeout_s, connection_retry=retry)
+        if self._digest is None:
+            return KazooClient(hosts=hosts, timeout=self._timeout_s, connection_retry=retry)
+        d = self._digest
+        return KazooClient(hosts=hosts, timeout=self._timeout_s, connection_retry=retry,
+                           auth_data=[("digest", f"{d.username}:{d.password}")],
+                           default_acl=[make_digest_acl(d.username, d.password, all=True),
+                                        make_acl("world", "anyone", read=True)])
+
+    def sensitive_acl(self) -> list[Any] | None:
+        """The ACL of znodes only the brokers may read (None: ZooKeeper's open default)."""
+        if self._digest is None:
+            return None
+        return [make_digest_acl(self._digest.username, self._digest.password, all=True)]
 
     @property
     def client_id(self) -> tuple[int, bytes] | None:
@@ -281,6 +313,8 @@ class KazooMetadataStore:
             self.topics()
         elif key == CONTROLLER_KEY:
             self.controller_id()
+        elif key == SECURITY_KEY:
+            self._security.reload()
         elif isinstance(key, tuple) and key[1] in self.topics():
             self.partition_states(key[1])
 
@@ -295,6 +329,7 @@ class KazooMetadataStore:
         # Anything else (a topic deleted while we were away) has lost its watch.
         self._cache.retain({BROKERS_KEY, CONTROLLER_KEY, TOPICS_KEY,
                             *(states_key(t) for t in topics)})
+        self._security.reload()
 
     def _changed(self, *keys: CacheKey) -> None:
         """After our own write: read it back into the cache (so it is served from there even
@@ -702,3 +737,76 @@ class KazooMetadataStore:
                 self._op(f"delete {path}", self._client.delete_async, path)
             except (NotEmptyError, NoNodeError):
                 return
+
+    # -- security: users and ACLs (zk_security.py) -------------------------------------------
+
+    def scram_credentials(self) -> Credentials:
+        return self._security.scram_credentials()
+
+    def put_scram_credential(self, user: str, credential: ScramCredential) -> None:
+        self._security.put_scram_credential(user, credential)
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        return self._security.delete_scram_credential(user, mechanism)
+
+    def acls(self) -> frozenset[AclBinding]:
+        return self._security.acls()
+
+    def add_acls(self, bindings: list[AclBinding]) -> None:
+        self._security.add_acls(bindings)
+
+    def remove_acls(self, bindings: list[AclBinding]) -> None:
+        self._security.remove_acls(bindings)
+
+    def add_security_listener(self, listener: MetadataListener) -> None:
+        self._security.add_listener(listener)
+
+
+class _KazooZNodes:
+    """``zk_security.ZNodes`` on the store's session: its waits, watches and ACLs."""
+
+    def __init__(self, store: KazooMetadataStore) -> None:
+        self._store = store
+
+    def children(self, path: str) -> list[str]:
+        try:
+            return self._store._children(path, watch=True)
+        except NoNodeError:
+            return []
+
+    def read_many(self, paths: list[str]) -> dict[str, bytes]:
+        client, watch = self._store._client, self._store._on_watch
+        pending = [(p, client.get_async(p, watch)) for p in paths]
+        out = {}
+        for path, result in pending:
+            with contextlib.suppress(NoNodeError):
+                out[path] = self._store._wait(result, f"read {path}", self._store._timeout_s)[0]
+        return out
+
+    def read(self, path: str) -> tuple[bytes, int] | None:
+        found = self._store._get_or_none(path)
+        return None if found is None else (found[0], found[1].version)
+
+    def create(self, path: str, data: bytes, sensitive: bool) -> bool:
+        acl = self._store.sensitive_acl() if sensitive else None
+        try:
+            self._store._op(f"create {path}", self._store._client.create_async, path, data,
+                            acl=acl, makepath=True)
+            return True
+        except NodeExistsError:
+            return False
+
+    def write(self, path: str, data: bytes, version: int) -> bool:
+        try:
+            self._store._op(f"update {path}", self._store._client.set_async, path, data,
+                            version)
+            return True
+        except (BadVersionError, NoNodeError):
+            return False
+
+    def delete(self, path: str, version: int) -> bool:
+        try:
+            self._store._op(f"delete {path}", self._store._client.delete_async, path, version)
+            return True
+        except (BadVersionError, NoNodeError):
+            return False

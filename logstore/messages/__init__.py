@@ -1,8 +1,9 @@
 """Every wire message LogStore speaks, declared once (Kafka's message specs, as classes).
 
 Owns: the index of request types by action name (``REQUEST_TYPES``), and ``Route``, which pairs
-a request type with the handler that answers it, so that a broker's dispatch table is typed end
-to end. The messages themselves live by area:
+a request type with the handler that answers it and with how it is authorized (an ``Access``,
+``security/access.py``: a Route cannot be made without one), so that a broker's dispatch table
+is typed end to end and no handler runs before its checks passed. The messages themselves live by area:
 
 | module       | actions                                                                        |
 |--------------|--------------------------------------------------------------------------------|
@@ -19,6 +20,8 @@ to end. The messages themselves live by area:
 | transactions | add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn,         |
 |   .py        | prepare_txn, write_txn_markers, describe_transactions, list_transactions,      |
 |              | describe_producers                                                             |
+| security.py  | create_acls, delete_acls, describe_acls, alter_user_scram_credentials,         |
+|              | describe_user_scram_credentials; the SASL handshake's messages                 |
 
 Must not: do I/O, or know the transport or the services behind the handlers.
 """
@@ -35,6 +38,7 @@ from logstore.messages import (
     groups,
     log,
     produce,
+    security,
     tiering,
     topics,
     transactions,
@@ -49,6 +53,7 @@ from logstore.messages.base import (
     encode,
     error_kw,
 )
+from logstore.security.access import Access, Permissions, authorize
 
 Q = TypeVar("Q", bound=Request[Any])
 R = TypeVar("R", bound=Message)
@@ -56,18 +61,23 @@ R = TypeVar("R", bound=Message)
 
 @dataclass(frozen=True, slots=True)
 class Route(Generic[Q, R]):
-    """A request type and the handler that answers it."""
+    """A request type, the handler that answers it, and how it is authorized."""
 
     request_type: type[Q]
     handle: Callable[[Q], R]
+    access: Access[Q, R]
 
     @property
     def action(self) -> str:
         return self.request_type.ACTION
 
-    def __call__(self, body: bytes) -> bytes:
-        """Decode ``body``, handle it, encode the answer (errors propagate as ApiErrors)."""
-        return encode(self.handle(decode_request(self.request_type, body)))
+    def __call__(self, body: bytes, permissions: Permissions | None = None) -> bytes:
+        """Decode ``body``, authorize and handle it, encode the answer (errors propagate as
+        ApiErrors). ``permissions`` None: no authorizer runs, everything is allowed."""
+        request = decode_request(self.request_type, body)
+        if permissions is None:
+            return encode(self.handle(request))
+        return encode(authorize(self.access, request, permissions, self.handle))
 
 
 def _request_types(*modules: Any) -> dict[str, type[Request[Any]]]:
@@ -83,7 +93,7 @@ def _request_types(*modules: Any) -> dict[str, type[Request[Any]]]:
 # Every request type by action name (produce and fetch included: their bodies are versioned
 # like the DoActions').
 REQUEST_TYPES: dict[str, type[Request[Any]]] = _request_types(
-    topics, log, produce, fetch, cluster, groups, transactions, tiering)
+    topics, log, produce, fetch, cluster, groups, transactions, tiering, security)
 
 __all__ = ["REQUEST_TYPES", "ErrorFields", "Message", "Request", "Route", "decode_message",
            "decode_request", "decode_response", "encode", "error_kw"]

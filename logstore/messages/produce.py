@@ -77,6 +77,9 @@ class ProduceRequest(Request[ProduceAck], frozen=True, kw_only=True, tag=0):
     topic: str
     acks: int = 1  # 0, 1 or -1 (all); other values are INVALID_REQUIRED_ACKS
     timeout_ms: TimeoutMs = 30_000
+    # A transactional producer names its id (Kafka's produce request does): with ACLs on, it
+    # needs WRITE on the transactional id as well as on the topic.
+    transactional_id: str | None = None
 
 
 class ProduceBatchMetadata(Message, frozen=True, kw_only=True):

@@ -24,16 +24,20 @@ Request-level errors travel as a FlightServerError whose ``extra_info`` is the J
 
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
 import pyarrow.flight as flight
 
-from logstore.errors import ApiError, NetworkError, UnknownServerError
+from logstore.errors import ApiError, ErrorCode, NetworkError, UnknownServerError, error_class
 from logstore.messages import ErrorFields, decode_message, decode_response, encode, error_kw
 from logstore.messages.fetch import FetchSummary
 from logstore.records import HEADER_SIZE, BatchHeader, StoredBatch
 
+# "[SASL_AUTHENTICATION_FAILED] authentication failed ... . Detail: ..." (auth handler errors
+# reach the client without extra_info; their code travels in the message).
+_CODED_MESSAGE = re.compile(r"\[([A-Z_]+)\] (.*?)(?:\. Detail:|$)", re.DOTALL)
 BATCH_TAG = b"B"
 SUMMARY_TAG = b"S"
 _PARTITION = struct.Struct("<i")
@@ -53,6 +57,9 @@ def from_flight_error(e: flight.FlightError, where: str) -> ApiError:
             err = None
         if err is not None:
             return err
+    coded = _CODED_MESSAGE.search(str(e))
+    if coded is not None and coded.group(1) in ErrorCode.__members__:
+        return error_class(ErrorCode[coded.group(1)])(f"{where}: {coded.group(2)}")
     if isinstance(e, flight.FlightUnavailableError | flight.FlightTimedOutError):
         return NetworkError(f"{where}: {str(e).splitlines()[0]}")
     return UnknownServerError(f"{where}: {e}")

@@ -1,6 +1,9 @@
 """The Arrow Flight server: decodes calls, hands them to the request handlers, encodes replies.
 
-Must not: contain business logic. It is also the outermost boundary, so it catches everything:
+Each call is made on behalf of a principal (``auth.ServerSecurity``: the SASL session, the
+client certificate, or ANONYMOUS); the handlers get that principal's ``Permissions`` with the
+request, and a long produce stream checks its session between batches. Must not: contain
+business logic. It is also the outermost boundary, so it catches everything:
 an ``ApiError`` becomes a Flight error carrying its code, anything else is logged and becomes
 UNKNOWN_SERVER_ERROR, and the server keeps serving.
 """
@@ -29,26 +32,36 @@ from logstore.messages import decode_message, decode_request, encode
 from logstore.messages.fetch import FetchRequest
 from logstore.messages.produce import BatchSeq, ProduceBatchMetadata, ProduceRequest
 from logstore.records import STORED_MESSAGE_SCHEMA, StoredBatch, stored_message_batch
+from logstore.rpc.auth import ServerSecurity
 from logstore.rpc.codec import encode_batch_metadata, encode_summary, to_flight_error
+from logstore.security.access import Permissions
+from logstore.security.config import SecurityConfig
 
 log = logging.getLogger(__name__)
 
 
 class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow: untyped
-    def __init__(self, location: str, handlers: RequestHandlers) -> None:
-        super().__init__(location)
+    def __init__(self, listener: str, handlers: RequestHandlers,
+                 security: SecurityConfig | None = None) -> None:
+        self._security = ServerSecurity(security or SecurityConfig(), handlers.credentials)
+        super().__init__(self._security.location(listener), **self._security.flight_options())
         self._handlers = handlers
+
+    def _permissions(self, context: Any) -> Permissions | None:
+        principal, host = self._security.principal(context)
+        return self._handlers.permissions(principal, host)
 
     # -- control -----------------------------------------------------------------------------
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
         name = action.type
         try:
+            permissions = self._permissions(context)
             route = self._handlers.routes.get(name)
             if route is None:
                 raise UnsupportedVersionError(
                     f"unknown action {name!r}; this broker answers {sorted(self._handlers.routes)}")
-            response = route(action.body.to_pybytes() if action.body else b"{}")
+            response = route(action.body.to_pybytes() if action.body else b"{}", permissions)
         except Exception as e:
             raise self._flight_error(e, f"action {name!r}") from None
         return iter([flight.Result(response)])
@@ -64,6 +77,8 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
                writer: flight.FlightMetadataWriter) -> None:
         try:
             request = decode_request(ProduceRequest, descriptor.command or b"")
+            permissions = self._permissions(context)
+            self._handlers.authorize_stream(request, permissions)
         except Exception as e:
             raise self._flight_error(e, "produce") from None
         # Batches are appended in arrival order here; a separate thread waits for each one's
@@ -76,7 +91,7 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
                     chunk = reader.read_chunk()
                 except StopIteration:
                     return
-                pending = self._produce_one(request, chunk)
+                pending = self._produce_one(request, chunk, context, permissions)
                 if acker is not None:
                     acker.put(pending)
         except Exception as e:
@@ -85,8 +100,8 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
             if acker is not None:
                 acker.close()
 
-    def _produce_one(self, request: ProduceRequest, chunk: flight.FlightStreamChunk
-                     ) -> PendingProduce:
+    def _produce_one(self, request: ProduceRequest, chunk: flight.FlightStreamChunk,
+                     context: Any, permissions: Permissions | None) -> PendingProduce:
         """Append one batch; a batch that cannot be appended still gets its (failed) ack, so
         one bad batch never ends the stream for the ones after it."""
         what = f"produce to {request.topic!r}"
@@ -98,7 +113,8 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
         try:
             if chunk.data is None:
                 raise InvalidRequestError(f"{what}: metadata without a batch")
-            return self._handlers.produce(request, chunk.data, meta)
+            self._security.check_session(context)
+            return self._handlers.produce(request, chunk.data, meta, permissions)
         except ApiError as e:
             return PendingProduce(meta.seq, meta.partition, None, e)
         except Exception as e:  # boundary: logged, answered, and the stream goes on
@@ -111,7 +127,7 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
         try:
             request = decode_request(FetchRequest, ticket.ticket)
-            schema, results = self._handlers.fetch(request)
+            schema, results = self._handlers.fetch(request, self._permissions(context))
         except Exception as e:
             raise self._flight_error(e, "fetch") from None
         if request.replica_id >= 0:

@@ -2,8 +2,10 @@
 
 ``Cluster`` starts brokers 1..3 (real processes, tests/brokers.py) with a short ZooKeeper
 session and lag time, and offers bounded waits on the metadata every broker serves: who leads
-a partition, its ISR. Extra keyword arguments are broker settings for every broker. No fixed
-sleeps: every wait polls a condition with a deadline.
+a partition, its ISR. Extra keyword arguments are broker settings for every broker. ``client``
+holds the client settings every client of the cluster uses (security: tests/security.py's
+``cluster_security`` makes both for a TLS or SASL_SSL cluster). No fixed sleeps: every wait
+polls a condition with a deadline.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from logstore.errors import ApiError
 from logstore.messages.topics import MetadataRequest
 from logstore.model import LATEST
 from logstore.rpc.client import BrokerConnection
+from logstore.security.config import client_security
 from tests.brokers import BrokerFactory, BrokerProcess
 from tests.helpers import WAIT_S, wait_for
 
@@ -34,11 +37,12 @@ def consume_partitions(cluster: Cluster, topic: str, partitions: list[int],
     acknowledged records at the tail cannot be missed; fails if they are not all read within
     ``timeout_s``."""
     tps = [TopicPartition(topic, p) for p in partitions]
-    with Admin(cluster.live_bootstrap()) as admin:
+    with Admin(cluster.live_bootstrap(), **cluster.client) as admin:
         ends = wait_for(lambda: admin.list_offsets({tp: LATEST for tp in tps}),
                         "the high watermarks", tolerate=FAILOVER_ERRORS)
     values: dict[int, list[bytes]] = {p: [] for p in partitions}
-    with Consumer(cluster.live_bootstrap(), auto_offset_reset="earliest") as consumer:
+    with Consumer(cluster.live_bootstrap(), auto_offset_reset="earliest",
+                  **cluster.client) as consumer:
         consumer.assign(tps)
         deadline = time.monotonic() + timeout_s
         while any(consumer.position(tp) < ends[tp] for tp in tps):
@@ -52,7 +56,8 @@ def consume_partitions(cluster: Cluster, topic: str, partitions: list[int],
 class Cluster:
     def __init__(self, factory: BrokerFactory, zk_connect: str, size: int = 3,
                  lag_time_ms: int = LAG_TIME_MS, racks: dict[int, str] | None = None,
-                 **settings: Any) -> None:
+                 client: dict[str, Any] | None = None, **settings: Any) -> None:
+        self.client = client or {}
         self.brokers: dict[int, BrokerProcess] = {}
         for i in range(1, size + 1):
             rack = {"rack": racks[i]} if racks and i in racks else {}
@@ -74,7 +79,8 @@ class Cluster:
     def controller_id(self) -> int:
         """The controller, as a live broker's metadata names it (waits for one)."""
         def ask() -> int | None:
-            conn = BrokerConnection(self.live_bootstrap()[0], timeout_s=5)
+            conn = BrokerConnection(self.live_bootstrap()[0], timeout_s=5,
+                                    security=client_security(self.client))
             try:
                 return conn.call(MetadataRequest(topics=[])).controller_id
             finally:
@@ -88,7 +94,7 @@ class Cluster:
                 if b.running and i not in self.frozen]
 
     def admin(self) -> Admin:
-        return Admin(self.live_bootstrap())
+        return Admin(self.live_bootstrap(), **self.client)
 
     def create_topic(self, partitions: int = 1, rf: int = 3, **config: Any) -> str:
         name = f"r-{uuid.uuid4().hex[:8]}"

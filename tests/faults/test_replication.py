@@ -20,6 +20,7 @@ from logstore.segments.log import Log
 from tests.brokers import BrokerFactory, bounded_producer
 from tests.faults.cluster import FAILOVER_ERRORS, SESSION_TIMEOUT_MS, Cluster
 from tests.helpers import wait_for
+from tests.security import cluster_security
 from tests.unit.segment_helpers import records
 from tests.zookeeper import ZooKeeperServer
 
@@ -32,7 +33,8 @@ def consume_all(cluster: Cluster, topic: str, timeout_s: float = 30.0) -> list[b
     the reads do not reach it within ``timeout_s``."""
     tp = TopicPartition(topic, 0)
     values: list[bytes] = []
-    with Consumer(cluster.live_bootstrap(), auto_offset_reset="earliest") as consumer:
+    with Consumer(cluster.live_bootstrap(), auto_offset_reset="earliest",
+                  **cluster.client) as consumer:
         consumer.assign([tp])
         high_watermark = consumer.end_offsets([tp])[tp]
         deadline = time.monotonic() + timeout_s
@@ -46,12 +48,20 @@ def consume_all(cluster: Cluster, topic: str, timeout_s: float = 30.0) -> list[b
 
 
 @pytest.fixture
-def cluster(broker_factory: BrokerFactory, zk_connect: str) -> Cluster:
-    return Cluster(broker_factory, zk_connect)
+def cluster(broker_factory: BrokerFactory, zk_connect: str, request: pytest.FixtureRequest,
+            monkeypatch: pytest.MonkeyPatch) -> Cluster:
+    """Three brokers; ``plaintext`` unless a test asks for ``tls`` (mutual, brokers as
+    User:broker) or ``sasl_tls`` (brokers authenticate with SCRAM) through indirect
+    parametrization; the authorizer runs in both."""
+    settings, client = cluster_security(getattr(request, "param", "plaintext"),
+                                        broker_factory.root, zk_connect, monkeypatch)
+    return Cluster(broker_factory, zk_connect, client=client, **settings)
 
 
+@pytest.mark.parametrize("cluster", ["plaintext", "tls", "sasl_tls"], indirect=True)
 def test_acks_all_records_survive_repeated_leader_kills(cluster: Cluster, seed: int) -> None:
-    """Goal: no record acknowledged with acks=all is lost when the leader dies (issue 4 §4.1).
+    """Goal: no record acknowledged with acks=all is lost when the leader dies (issue 4 §4.1),
+    also when every connection, replication's included, is TLS or SASL_SSL with ACLs on.
     Method: RF=3, min_insync_replicas=2; a producer sends with acks=all while, in randomized
     rounds, the current leader is killed with kill -9 after a random number of records and
     restarted once a new leader is elected. Afterwards every acknowledged record is consumed,
@@ -60,7 +70,7 @@ def test_acks_all_records_survive_repeated_leader_kills(cluster: Cluster, seed: 
     topic = cluster.create_topic(min_insync_replicas=2)
     acked: list[bytes] = []
     with bounded_producer(cluster.bootstrap, acks="all", delivery_timeout_ms=60_000,
-                          linger_ms=1) as producer:
+                          linger_ms=1, **cluster.client) as producer:
         n = 0
         for _ in range(ROUNDS):
             futures = []
@@ -88,6 +98,7 @@ def _followers(cluster: Cluster, topic: str) -> list[int]:
     return [b for b in cluster.brokers if b != leader]
 
 
+@pytest.mark.parametrize("cluster", ["plaintext", "sasl_tls"], indirect=True)
 def test_stopped_follower_leaves_the_isr_and_rejoins_after_sigcont(cluster: Cluster) -> None:
     """Goal: a frozen follower does not stall acks=all for longer than the lag time, and
     catches up when it thaws (issue 4 §4.2). Method: SIGSTOP a follower that is not the
@@ -96,7 +107,7 @@ def test_stopped_follower_leaves_the_isr_and_rejoins_after_sigcont(cluster: Clus
     topic = cluster.create_topic(min_insync_replicas=2)
     controller = cluster.controller_id()
     stopped = next(b for b in _followers(cluster, topic) if b != controller)
-    with bounded_producer(cluster.bootstrap, acks="all") as producer:
+    with bounded_producer(cluster.bootstrap, acks="all", **cluster.client) as producer:
         producer.partitions_for(topic)  # metadata while every broker answers
         cluster.freeze(stopped)
         try:
@@ -113,6 +124,7 @@ def test_stopped_follower_leaves_the_isr_and_rejoins_after_sigcont(cluster: Clus
     assert consume_all(cluster, topic) == [b"%d" % i for i in range(150)]
 
 
+@pytest.mark.parametrize("cluster", ["plaintext", "sasl_tls"], indirect=True)
 def test_two_stopped_followers_fail_acks_all_but_not_acks_1(cluster: Cluster) -> None:
     """Goal: with the ISR below min_insync_replicas acks=all is refused with
     NOT_ENOUGH_REPLICAS while acks=1 goes on, and nothing acknowledged is lost once the
@@ -121,9 +133,9 @@ def test_two_stopped_followers_fail_acks_all_but_not_acks_1(cluster: Cluster) ->
     topic = cluster.create_topic(min_insync_replicas=2)
     leader = cluster.describe(topic).leader
     stopped = _followers(cluster, topic)
-    with bounded_producer(cluster.bootstrap, acks="all", retries=0,
+    with bounded_producer(cluster.bootstrap, acks="all", retries=0, **cluster.client,
                           enable_idempotence=False) as all_producer, \
-            bounded_producer(cluster.bootstrap, acks=1) as one_producer:
+            bounded_producer(cluster.bootstrap, acks=1, **cluster.client) as one_producer:
         all_producer.partitions_for(topic)  # metadata while every broker answers
         one_producer.send(topic, value=b"0", partition=0).result(10)
         for b in stopped:
@@ -145,6 +157,7 @@ def test_two_stopped_followers_fail_acks_all_but_not_acks_1(cluster: Cluster) ->
     assert consume_all(cluster, topic) == [b"%d" % i for i in range(50)]
 
 
+@pytest.mark.parametrize("cluster", ["plaintext", "sasl_tls"], indirect=True)
 def test_killed_controller_is_replaced_and_every_partition_leads_again(
         cluster: Cluster) -> None:
     """Goal: losing the controller leaves no partition without a leader for longer than the
@@ -184,7 +197,7 @@ def test_leader_killed_before_replicating_rejoins_with_an_identical_log(
     partition directories are read back and compared."""
     cluster = Cluster(broker_factory, zk_connect, lag_time_ms=10_000)
     topic = cluster.create_topic(min_insync_replicas=2)
-    with bounded_producer(cluster.bootstrap, acks="all") as producer:
+    with bounded_producer(cluster.bootstrap, acks="all", **cluster.client) as producer:
         for i in range(20):
             producer.send(topic, value=b"a%d" % i, partition=0)
         producer.flush(30)
@@ -204,7 +217,7 @@ def test_leader_killed_before_replicating_rejoins_with_an_identical_log(
             for b in followers:
                 b.kill(signal.SIGCONT)
     cluster.wait_for_new_leader(topic, old.broker_id)
-    with bounded_producer(cluster.live_bootstrap(), acks="all") as producer:
+    with bounded_producer(cluster.live_bootstrap(), acks="all", **cluster.client) as producer:
         for i in range(20):
             producer.send(topic, value=b"b%d" % i, partition=0)
         producer.flush(30)

@@ -27,6 +27,16 @@ from logstore.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from logstore.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
+from logstore.security.scram import SCRAM_SHA_256, SCRAM_SHA_512, new_credential
 from logstore.tiering.metadata import (
     InvalidRemoteSegmentStateError,
     RemoteLogSegmentMetadata,
@@ -408,3 +418,63 @@ def test_deleted_topics_remote_entries_remain_for_cleanup(open_store: OpenStore)
     store.put_remote_log_segment(deleting, None)
     store.put_remote_log_segment(deleted, None)
     assert store.remote_log_partitions() == []
+
+
+# -- security metadata: users' SCRAM credentials and ACL bindings ------------------------------
+
+
+class _SecurityProbe(ListenerProbe):
+    def __init__(self, store: Any) -> None:
+        self._cond = threading.Condition()
+        self.calls = 0
+        store.add_security_listener(self)
+
+
+def _acl(name: str, principal: str = "User:alice", op: Operation = Operation.READ,
+         pattern: PatternType = PatternType.LITERAL) -> AclBinding:
+    return AclBinding(ResourcePattern(ResourceType.TOPIC, name, pattern),
+                      AccessControlEntry(principal, "*", op, Permission.ALLOW))
+
+
+def test_scram_credentials_are_stored_replaced_deleted_and_survive_a_restart(
+        open_store: OpenStore) -> None:
+    """Goal: a user's credential per mechanism is kept as its salted keys, replaced by a new
+    one, deleted alone, and read back after a restart. Method: both stores, one script."""
+    store = open_store()
+    probe = _SecurityProbe(store)
+    first = new_credential(SCRAM_SHA_256, "one", 4096)
+    store.put_scram_credential("alice", first)
+    store.put_scram_credential("alice", new_credential(SCRAM_SHA_512, "two", 4096))
+    replaced = new_credential(SCRAM_SHA_256, "three", 4096)
+    store.put_scram_credential("alice", replaced)
+    store.put_scram_credential("a/b,c", first)  # a name with path and separator characters
+    assert probe.calls >= 4
+    assert store.scram_credentials()["alice"][SCRAM_SHA_256] == replaced
+    assert store.delete_scram_credential("alice", SCRAM_SHA_512)
+    assert not store.delete_scram_credential("alice", SCRAM_SHA_512)
+    assert not store.delete_scram_credential("nobody", SCRAM_SHA_256)
+    store.close()
+    assert open_store().scram_credentials() == {"alice": {SCRAM_SHA_256: replaced},
+                                                "a/b,c": {SCRAM_SHA_256: first}}
+
+
+def test_acls_are_added_removed_and_seen_by_another_store(open_store: OpenStore) -> None:
+    """Goal: bindings of one store reach every other within a second (ZooKeeper: through a
+    watch), and removing one leaves the others of its resource. Method: two stores of one
+    cluster (the embedded store: two opens of one file, the second reopened)."""
+    writer = open_store(1)
+    bindings = [_acl("orders"), _acl("orders", "User:bob"), _acl("ord", pattern=PatternType.PREFIXED),
+                _acl("*", op=Operation.DESCRIBE)]
+    writer.add_acls(bindings)
+    writer.remove_acls([bindings[1]])
+    expected = frozenset(bindings) - {bindings[1]}
+    assert writer.acls() == expected
+    if isinstance(writer, LocalMetadataStore):
+        writer.close()
+        assert open_store(1).acls() == expected
+        return
+    reader = open_store(2)
+    probe = _SecurityProbe(reader)
+    writer.add_acls([_acl("late")])
+    probe.wait_until(lambda: reader.acls() == expected | {_acl("late")}, "the new binding",
+                     timeout_s=1.0)

@@ -72,7 +72,12 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.InvalidSessionTimeoutError, 26, False, False),
     (errors.RebalanceInProgressError, 27, False, False),
     (errors.InvalidCommitOffsetSizeError, 28, False, False),
+    (errors.TopicAuthorizationFailedError, 29, False, False),
+    (errors.GroupAuthorizationFailedError, 30, False, False),
+    (errors.ClusterAuthorizationFailedError, 31, False, False),
     (errors.InvalidTimestampError, 32, False, False),
+    (errors.UnsupportedSaslMechanismError, 33, False, False),
+    (errors.IllegalSaslStateError, 34, False, False),
     (errors.UnsupportedVersionError, 35, False, False),
     (errors.TopicAlreadyExistsError, 36, False, False),
     (errors.InvalidPartitionsError, 37, False, False),
@@ -87,7 +92,10 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.InvalidTxnStateError, 48, False, False),
     (errors.InvalidProducerIdMappingError, 49, False, False),
     (errors.ConcurrentTransactionsError, 51, True, False),
+    (errors.TransactionalIdAuthorizationFailedError, 53, False, False),
+    (errors.SecurityDisabledError, 54, False, False),
     (errors.KafkaStorageError, 56, True, True),
+    (errors.SaslAuthenticationFailedError, 58, False, False),
     (errors.NonEmptyGroupError, 68, False, False),
     (errors.GroupIdNotFoundError, 69, False, False),
     (errors.FencedLeaderEpochError, 74, True, True),
@@ -96,6 +104,8 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.FencedInstanceIdError, 82, False, False),
     (errors.InvalidRecordError, 87, False, False),
     (errors.OffsetMovedToTieredStorageError, 109, False, False),
+    (errors.ResourceNotFoundError, 91, False, False),
+    (errors.UnacceptableCredentialError, 93, False, False),
 ]
 
 
