@@ -60,7 +60,9 @@ class ErrorCode(IntEnum):
     INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
     INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
     CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
     KAFKA_STORAGE_ERROR = 56
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -69,6 +71,9 @@ class ErrorCode(IntEnum):
     MEMBER_ID_REQUIRED = 79
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
+    PRODUCER_FENCED = 90
+    TRANSACTION_ABORTABLE = 120
 
 
 class LogstoreError(Exception):
@@ -436,11 +441,29 @@ class InvalidProducerIdMappingError(ApiError):
     refresh_metadata = False
 
 
+class InvalidTransactionTimeoutError(ApiError):
+    """The producer's transaction_timeout_ms is above the broker's transaction_max_timeout_ms
+    (or not positive)."""
+
+    code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    retriable = False
+    refresh_metadata = False
+
+
 class ConcurrentTransactionsError(ApiError):
     """Another transaction for this id is completing."""
 
     code = ErrorCode.CONCURRENT_TRANSACTIONS
     retriable = True
+    refresh_metadata = False
+
+
+class TransactionCoordinatorFencedError(ApiError):
+    """A transaction marker came from a coordinator older than one that already wrote to this
+    partition: a newer coordinator owns the transaction."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    retriable = False
     refresh_metadata = False
 
 
@@ -504,6 +527,33 @@ class InvalidRecordError(ApiError):
     """A record or batch does not match the topic's schema."""
 
     code = ErrorCode.INVALID_RECORD
+    retriable = False
+    refresh_metadata = False
+
+
+class UnstableOffsetCommitError(ApiError):
+    """Transactional offsets of the partition are pending (their transaction is not decided
+    yet); retry once it is."""
+
+    code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+    retriable = True
+    refresh_metadata = False
+
+
+class ProducerFencedError(ApiError):
+    """A newer producer with the same transactional id (a newer epoch) exists, or the
+    transaction was aborted for its timeout: this producer is a zombie and must be closed."""
+
+    code = ErrorCode.PRODUCER_FENCED
+    retriable = False
+    refresh_metadata = False
+
+
+class TransactionAbortableError(ApiError):
+    """The transaction cannot go on (a write failed, or the transaction is ending): abort it
+    and start a new one."""
+
+    code = ErrorCode.TRANSACTION_ABORTABLE
     retriable = False
     refresh_metadata = False
 

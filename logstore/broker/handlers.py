@@ -30,7 +30,12 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.messages import ErrorFields, Route, error_kw
-from logstore.messages.fetch import FetchPartitionSummary, FetchRequest, FetchSummary
+from logstore.messages.fetch import (
+    AbortedTransaction,
+    FetchPartitionSummary,
+    FetchRequest,
+    FetchSummary,
+)
 from logstore.messages.log import (
     AwaitHighWatermarksRequest,
     AwaitHighWatermarksResponse,
@@ -71,6 +76,7 @@ from logstore.messages.topics import (
 from logstore.model import NewTopic, TopicPartition
 from logstore.records import (
     DEFAULT_SCHEMA,
+    FLAG_TRANSACTIONAL,
     StoredBatch,
     conform_batch,
     decode_schema,
@@ -118,6 +124,14 @@ class ProducerIdSource(Protocol):
     def next_producer_id(self) -> int: ...
 
 
+class TxnVerifier(Protocol):
+    """Asks a transactional id's coordinator whether a partition is in the producer's ongoing
+    transaction (KIP-890 part 1); raises the ApiError that refuses the batch."""
+
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+               tp: TopicPartition) -> None: ...
+
+
 class RequestHandlers:
     """One instance per broker; thread-safe because every service it calls is."""
 
@@ -128,6 +142,8 @@ class RequestHandlers:
         self._controller = controller
         self._replicas = replicas
         self._producer_ids = producer_ids
+        # Set by the broker when it verifies transactional produces (None: no verification).
+        self.txn_verifier: TxnVerifier | None = None
         self._action_counts: Counter[str] = Counter()
         # The Flight server dispatches on these, by action name.
         self.routes: dict[str, Route[Any, Any]] = {}
@@ -219,7 +235,7 @@ class RequestHandlers:
         for p in req.partitions:
             try:
                 offset, ts = self._replicas.list_offset(TopicPartition(req.topic, p.partition),
-                                                        p.timestamp)
+                                                        p.timestamp, req.isolation_level)
                 out.append(ListOffsetsPartitionResult(partition=p.partition, offset=offset,
                                                       timestamp=ts))
             except ApiError as e:
@@ -235,7 +251,8 @@ class RequestHandlers:
                 d = self._replicas.describe_log_dir(TopicPartition(req.topic, p))
                 out.append(LogDirPartition(
                     partition=p, path=d.path, incarnation=d.incarnation,
-                    log_start_offset=d.log_start_offset, high_watermark=d.high_watermark))
+                    log_start_offset=d.log_start_offset, high_watermark=d.high_watermark,
+                    last_stable_offset=d.last_stable_offset))
             except ApiError as e:
                 out.append(LogDirPartition(partition=p, **error_kw(e)))
         return DescribeLogDirsResponse(topic=req.topic, partitions=out)
@@ -276,13 +293,31 @@ class RequestHandlers:
         tp = TopicPartition(req.topic, meta.partition)
         try:
             batch = conform_batch(batch, self.topic_schema(req.topic), f"topic-partition {tp}")
+            flags = self._transactional_flags(req, meta, tp)
             pending = self._replicas.append_records(
                 tp, batch, req.acks, producer_id=meta.producer_id,
                 producer_epoch=meta.producer_epoch, base_sequence=meta.base_sequence,
-                current_leader_epoch=meta.leader_epoch)
+                flags=flags, current_leader_epoch=meta.leader_epoch)
         except ApiError as e:
             return PendingProduce(meta.seq, meta.partition, None, e)
         return PendingProduce(meta.seq, meta.partition, pending, None)
+
+    def _transactional_flags(self, req: ProduceRequest, meta: ProduceBatchMetadata,
+                             tp: TopicPartition) -> int:
+        """FLAG_TRANSACTIONAL for a transactional batch, once its producer's first write of
+        the transaction to ``tp`` is verified with the coordinator (KIP-890 part 1)."""
+        if not meta.transactional:
+            return 0
+        if not req.transactional_id or meta.producer_id < 0 or meta.base_sequence < 0:
+            raise InvalidRequestError(
+                f"{tp}: a transactional batch needs the stream's transactional_id and a "
+                f"producer id, epoch and sequence (got transactional_id "
+                f"{req.transactional_id!r}, producer {meta.producer_id})")
+        if self.txn_verifier is not None and \
+                not self._replicas.has_open_transaction(tp, meta.producer_id):
+            self.txn_verifier.verify(req.transactional_id, meta.producer_id,
+                                     meta.producer_epoch, tp)
+        return FLAG_TRANSACTIONAL
 
     # -- fetch -------------------------------------------------------------------------------
 
@@ -313,7 +348,11 @@ class RequestHandlers:
                       stream_error: ApiError | None = None) -> FetchSummary:
         return FetchSummary(partitions=[FetchPartitionSummary(
             partition=r.tp.partition, **error_kw(r.error), high_watermark=r.high_watermark,
-            log_start_offset=r.log_start_offset, log_end_offset=r.log_end_offset)
+            log_start_offset=r.log_start_offset, log_end_offset=r.log_end_offset,
+            last_stable_offset=r.last_stable_offset, aborted_transactions=[
+                AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset,
+                                   last_offset=-1 if a.last_offset is None else a.last_offset)
+                for a in r.aborted])
             for r in results], stream_error=None if stream_error is None else ErrorFields(
                 **error_kw(stream_error)))
 

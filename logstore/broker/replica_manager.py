@@ -1,8 +1,10 @@
 """The partitions this broker hosts: produce, fetch (with long poll) and list offsets.
 
-Owns: the map of hosted ``Partition`` objects, routing appends and reads to them, waiting for
-``min_bytes`` or ``max_wait_ms`` on fetches, and answering list-offsets. Must not: parse wire
-requests (that is ``handlers.py``) or touch the transport.
+Owns: the map of hosted ``Partition`` objects, routing appends (data and transaction markers)
+and reads to them, waiting for ``min_bytes`` or ``max_wait_ms`` on fetches, read_committed reads
+(below the last stable offset, with the aborted transactions they overlap), answering
+list-offsets, and the producers of a led partition. Must not: parse wire requests (that is
+``handlers.py``) or touch the transport.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.model import EARLIEST, LATEST, TopicPartition
-from logstore.records import StoredBatch
+from logstore.records import ControlType, StoredBatch
 from logstore.replication.partition import IsrProposer, Partition, PendingAppend
 from logstore.segments.log_manager import LogManager
+from logstore.segments.producer_state import ProducerEntry
+from logstore.txn_filter import AbortedTxn, IsolationLevel
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,8 @@ class PartitionFetchResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     log_end_offset: int = -1
+    last_stable_offset: int = -1
+    aborted: list[AbortedTxn] = field(default_factory=list)  # read_committed only
 
     @property
     def size_bytes(self) -> int:
@@ -67,6 +73,7 @@ class LogDir:
     incarnation: str  # the log manager's: proves a reader sees this broker's disk
     log_start_offset: int
     high_watermark: int
+    last_stable_offset: int
 
 
 @dataclass
@@ -160,6 +167,25 @@ class ReplicaManager:
             batch, required_acks, current_leader_epoch, producer_id=producer_id,
             producer_epoch=producer_epoch, base_sequence=base_sequence, flags=flags)
 
+    def write_txn_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
+                         committed: bool, coordinator_epoch: int) -> PendingAppend:
+        """Append a COMMIT or ABORT marker to a led partition (acks=all: wait on the
+        result)."""
+        marker = ControlType.COMMIT if committed else ControlType.ABORT
+        return self.partition(tp).append_marker_to_leader(producer_id, producer_epoch, marker,
+                                                          coordinator_epoch)
+
+    def has_open_transaction(self, tp: TopicPartition, producer_id: int) -> bool:
+        """Whether ``producer_id`` has a transaction open on ``tp`` (on this replica)."""
+        return producer_id in self.partition(tp).log.producer_state.open_transactions
+
+    def producers(self, tp: TopicPartition) -> list[ProducerEntry]:
+        """The producers of a led partition (describe_producers)."""
+        p = self.partition(tp)
+        if not p.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
+        return p.log.producer_state.producers()
+
     # -- fetch -------------------------------------------------------------------------------
 
     def fetch(self, requests: list[FetchPartition], max_wait_ms: int, min_bytes: int,
@@ -226,6 +252,7 @@ class ReplicaManager:
             result.high_watermark = log_.high_watermark
             result.log_start_offset = log_.log_start_offset
             result.log_end_offset = log_.log_end_offset
+            result.last_stable_offset = log_.last_stable_offset
             if replica_id >= 0:
                 p.update_follower_fetch(replica_id, req.offset)
             max_offset = log_.log_end_offset if replica_id >= 0 else log_.high_watermark
@@ -233,9 +260,12 @@ class ReplicaManager:
                 max_offset = max(min(max_offset, req.end_offset), req.offset)
             if req.offset == max_offset or budget <= 0:
                 return result
+            committed = replica_id < 0 and isolation_level == READ_COMMITTED
             data = log_.read(req.offset, min(req.max_bytes, max(budget, 1)),
-                             max_offset=max_offset, min_one=min_one)
+                             max_offset=max_offset, min_one=min_one,
+                             isolation=IsolationLevel(int(committed)))
             result.batches = data.batches
+            result.aborted = data.aborted_transactions
         except ApiError as e:
             result.error = e
         except Exception as e:  # a boundary: one broken partition must not fail the request
@@ -269,20 +299,23 @@ class ReplicaManager:
         if not p.is_leader:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
         return LogDir(str(p.log.dir.resolve()), self._logs.incarnation,
-                      p.log.log_start_offset, p.log.high_watermark)
+                      p.log.log_start_offset, p.log.high_watermark, p.log.last_stable_offset)
 
     # -- list offsets ------------------------------------------------------------------------
 
-    def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
-        """(offset, timestamp) for EARLIEST, LATEST (the high watermark) or the first record at
-        or after ``timestamp``; (-1, -1) when no record is that late."""
+    def list_offset(self, tp: TopicPartition, timestamp: int,
+                    isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int]:
+        """(offset, timestamp) for EARLIEST, LATEST (the high watermark; for READ_COMMITTED
+        the last stable offset) or the first record at or after ``timestamp``; (-1, -1) when
+        no record is that late."""
         p = self.partition(tp)
         if not p.is_leader:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
         if timestamp == EARLIEST:
             return p.log.log_start_offset, -1
         if timestamp == LATEST:
-            return p.log.high_watermark, -1
+            committed = isolation_level == READ_COMMITTED
+            return p.log.last_stable_offset if committed else p.log.high_watermark, -1
         if timestamp < 0:
             raise OffsetOutOfRangeError(f"{tp}: invalid list-offsets timestamp {timestamp}")
         found = p.log.offsets_for_time(timestamp)

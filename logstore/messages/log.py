@@ -18,6 +18,7 @@ from logstore.messages.base import (
     Request,
     TimeoutMs,
 )
+from logstore.messages.fetch import IsolationLevelField
 
 # -- list offsets ----------------------------------------------------------------------------
 
@@ -39,13 +40,15 @@ class ListOffsetsResponse(Message, frozen=True, kw_only=True):
 
 
 class ListOffsetsRequest(Request[ListOffsetsResponse], frozen=True, kw_only=True, tag=0):
-    """Per partition: the earliest offset, the high watermark, or the first offset whose
+    """Per partition: the earliest offset, the latest (the high watermark, or with
+    ``isolation_level`` READ_COMMITTED (1) the last stable offset), or the first offset whose
     record is at or after a timestamp."""
 
     ACTION: ClassVar[str] = "list_offsets"
     RESPONSE: ClassVar[type[Message]] = ListOffsetsResponse
     topic: str
     partitions: list[ListOffsetsPartition]
+    isolation_level: IsolationLevelField = 0
 
 
 # -- log directories -------------------------------------------------------------------------
@@ -57,6 +60,7 @@ class LogDirPartition(ErrorFields, frozen=True, kw_only=True):
     incarnation: str | None = None  # proves a reader sees this broker's disk (file_reader.py)
     log_start_offset: int = -1
     high_watermark: int = -1
+    last_stable_offset: int = -1
 
 
 class DescribeLogDirsResponse(Message, frozen=True, kw_only=True):

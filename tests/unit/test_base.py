@@ -86,7 +86,9 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.InvalidProducerEpochError, 47, False, False),
     (errors.InvalidTxnStateError, 48, False, False),
     (errors.InvalidProducerIdMappingError, 49, False, False),
+    (errors.InvalidTransactionTimeoutError, 50, False, False),
     (errors.ConcurrentTransactionsError, 51, True, False),
+    (errors.TransactionCoordinatorFencedError, 52, False, False),
     (errors.KafkaStorageError, 56, True, True),
     (errors.NonEmptyGroupError, 68, False, False),
     (errors.GroupIdNotFoundError, 69, False, False),
@@ -95,6 +97,9 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.MemberIdRequiredError, 79, False, False),
     (errors.FencedInstanceIdError, 82, False, False),
     (errors.InvalidRecordError, 87, False, False),
+    (errors.UnstableOffsetCommitError, 88, True, False),
+    (errors.ProducerFencedError, 90, False, False),
+    (errors.TransactionAbortableError, 120, False, False),
 ]
 
 
