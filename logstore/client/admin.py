@@ -1,5 +1,5 @@
-"""The admin client: the cluster's brokers and controller, topics, partitions, topic configs
-and consumer groups.
+"""The admin client: the cluster's brokers and controller, topics, partitions, topic configs,
+consumer groups and transactions (``admin_transactions.py``).
 
 Each call raises the ApiError of the first entity that failed, with a message naming it, after
 the request has been applied to every entity it could be applied to (as Kafka's admin does
@@ -15,6 +15,13 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from logstore.client import admin_transactions as txn_admin
+from logstore.client.admin_transactions import (
+    HangingTransaction,
+    ProducerState,
+    TransactionDescription,
+    TransactionListing,
+)
 from logstore.client.group import GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import GroupIdNotFoundError, NonEmptyGroupError
@@ -102,6 +109,7 @@ class Admin:
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
                  request_timeout_ms: int = 30_000) -> None:
         self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms)
+        self._timeout_s = max(request_timeout_ms / 1000.0, 60.0)
 
     def describe_cluster(self) -> ClusterDescription:
         """The registered brokers, sorted by id, and the controller, as one broker sees them."""
@@ -207,6 +215,46 @@ class Admin:
             entries += self._group(group_id).call(DeleteGroupsRequest(group_ids=[group_id])).groups
         for entry in entries:
             entry.raise_error()
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def list_transactions(self, state_filters: list[str] | None = None,
+                          producer_id_filters: list[int] | None = None,
+                          transactional_id_prefix: str = "") -> list[TransactionListing]:
+        """Every transactional id the coordinators know, filtered by state, producer id and
+        id prefix (empty filters match everything)."""
+        return txn_admin.list_transactions(self._metadata, list(state_filters or []),
+                                           list(producer_id_filters or []),
+                                           transactional_id_prefix)
+
+    def describe_transactions(self, transactional_ids: list[str]
+                              ) -> list[TransactionDescription]:
+        return txn_admin.describe_transactions(self._metadata, list(transactional_ids),
+                                               self._timeout_s)
+
+    def describe_producers(self, partitions: list[TopicPartition]
+                           ) -> dict[TopicPartition, list[ProducerState]]:
+        """The active producers of each partition, as its leader knows them."""
+        return txn_admin.describe_producers(self._metadata, list(partitions))
+
+    def abort_transaction(self, topic: str, partition: int, producer_id: int,
+                          producer_epoch: int, coordinator_epoch: int) -> None:
+        """Abort a hanging transaction: an ABORT marker for the producer's open transaction,
+        written to the partition by its leader (refused if a newer producer epoch or
+        coordinator epoch already wrote there)."""
+        txn_admin.abort_transaction(self._metadata, TopicPartition(topic, partition),
+                                    producer_id, producer_epoch, coordinator_epoch)
+
+    def find_hanging_transactions(self, partitions: list[TopicPartition],
+                                  max_transaction_timeout_ms: int = 15 * 60 * 1000
+                                  ) -> list[HangingTransaction]:
+        return txn_admin.find_hanging(self._metadata, list(partitions),
+                                      max_transaction_timeout_ms, self._timeout_s)
+
+    def fence_producers(self, transactional_ids: list[str]) -> None:
+        """Fence each transactional id's producer (KIP-618): its epoch is bumped and its open
+        transaction, Prepared ones included, is aborted; returns once they are."""
+        txn_admin.fence_producers(self._metadata, list(transactional_ids), self._timeout_s)
 
     def _group(self, group_id: str) -> GroupMember:
         return GroupMember(self._metadata, GroupSettings(group_id))
