@@ -2,7 +2,7 @@
 
 Owns: these commands' arguments and output (describe prints the configs that differ from the
 defaults, a typed topic's value columns in ``--value-schema`` syntax, and per partition its
-leader, replicas, ISR and log start/end offsets). Must not: talk to brokers except through the
+leader, replicas, ISR, log start/end offsets and last stable offset). Must not: talk to brokers except through the
 public clients.
 """
 
@@ -96,7 +96,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _print_topic(topic: TopicDescription, config: dict[str, Any],
-                 offsets: dict[tuple[str, int], tuple[int, int]]) -> None:
+                 offsets: dict[tuple[str, int], tuple[int, int, int]]) -> None:
     overrides = ", ".join(f"{k}={v}" for k, v in _non_default(config).items()) or "-"
     print(f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}\tConfigs: {overrides}")
     if topic.value_schema is not None:
@@ -104,10 +104,10 @@ def _print_topic(topic: TopicDescription, config: dict[str, Any],
         for f in topic.value_schema:
             print(f"\t\t{f.name}: {type_spec(f.type)}")
     for p in sorted(topic.partitions, key=lambda p: p.partition):
-        start, end = offsets.get((topic.name, p.partition), ("-", "-"))
+        start, end, stable = offsets.get((topic.name, p.partition), ("-", "-", "-"))
         print(f"\tPartition: {p.partition}\tLeader: {p.leader}\t"
               f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\t"
-              f"LogStartOffset: {start}\tLogEndOffset: {end}")
+              f"LogStartOffset: {start}\tLogEndOffset: {end}\tLastStableOffset: {stable}")
 
 
 def _ids(ids: Iterable[int]) -> str:
@@ -122,18 +122,22 @@ def _non_default(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _log_offsets(bootstrap: str, topics: list[TopicDescription]
-                 ) -> dict[tuple[str, int], tuple[int, int]]:
-    """Log start and end offset per partition; empty when the leaders cannot tell (describe
-    still prints the rest, with '-' for offsets)."""
+                 ) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """Log start offset, end offset (the high watermark) and last stable offset per
+    partition; empty when the leaders cannot tell (describe still prints the rest, with '-'
+    for offsets)."""
     from logstore import Consumer, TopicPartition
 
     tps = [TopicPartition(t.name, p.partition) for t in topics for p in t.partitions]
     if not tps:
         return {}
     try:
-        with closing(Consumer(bootstrap_servers=bootstrap)) as consumer:
+        with closing(Consumer(bootstrap_servers=bootstrap)) as consumer, \
+                closing(Consumer(bootstrap_servers=bootstrap,
+                                 isolation_level="read_committed")) as committed:
             start, end = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+            stable = committed.end_offsets(tps)
     except LogstoreError as e:
         print(f"warning: log offsets unavailable: {e}", file=sys.stderr)
         return {}
-    return {tp: (start[tp], end[tp]) for tp in tps}
+    return {tp: (start[tp], end[tp], stable[tp]) for tp in tps}

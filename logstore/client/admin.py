@@ -251,6 +251,11 @@ class Admin:
         return txn_admin.find_hanging(self._metadata, list(partitions),
                                       max_transaction_timeout_ms, self._timeout_s)
 
+    def transaction_state_partitions(self) -> int:
+        """How many partitions ``__transaction_state`` has (it is created if need be): with
+        ``colocated_transactional_id``, ids that one coordinator partition decides together."""
+        return txn_admin.transaction_state_partitions(self._metadata, self._timeout_s)
+
     def fence_producers(self, transactional_ids: list[str]) -> None:
         """Fence each transactional id's producer (KIP-618): its epoch is bumped and its open
         transaction, Prepared ones included, is aborted; returns once they are."""

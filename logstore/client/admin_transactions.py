@@ -30,7 +30,7 @@ from logstore.messages.transactions import (
     TxnTopicPartitions,
     WriteTxnMarkersRequest,
 )
-from logstore.model import TopicPartition
+from logstore.model import TRANSACTION_STATE_TOPIC, TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +121,15 @@ def abort_transaction(metadata: ClusterMetadata, tp: TopicPartition, producer_id
         topics=[TxnTopicPartitions(topic=tp.topic, partitions=[tp.partition])])]))
     for r in response.results:
         r.raise_error(f"abort of producer {producer_id}'s transaction on {tp}")
+
+
+def transaction_state_partitions(metadata: ClusterMetadata, timeout_s: float) -> int:
+    """The partition count of ``__transaction_state`` (created first if need be, by asking
+    for a coordinator)."""
+    CoordinatorClient(metadata, "logstore-admin", KEY_TYPE_TRANSACTION, timeout_s).call(
+        DescribeTransactionsRequest(transactional_ids=[]))
+    info = metadata.topic(TRANSACTION_STATE_TOPIC, refresh=True)
+    return info.num_partitions
 
 
 def fence_producers(metadata: ClusterMetadata, transactional_ids: list[str],

@@ -23,6 +23,7 @@ from typing import Any
 
 from logstore.client.coordinator import CoordinatorClient
 from logstore.client.metadata import ClusterMetadata
+from logstore.coordinator import key_partition
 from logstore.errors import (
     ApiError,
     InvalidProducerIdMappingError,
@@ -72,6 +73,18 @@ class ConsumerGroupMetadata:
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+
+
+def colocated_transactional_id(anchor: str, prefix: str, num_partitions: int) -> str:
+    """``<prefix>-<k>`` for the smallest k whose ``__transaction_state`` partition is
+    ``anchor``'s (of ``num_partitions``), so that one coordinator partition holds both and
+    ``commit_transaction(with_prepared=...)`` can decide them together."""
+    target = key_partition(anchor, num_partitions)
+    for k in range(1_000_000):
+        candidate = f"{prefix}-{k}"
+        if key_partition(candidate, num_partitions) == target:
+            return validate_transactional_id(candidate)
+    raise ValueError(f"no id with prefix {prefix!r} shares {anchor!r}'s partition")
 
 
 class TxnState(Enum):
@@ -278,4 +291,5 @@ class TransactionManager:
             self.prepared_in_coordinator = None
 
 
-__all__ = ["ConsumerGroupMetadata", "PreparedTxnState", "TransactionManager", "TxnState"]
+__all__ = ["ConsumerGroupMetadata", "PreparedTxnState", "TransactionManager", "TxnState",
+           "colocated_transactional_id"]
