@@ -430,31 +430,35 @@ class Sender:
 
     def _expire(self, batch: ProducerBatch) -> None:
         """A queued batch ran out of delivery time (caller holds the lock)."""
-        error = RequestTimedOutError(
+        error: ApiError = RequestTimedOutError(
             f"{batch.tp}: batch of {batch.record_count} record(s) expired after "
             f"{batch.attempts} attempt(s) (delivery_timeout_ms)")
         if batch.producer_id >= 0:
-            self._failed_for_good(batch, error)
+            error = self._failed_for_good(batch, error)
         self._queued_bytes -= batch.nbytes
         self._outstanding.discard(batch.order)
         batch.complete(-1, error)
         self._cond.notify_all()
 
-    def _failed_for_good(self, batch: ProducerBatch, error: ApiError) -> None:
-        """Its partition's sequence has a hole (caller holds the lock)."""
+    def _failed_for_good(self, batch: ProducerBatch, error: ApiError) -> ApiError:
+        """Its partition's sequence has a hole; the error its futures get (a transactional
+        producer's transaction manager may restate it)."""
         if self._on_failure is not None:
-            self._on_failure(error)
-        elif self._idempotent:
-            self._resetting.add(batch.tp)
+            restated = self._on_failure(error)
+            return restated if isinstance(restated, ApiError) else error
+        if self._idempotent:
+            with self._cond:
+                self._resetting.add(batch.tp)
+        return error
 
     def _complete(self, batch: ProducerBatch, base_offset: int, error: ApiError | None) -> None:
         """An in-flight batch is done. Its futures resolve before it stops counting as in
         flight, so flush() never sees the sender idle while a future is still pending."""
+        if error is not None and batch.producer_id >= 0:
+            error = self._failed_for_good(batch, error)
         batch.complete(base_offset, error)
         with self._cond:
             self._inflight[batch.tp] = self._inflight.get(batch.tp, 1) - 1
-            if error is not None and batch.producer_id >= 0:
-                self._failed_for_good(batch, error)
             self._queued_bytes -= batch.nbytes
             self._outstanding.discard(batch.order)
             self._cond.notify_all()

@@ -6,7 +6,8 @@ producer must be closed and every later call raises the same error), the produce
 from ``init_producer_id``, the partitions and groups already added to the open transaction, and
 the requests to the transaction coordinator (init, add partitions, add offsets, prepare, end)
 and to the group coordinator (``txn_offset_commit`` with the consumer's generation and member
-id, KIP-447). Errors are Kafka's: PRODUCER_FENCED (and a fenced coordinator) are fatal; any
+id, KIP-447). Errors are Kafka's: PRODUCER_FENCED (also a partition's INVALID_PRODUCER_EPOCH:
+only a fencing writes a newer epoch there) and a fenced coordinator are fatal; any
 other failure inside a transaction makes it abortable; CONCURRENT_TRANSACTIONS and the
 coordinator's retriable codes are retried here. Must not: send records (``sender.py`` does) or
 reach into broker internals.
@@ -26,6 +27,7 @@ from logstore.client.metadata import ClusterMetadata
 from logstore.coordinator import key_partition
 from logstore.errors import (
     ApiError,
+    InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidTxnStateError,
     ProducerFencedError,
@@ -49,7 +51,8 @@ from logstore.transactions.state import validate_transactional_id
 
 log = logging.getLogger(__name__)
 
-FATAL = (ProducerFencedError, TransactionCoordinatorFencedError, InvalidProducerIdMappingError)
+FATAL = (ProducerFencedError, InvalidProducerEpochError, TransactionCoordinatorFencedError,
+         InvalidProducerIdMappingError)
 WITH_PREPARED = "with_prepared:"
 
 
@@ -145,9 +148,13 @@ class TransactionManager:
         transaction, which fences nothing here); the error to raise."""
         with self._lock:
             if isinstance(error, FATAL) and not about_others:
-                error = type(error)(
+                # A newer epoch on a partition means a newer instance (or the coordinator,
+                # aborting a timed-out transaction) fenced this one: Kafka's ProducerFenced.
+                kind = ProducerFencedError if isinstance(error, InvalidProducerEpochError) \
+                    else type(error)
+                error = kind(
                     f"{self._what()}: this producer (id {self.producer_id}, epoch "
-                    f"{self.producer_epoch}) can go no further: {error.message}; close it")
+                    f"{self.producer_epoch}) is fenced: {error.message}; close it")
                 self.state, self._error = TxnState.FATAL_ERROR, error
             elif self.state not in (TxnState.FATAL_ERROR,):
                 self.needs_epoch_bump = True

@@ -117,8 +117,7 @@ class TransactionMetadata:
         if producer_epoch != self.producer_epoch:
             raise ProducerFencedError(
                 f"transactional id {self.transactional_id}: producer {producer_id} epoch "
-                f"{producer_epoch} is fenced by epoch {self.producer_epoch}; close this "
-                "producer")
+                f"{producer_epoch} is fenced by epoch {self.producer_epoch}")
 
 
 def bumped(meta: TransactionMetadata, new_producer_id: int) -> tuple[int, int]:

@@ -109,18 +109,20 @@ def test_a_new_instance_fences_the_old_one_whose_writes_never_become_visible(
     tid = f"zombie-{uuid.uuid4().hex[:6]}"
     old = txn_producer(tbroker, tid)
     old.begin_transaction()
-    old.send_batch(topic, pa.table({"value": [b"zombie-1"] * 5}))
+    old.send_batch(topic, pa.table({"value": [b"zombie-1"] * 5}), partition=0)
     old.flush()
     with txn_producer(tbroker, tid) as new:
         new.begin_transaction()
         new.send(topic, value=b"new", partition=0)
         new.commit_transaction()
-    late = old.send(topic, value=b"zombie-2", partition=0)
+    late = old.send(topic, value=b"zombie-2", partition=0)  # its abort marker's epoch
     with pytest.raises(ProducerFencedError, match=tid):
         late.result(10)
-        old.commit_transaction()
-    with pytest.raises(ProducerFencedError):
-        old.begin_transaction()
+    with pytest.raises(ProducerFencedError, match=tid):
+        old.send(topic, value=b"zombie-3", partition=1).result(10)
+    for call in (old.commit_transaction, old.abort_transaction, old.begin_transaction):
+        with pytest.raises(ProducerFencedError, match=tid):
+            call()
     old.close()
     assert flat(read_values(tbroker.bootstrap, topic, range(3))) == [b"new"]
 
