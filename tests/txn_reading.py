@@ -1,6 +1,9 @@
-"""Reading topics as the transaction tests check them: every record of some partitions up to
-their end offset for an isolation level (the last stable offset for read_committed, the high
-watermark otherwise), with a bounded wait. Shared by the integration and fault tests.
+"""Reading topics as the transaction tests check them.
+
+Owns: reading every record of some partitions up to their end offset for an isolation level
+(the last stable offset for read_committed, the high watermark otherwise) with a bounded wait,
+and listing those end offsets; shared by the integration and fault tests. Must not: start
+processes (tests/brokers.py does) or know about clusters.
 """
 
 from __future__ import annotations
@@ -10,8 +13,6 @@ from collections.abc import Iterable
 
 from logstore import Consumer, TopicPartition
 from tests.helpers import WAIT_S
-
-RETRIABLE_READ = (OSError,)
 
 
 def read_values(bootstrap: str | list[str], topic: str, partitions: Iterable[int],

@@ -3,8 +3,10 @@
 Owns: the broker's answers to the topic, log and producer-id actions and to produce and fetch
 streams: the checks a request's types cannot express (a topic's name, partition count and
 configs are the controller's; a value schema that does not decode; max_bytes <= 0 is
-INVALID_FETCH_SIZE), routing to the services, and a response with an error code per partition
-(or per topic): one bad partition never fails the whole request. Decoding and type checks are
+INVALID_FETCH_SIZE; a transactional batch needs its stream's transactional id, and the first
+of a transaction on a partition is verified with the coordinator, KIP-890 part 1, through the
+injected ``TxnVerifier``), routing to the services, and a response with an error code per
+partition (or per topic): one bad partition never fails the whole request. Decoding and type checks are
 ``logstore/messages``'s. Must not: contain storage or replication logic, or know about Arrow
 Flight.
 """

@@ -71,17 +71,10 @@ class Producer:
                  transaction_timeout_ms: int = 60_000,
                  transaction_two_phase_commit: bool = False,
                  max_block_ms: int = 60_000) -> None:
-        if acks not in _ACKS:
-            raise ValueError(f"acks must be 'all', 1 or 0, got {acks!r}")
+        _check_settings(acks, compression_type, {
+            "linger_ms": linger_ms, "batch_size": batch_size,
+            "max_request_size": max_request_size, "delivery_timeout_ms": delivery_timeout_ms})
         _check_transactional(transactional_id, acks, enable_idempotence)
-        if compression_type not in (None, "none", "lz4", "zstd"):
-            raise ValueError(f"compression_type must be None, 'lz4' or 'zstd', "
-                             f"got {compression_type!r}")
-        for name, value in (("linger_ms", linger_ms), ("batch_size", batch_size),
-                            ("max_request_size", max_request_size),
-                            ("delivery_timeout_ms", delivery_timeout_ms)):
-            if not isinstance(value, int) or value < (0 if name == "linger_ms" else 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.acks = _ACKS[acks]
         self.linger_s = linger_ms / 1000.0
         self.batch_size = batch_size
@@ -470,6 +463,18 @@ def _as_bytes(obj: Any, what: str, topic: str) -> bytes:
         return obj.encode()
     raise InvalidRecordError(f"send to {topic!r}: {what} must be bytes, str or None, got "
                              f"{type(obj).__name__}")
+
+
+def _check_settings(acks: str | int, compression_type: str | None,
+                    sizes: dict[str, int]) -> None:
+    if acks not in _ACKS:
+        raise ValueError(f"acks must be 'all', 1 or 0, got {acks!r}")
+    if compression_type not in (None, "none", "lz4", "zstd"):
+        raise ValueError(f"compression_type must be None, 'lz4' or 'zstd', "
+                         f"got {compression_type!r}")
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value < (0 if name == "linger_ms" else 1):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _check_transactional(transactional_id: str | None, acks: str | int,
