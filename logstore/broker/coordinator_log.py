@@ -22,7 +22,11 @@ from logstore.broker.replica_manager import ReplicaManager
 from logstore.controller.store import MetadataStore
 from logstore.controller.topics import TopicController
 from logstore.coordinator import LoggedBatch, TxnProducer
-from logstore.errors import CoordinatorNotAvailableError, TopicAlreadyExistsError
+from logstore.errors import (
+    CoordinatorNotAvailableError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from logstore.messages.groups import FindCoordinatorResponse
 from logstore.model import NewTopic, TopicPartition
 from logstore.records import DEFAULT_SCHEMA, FLAG_TRANSACTIONAL, control_marker
@@ -46,8 +50,11 @@ class ReplicaCoordinatorLog:
         return record.num_partitions
 
     def leader_epoch(self, partition: int) -> int | None:
-        p = self._replicas.hosted().get(TopicPartition(self.topic, partition))
-        return p.leader_epoch if p is not None and p.is_leader else None
+        try:  # not hosted(): that copies every hosted partition, and ticks ask often
+            p = self._replicas.partition(TopicPartition(self.topic, partition))
+        except UnknownTopicOrPartitionError:
+            return None
+        return p.leader_epoch if p.is_leader else None
 
     def append(self, partition: int, batch: pa.RecordBatch,
                producer: TxnProducer | None = None) -> None:
