@@ -26,8 +26,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import pyarrow as pa
-
 from logstore.config import DAY_MS
 from logstore.coordinator import Completions, CoordinatorResult, LoggedBatch
 from logstore.errors import InvalidProducerIdMappingError, NotCoordinatorError
@@ -195,8 +193,3 @@ def list_transactions(shard: TxnCoordinatorShard, req: ListTransactionsRequest
             for m in shard.txns.values()
             if (not states or m.state.value in states) and (not pids or m.producer_id in pids)
             and m.transactional_id.startswith(req.transactional_id_prefix)]
-
-
-def batch_of(result: CoordinatorResult[R]) -> pa.RecordBatch | None:
-    """The one batch a result appends (tests), None if it appends nothing."""
-    return result.records[0] if result.records else None

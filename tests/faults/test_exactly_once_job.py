@@ -6,7 +6,7 @@ input order. Method: 200k keyed records (100 keys, a sequence number per key) in
 topic on a real broker; the job runs as a subprocess (the command the README gives) and is
 killed -9 ten times, each time after a seeded random number of committed transactions plus a
 seeded random delay (LOGSTORE_TEST_SEED replays), then restarted; the last run exits once idle.
-The job's transactions are small (2000 records) and its timeout short, so every run gets
+The job's transactions are small (1000 records) and its timeout short, so every run gets
 through a few before its kill and the whole test stays within about a minute.
 """
 
@@ -65,15 +65,17 @@ def job_command(broker: BrokerProcess, source: str, sink: str, group: str) -> li
     return [sys.executable, "-m", "jobs.exactly_once_copy", "--bootstrap-server",
             broker.bootstrap, "--input", source, "--output", sink, "--group", group,
             "--transactional-id", f"{group}-copy", "--instance-id", f"{group}-0",
-            "--max-records-per-transaction", "2000", "--transaction-timeout-ms", "5000",
+            "--max-records-per-transaction", "1000", "--transaction-timeout-ms", "5000",
             "--session-timeout-ms", "3000", "--idle-exit-ms", "3000"]
 
 
-def run_until_killed(command: list[str], commits: int, delay_s: float) -> bool:
+def run_until_killed(command: list[str], commits: int, delay_s: float, stderr: Path
+                     ) -> bool:
     """Start the job, kill -9 it once it printed ``commits`` commit lines and ``delay_s``
-    more passed; False if it exited (done) first."""
-    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                           text=True, env=subprocess_env(), cwd=REPO_ROOT)
+    more passed; False if it finished first (a failure of its own fails the test)."""
+    with open(stderr, "a") as err:
+        job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True,
+                               env=subprocess_env(), cwd=REPO_ROOT)
     assert job.stdout is not None
     seen = 0
     for line in job.stdout:
@@ -83,11 +85,13 @@ def run_until_killed(command: list[str], commits: int, delay_s: float) -> bool:
             job.send_signal(signal.SIGKILL)
             job.wait(WAIT_S)
             return True
-    return job.wait(WAIT_S) != 0
+    code = job.wait(WAIT_S)
+    assert code == 0, f"the job failed ({code}): {stderr.read_text()[-2000:]}"
+    return False
 
 
 def test_the_job_copies_every_record_exactly_once_through_ten_kills(
-        jbroker: BrokerProcess, seed: int) -> None:
+        jbroker: BrokerProcess, seed: int, tmp_path: Path) -> None:
     rng = random.Random(seed)
     source, sink, group = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("in", "out", "copy"))
     with Admin(jbroker.bootstrap) as admin:
@@ -97,7 +101,8 @@ def test_the_job_copies_every_record_exactly_once_through_ten_kills(
     kills = 0
     deadline = time.monotonic() + 4 * JOB_TIMEOUT_S
     while kills < KILLS and time.monotonic() < deadline:
-        if not run_until_killed(command, rng.randint(1, 3), rng.uniform(0, 0.15)):
+        if not run_until_killed(command, rng.randint(1, 3), rng.uniform(0, 0.1),
+                                tmp_path / "job.stderr"):
             break  # it finished the input before the kills ran out
         kills += 1
     final = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(),
