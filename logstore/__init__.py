@@ -11,7 +11,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from logstore.client import Admin, Consumer, Producer
+    from logstore.client import (
+        Admin,
+        Consumer,
+        ConsumerGroupMetadata,
+        PreparedTxnState,
+        Producer,
+    )
     from logstore.errors import ApiError, ErrorCode, LogstoreError
     from logstore.model import (
         ConsumerRecord,
@@ -26,11 +32,13 @@ _EXPORTS = {
     "Producer": "logstore.client", "ApiError": "logstore.errors", "ErrorCode": "logstore.errors",
     "LogstoreError": "logstore.errors", "ConsumerRecord": "logstore.model",
     "OffsetAndTimestamp": "logstore.model", "RecordMetadata": "logstore.model",
-    "TopicPartition": "logstore.model",
+    "TopicPartition": "logstore.model", "PreparedTxnState": "logstore.client",
+    "ConsumerGroupMetadata": "logstore.client",
 }
 
-__all__ = ["Admin", "ApiError", "Consumer", "ConsumerRecord", "ErrorCode", "LogstoreError",
-           "NewTopic", "OffsetAndTimestamp", "Producer", "RecordMetadata", "TopicPartition"]
+__all__ = ["Admin", "ApiError", "Consumer", "ConsumerGroupMetadata", "ConsumerRecord",
+           "ErrorCode", "LogstoreError", "NewTopic", "OffsetAndTimestamp", "PreparedTxnState",
+           "Producer", "RecordMetadata", "TopicPartition"]
 __version__ = "0.1.0"
 
 

@@ -29,6 +29,7 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 DEFAULT_LISTENER = "127.0.0.1:9092"
 EMBEDDED_OFFSETS_PARTITIONS = 8
 CLUSTER_OFFSETS_PARTITIONS = 50
+HOUR_MS = 3600 * 1000
 # local_retention_ms / local_retention_bytes: -2 means "the same as the total retention" (Kafka).
 USE_TOTAL_RETENTION = -2
 # Keys of remote_storage_options that would carry credentials: those come from the environment
@@ -265,11 +266,31 @@ class BrokerConfig:
     # TLS, SASL and ACLs: flat keys in the file (listener_security, ssl_certfile, ...; the
     # table is logstore/security/config.py's), gathered here.
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    # Transactions (Kafka's names; transactions/). transaction_state_log_num_partitions None
+    # means 50 in a cluster and 8 embedded, as for the offsets topic. A Prepared transaction
+    # (two-phase participation) waits for its decision up to transaction_prepared_timeout_ms,
+    # a broker setting of its own, not the producer's timeout.
+    transaction_state_log_num_partitions: int | None = None
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 100 * MiB
+    transaction_max_timeout_ms: int = 15 * 60 * 1000
+    transaction_prepared_timeout_ms: int = HOUR_MS
+    transactional_id_expiration_ms: int = 7 * DAY_MS
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transaction_partition_verification_enable: bool = True
 
     @property
     def offsets_partitions(self) -> int:
         if self.offsets_topic_num_partitions is not None:
             return self.offsets_topic_num_partitions
+        return EMBEDDED_OFFSETS_PARTITIONS if self.zk_connect is None else \
+            CLUSTER_OFFSETS_PARTITIONS
+
+    @property
+    def transaction_state_partitions(self) -> int:
+        if self.transaction_state_log_num_partitions is not None:
+            return self.transaction_state_log_num_partitions
         return EMBEDDED_OFFSETS_PARTITIONS if self.zk_connect is None else \
             CLUSTER_OFFSETS_PARTITIONS
 
@@ -304,6 +325,13 @@ _BROKER_TYPES: dict[str, tuple[type, ...]] = {
     "remote_log_manager_orphan_grace_ms": (int,),
     "remote_log_manager_task_retry_backoff_ms": (int,),
     "remote_log_manager_task_retry_backoff_max_ms": (int,),
+    "transaction_state_log_num_partitions": (int,),
+    "transaction_state_log_replication_factor": (int,),
+    "transaction_state_log_min_isr": (int,), "transaction_state_log_segment_bytes": (int,),
+    "transaction_max_timeout_ms": (int,), "transaction_prepared_timeout_ms": (int,),
+    "transactional_id_expiration_ms": (int,),
+    "transaction_abort_timed_out_transaction_cleanup_interval_ms": (int,),
+    "transaction_partition_verification_enable": (bool,),
 }
 _POSITIVE_BROKER_KEYS = ("offsets_topic_num_partitions", "offsets_topic_replication_factor",
                          "offsets_topic_segment_bytes", "offsets_retention_minutes",
@@ -315,7 +343,13 @@ _POSITIVE_BROKER_KEYS = ("offsets_topic_num_partitions", "offsets_topic_replicat
                          "remote_fetch_chunk_bytes",
                          "remote_log_manager_orphan_grace_ms",
                          "remote_log_manager_task_retry_backoff_ms",
-                         "remote_log_manager_task_retry_backoff_max_ms")
+                         "remote_log_manager_task_retry_backoff_max_ms",
+                         "transaction_state_log_num_partitions",
+                         "transaction_state_log_replication_factor",
+                         "transaction_state_log_min_isr", "transaction_state_log_segment_bytes",
+                         "transaction_max_timeout_ms", "transaction_prepared_timeout_ms",
+                         "transactional_id_expiration_ms",
+                         "transaction_abort_timed_out_transaction_cleanup_interval_ms")
 
 
 def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> BrokerConfig:

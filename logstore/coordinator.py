@@ -1,11 +1,14 @@
-"""The shape every coordinator shares (group now, transactions next): a pure state machine per
+"""The shape every coordinator shares (group, transactions): a pure state machine per
 partition of an internal topic, which answers a request with the records to append and the
 memory change to make once they are durable.
 
-Owns: ``CoordinatorResult`` (records, response, apply), ``Completions`` (futures a state machine
-resolves only when its change is applied), and the two seams a coordinator runtime drives:
+Owns: ``CoordinatorResult`` (records, response, apply, and the producer of a transactional
+append), ``Completions`` (futures a state machine resolves only when its change is applied),
+``LoggedBatch`` (a batch as a replay reads it: its records, producer, transactional flag and, for
+a control batch, its COMMIT or ABORT), and the two seams a coordinator runtime drives:
 ``CoordinatorLog`` (the internal topic's partitions on this broker) and ``ShardLoader`` (builds a
-partition's state by replaying its records, and gives it up). Must not: do I/O, hold locks or read
+partition's state by replaying its records, and gives it up); and Kafka's hash that picks the
+partition of a key. Must not: do I/O, hold locks or read
 clocks; ``broker/coordinator_runtime.py`` runs these values against the log.
 """
 
@@ -18,8 +21,37 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
+from logstore.records import DEFAULT_SCHEMA, TIMESTAMP_TYPE, ControlType
+
 R = TypeVar("R")
 S = TypeVar("S")
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (as Kafka hashes group and transactional ids), as a signed
+    32-bit int."""
+    h = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def key_partition(key: str, num_partitions: int) -> int:
+    """The internal-topic partition of a group or transactional id: Kafka's
+    ``abs(hashCode) % n`` (``Utils.abs``: the sign bit cleared)."""
+    return (java_string_hash(key) & 0x7FFFFFFF) % num_partitions
+
+
+def encode_rows(rows: list[tuple[bytes, bytes | None]], now_ms: int) -> pa.RecordBatch:
+    """An internal topic's records: (key, value) rows (a None value is a tombstone) in the
+    default topic schema, stamped ``now_ms``."""
+    n = len(rows)
+    return pa.record_batch([
+        pa.array([k for k, _ in rows], pa.binary()),
+        pa.array([v for _, v in rows], pa.binary()),
+        pa.array([now_ms] * n, pa.int64()).cast(TIMESTAMP_TYPE),
+        pa.nulls(n, DEFAULT_SCHEMA.field("headers").type),
+    ], schema=DEFAULT_SCHEMA)
 
 
 def _no_change() -> None:
@@ -27,15 +59,27 @@ def _no_change() -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnProducer:
+    """The producer a transactional append is made for (offsets committed inside a
+    transaction are appended to ``__consumer_offsets`` as that producer's batch, so its
+    marker decides them)."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class CoordinatorResult(Generic[R]):
     """What a handler decided: ``records`` to append to the coordinator's partition (none for a
     request that changes nothing durable), the ``response``, and ``apply``, the memory change,
     run only once the records are acknowledged (at once when there are none). A handler that
-    refuses a request raises its ApiError instead: nothing is appended or changed."""
+    refuses a request raises its ApiError instead: nothing is appended or changed. With
+    ``producer`` the records are appended as that producer's transactional batch."""
 
     records: list[pa.RecordBatch]
     response: R
     apply: Callable[[], None] = _no_change
+    producer: TxnProducer | None = None
 
     @staticmethod
     def answer(response: R, apply: Callable[[], None] = _no_change) -> CoordinatorResult[R]:
@@ -74,6 +118,18 @@ class Completions:
         self.pending = []
 
 
+@dataclass(frozen=True, slots=True)
+class LoggedBatch:
+    """One batch of an internal topic as a replay reads it. A control batch (a transaction
+    marker some partition leader wrote) has no records of the coordinator's and its
+    ``marker``; a transactional batch belongs to ``producer_id``'s open transaction."""
+
+    records: pa.RecordBatch
+    producer_id: int = -1
+    transactional: bool = False
+    marker: ControlType | None = None
+
+
 class CoordinatorLog(Protocol):
     """A coordinator's view of its internal topic's partitions on this broker."""
 
@@ -82,18 +138,20 @@ class CoordinatorLog(Protocol):
     def leader_epoch(self, partition: int) -> int | None:
         """The leader epoch if this broker leads ``partition``, else None."""
 
-    def append(self, partition: int, batch: pa.RecordBatch) -> None:
-        """Append and wait for the acknowledgement (acks=all); raises ApiError."""
+    def append(self, partition: int, batch: pa.RecordBatch,
+               producer: TxnProducer | None = None) -> None:
+        """Append and wait for the acknowledgement (acks=all); raises ApiError. With
+        ``producer``, as that producer's transactional batch."""
 
-    def read(self, partition: int) -> Iterator[pa.RecordBatch]:
-        """Every record batch up to the log end (this broker leads the partition), in offset
-        order."""
+    def read(self, partition: int) -> Iterator[LoggedBatch]:
+        """Every batch up to the log end (this broker leads the partition), in offset order,
+        control batches included."""
 
 
 class ShardLoader(Protocol[S]):
     """Builds and gives up the state (the "shard") of one partition of the internal topic."""
 
-    def load(self, partition: int, leader_epoch: int, batches: Iterable[pa.RecordBatch],
+    def load(self, partition: int, leader_epoch: int, batches: Iterable[LoggedBatch],
              now_ms: int) -> S:
         """The partition's state after replaying ``batches`` (its whole log)."""
 

@@ -65,7 +65,9 @@ class ErrorCode(IntEnum):
     INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
     INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
     CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
@@ -77,11 +79,12 @@ class ErrorCode(IntEnum):
     MEMBER_ID_REQUIRED = 79
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
-    OFFSET_MOVED_TO_TIERED_STORAGE = 109
-
-
+    UNSTABLE_OFFSET_COMMIT = 88
+    PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91
     UNACCEPTABLE_CREDENTIAL = 93
+    OFFSET_MOVED_TO_TIERED_STORAGE = 109
+    TRANSACTION_ABORTABLE = 120
 
 
 class LogstoreError(Exception):
@@ -449,11 +452,29 @@ class InvalidProducerIdMappingError(ApiError):
     refresh_metadata = False
 
 
+class InvalidTransactionTimeoutError(ApiError):
+    """The producer's transaction_timeout_ms is above the broker's transaction_max_timeout_ms
+    (or not positive)."""
+
+    code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    retriable = False
+    refresh_metadata = False
+
+
 class ConcurrentTransactionsError(ApiError):
     """Another transaction for this id is completing."""
 
     code = ErrorCode.CONCURRENT_TRANSACTIONS
     retriable = True
+    refresh_metadata = False
+
+
+class TransactionCoordinatorFencedError(ApiError):
+    """A transaction marker came from a coordinator older than one that already wrote to this
+    partition: a newer coordinator owns the transaction."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    retriable = False
     refresh_metadata = False
 
 
@@ -527,6 +548,22 @@ class OffsetMovedToTieredStorageError(ApiError):
     instead of replicating the remote tier (Kafka's OFFSET_MOVED_TO_TIERED_STORAGE)."""
 
     code = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
+
+
+class UnstableOffsetCommitError(ApiError):
+    """Transactional offsets of the partition are pending (their transaction is not decided
+    yet); retry once it is."""
+
+    code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+    retriable = True
+    refresh_metadata = False
+
+
+class ProducerFencedError(ApiError):
+    """A newer producer with the same transactional id (a newer epoch) exists, or the
+    transaction was aborted for its timeout: this producer is a zombie and must be closed."""
+
+    code = ErrorCode.PRODUCER_FENCED
     retriable = False
     refresh_metadata = False
 
@@ -595,6 +632,15 @@ class UnacceptableCredentialError(ApiError):
     """A credential the broker will not store (unknown mechanism, too few iterations)."""
 
     code = ErrorCode.UNACCEPTABLE_CREDENTIAL
+
+
+class TransactionAbortableError(ApiError):
+    """The transaction cannot go on (a write failed, or the transaction is ending): abort it
+    and start a new one."""
+
+    code = ErrorCode.TRANSACTION_ABORTABLE
+    retriable = False
+    refresh_metadata = False
 
 
 _BY_CODE: dict[int, type[ApiError]] = {

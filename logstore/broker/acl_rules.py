@@ -216,7 +216,15 @@ def _visible_groups(resp: g.ListGroupsResponse, perms: Permissions) -> g.ListGro
         x for x in resp.groups if perms.allows(on_group(x.group_id, _O.DESCRIBE))])
 
 
-FIND_COORDINATOR = _on_group(_O.DESCRIBE)
+def _find_coordinator_checks(req: g.FindCoordinatorRequest) -> list[Check]:
+    if req.key_type == g.KEY_TYPE_TRANSACTION:
+        return [on_transactional_id(req.group_id, _O.DESCRIBE)]
+    return [on_group(req.group_id, _O.DESCRIBE)]
+
+
+FIND_COORDINATOR: Access[Any, Any] = Access(
+    "DESCRIBE on the group, or on the transactional id (key_type TRANSACTION)",
+    require=_find_coordinator_checks)
 GROUP_MEMBERSHIP = _on_group(_O.READ)
 OFFSET_COMMIT: Access[Any, Any] = Access(
     "READ on the group, READ on each topic",

@@ -27,6 +27,7 @@ from logstore.broker.handlers import RequestHandlers
 from logstore.broker.remote_tier import RemoteTier
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.broker.security import SecurityManager
+from logstore.broker.txn_handlers import TxnHandlers
 from logstore.clock import Clock, SystemClock
 from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.cluster_controller import ClusterController
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
 GROUP_TICK_MS = 100  # session expiry and delayed joins are checked this often
+TXN_TICK_MS = 100  # led transaction partitions are loaded within this
 STOP_GRACE_S = 3.0
 CONTROLLED_SHUTDOWN_S = 10.0
 CONTROLLED_SHUTDOWN_RETRY_S = 0.2
@@ -114,14 +116,17 @@ class Broker:
         self.replicas = ReplicaManager(config.broker_id, self.log_manager, self.clock,
                                        self._isr_sender.propose if self._isr_sender else None,
                                        self.tier)
+        producer_ids = ProducerIdAllocator(self.store)
         self.handlers = RequestHandlers(config.broker_id, self.store, self.controller,
-                                        self.replicas, ProducerIdAllocator(self.store))
+                                        self.replicas, producer_ids)
         self.groups = self._group_handlers(config)
         self.handlers.add_routes(self.groups.routes())
         self.security = SecurityManager(config.security, self.store)
         self.handlers.add_routes(self.security.routes())
         self.handlers.permissions = self.security.permissions
         self.handlers.credentials = self.security.credentials
+        self.transactions = self._txn_handlers(config, producer_ids)
+        self.handlers.add_routes(self.transactions.routes())
         self.server: Server | None = None
         self._sync_lock = threading.RLock()
         self._stopping = threading.Event()
@@ -151,6 +156,24 @@ class Broker:
         return GroupHandlers(coordinator, self.store, self.controller, config.offsets_partitions,
                              config.offsets_topic_replication_factor,
                              config.offsets_topic_segment_bytes)
+
+    def _txn_handlers(self, config: BrokerConfig, producer_ids: ProducerIdAllocator
+                      ) -> TxnHandlers:
+        txn = TxnHandlers(config, self.store, self.controller, self.replicas, producer_ids,
+                          self.groups, self.clock, self.peers.get if self.peers else None)
+        self.groups.transaction_lookup = txn.find_coordinator
+        if config.transaction_partition_verification_enable:
+            self.handlers.txn_verifier = txn.verifier
+        return txn
+
+    def _tick_transactions(self) -> None:
+        """Background loop: loading led transaction partitions, timeouts, markers owed."""
+        while not self._stopping.wait(TXN_TICK_MS / 1000.0):
+            try:
+                self.transactions.tick()
+            except Exception:  # boundary: a background loop logs and goes on
+                log.exception("broker %d: transaction coordinator tick failed",
+                              self.config.broker_id)
 
     def _tick_groups(self) -> None:
         """Background loop: session expiry, delayed joins and offset expiry."""
@@ -186,6 +209,8 @@ class Broker:
         self.store.elect_controller(self._on_elected, self._on_resigned)
         self.sync_partitions()
         threading.Thread(target=self._tick_groups, name="group-coordinator-tick",
+                         daemon=True).start()
+        threading.Thread(target=self._tick_transactions, name="txn-coordinator-tick",
                          daemon=True).start()
         log.info("broker %d listening on %s:%d", self.config.broker_id, self.config.host,
                  self.server.port)
@@ -232,6 +257,7 @@ class Broker:
             if not finished:
                 log.warning("broker %d: requests still open after %.1f s; closing storage",
                             self.config.broker_id, grace_s)
+        self.transactions.stop()
         self._stop_cluster()
         if self.tier is not None:  # its tasks use the logs and the store
             self.tier.close()

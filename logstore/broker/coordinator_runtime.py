@@ -39,7 +39,7 @@ from typing import Generic, TypeVar
 import pyarrow as pa
 
 from logstore.clock import Clock
-from logstore.coordinator import CoordinatorLog, CoordinatorResult, ShardLoader
+from logstore.coordinator import CoordinatorLog, CoordinatorResult, ShardLoader, TxnProducer
 from logstore.errors import (
     ApiError,
     CoordinatorLoadInProgressError,
@@ -123,7 +123,8 @@ class CoordinatorRuntime(Generic[S]):
                     return result.response
                 keys = {key} if exclusive else set()
                 part.in_flight.update(keys)
-            self._append_then_apply(partition, part, result.records, result.apply, keys)
+            self._append_then_apply(partition, part, result.records, result.apply, keys,
+                                    result.producer)
         return result.response
 
     def update(self, partition: int, key: Hashable, handler: Handler[S, R]) -> R:
@@ -214,13 +215,14 @@ class CoordinatorRuntime(Generic[S]):
 
     def _append_then_apply(self, partition: int, part: _Partition[S],
                            records: list[pa.RecordBatch], apply: Callable[[], None],
-                           keys: Collection[Hashable]) -> None:
+                           keys: Collection[Hashable], producer: TxnProducer | None = None
+                           ) -> None:
         """Append with no state lock held; apply only if the append succeeded; always let the
         keys' updates go on."""
         applied: Callable[[], None] | None = None
         try:
             batch = records[0] if len(records) == 1 else pa.concat_batches(records)
-            self._log.append(partition, batch)
+            self._log.append(partition, batch, producer)
             applied = apply
         except ApiError as e:
             log.info("%s-%d: append failed, nothing applied: %s", self.topic, partition, e)

@@ -3,8 +3,10 @@ coordinator runtime over the ``__consumer_offsets`` partitions this broker leads
 
 Owns: routing a typed group request to its group's partition (``partition_for``; an empty
 group id is INVALID_GROUP_ID) and choosing how the runtime runs it: join, leave and delete are
-writes that replace the group's state; an offset commit is a write that merges into it; sync
-and heartbeat are updates (they never append); offset fetch, describe and list are reads. Join
+writes that replace the group's state; an offset commit is a write that merges into it (a
+transactional one stages offsets under its producer's key, which the marker's completion, an
+update, waits for); sync and heartbeat are updates (they never append); offset fetch,
+describe and list are reads. Join
 and sync return the futures of their long polls; every other request returns its typed
 response or raises the ApiError of the whole request. Must not: wait on the long polls or
 encode responses (``group_handlers.py`` does), or hold group rules (``groups/`` does).
@@ -19,7 +21,7 @@ from logstore.broker.coordinator_runtime import CoordinatorRuntime
 from logstore.clock import Clock
 from logstore.coordinator import CoordinatorLog
 from logstore.errors import InvalidGroupIdError
-from logstore.groups import commits, membership
+from logstore.groups import commits, membership, txn_offsets
 from logstore.groups.coordinator import (
     GroupConfig,
     GroupCoordinatorShard,
@@ -44,6 +46,7 @@ from logstore.messages.groups import (
     OffsetFetchResponse,
     SyncGroupRequest,
 )
+from logstore.messages.transactions import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from logstore.model import OFFSETS_TOPIC
 
 
@@ -84,6 +87,20 @@ class GroupCoordinatorService:
         return self.runtime.write(self.partition(req.group_id), req.group_id,
                                   lambda shard, now: commits.offset_commit(shard, req, now),
                                   exclusive=False)
+
+    def txn_offset_commit(self, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+        """Offsets staged in the producer's transaction. Written under the producer's key, so
+        its marker's completion (``complete_txn``) waits until they are applied."""
+        return self.runtime.write(self.partition(req.group_id), ("txn", req.producer_id),
+                                  lambda shard, now: txn_offsets.txn_offset_commit(
+                                      shard, req, now))
+
+    def complete_txn(self, partition: int, producer_id: int, committed: bool) -> int:
+        """A marker of ``producer_id`` is in ``partition``'s log: apply or drop its pending
+        offsets; how many were decided."""
+        return self.runtime.update(partition, ("txn", producer_id),
+                                   lambda shard, now: txn_offsets.complete_txn(
+                                       shard, producer_id, committed, now))
 
     def offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         return self.runtime.read(self.partition(req.group_id),

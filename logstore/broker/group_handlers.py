@@ -5,24 +5,26 @@ offset_commit, offset_fetch, list_groups, describe_groups and delete_groups, eac
 typed request (``messages/groups.py``) and answering its typed response, with an error code per
 entry (one bad partition or group never fails the others); creating ``__consumer_offsets`` on
 first use (compacted; ``offsets_topic_num_partitions``; replication factor
-``offsets_topic_replication_factor`` capped to the live brokers); and ``ReplicaOffsetsLog``,
-which reads and appends its partitions through the replica manager (the ``CoordinatorLog``
-seam). The join and sync "long polls" wait here on the coordinator's futures. Must not: hold
+``offsets_topic_replication_factor`` capped to the live brokers, see coordinator_log.py); and
+``ReplicaOffsetsLog``, the ``CoordinatorLog`` seam over its partitions. find_coordinator with
+key_type TRANSACTION is answered by the transaction coordinator's lookup. The join and sync "long polls" wait here on the coordinator's futures. Must not: hold
 group state (``group_coordinator.py`` and ``groups/`` do) or touch the transport.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
-import pyarrow as pa
-
 from logstore.broker import acl_rules as rules
+from logstore.broker.coordinator_log import (
+    InternalTopic,
+    InternalTopicSpec,
+    ReplicaCoordinatorLog,
+)
 from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.controller.store import MetadataStore
@@ -31,12 +33,12 @@ from logstore.errors import (
     ApiError,
     CoordinatorNotAvailableError,
     RebalanceInProgressError,
-    TopicAlreadyExistsError,
     UnknownServerError,
 )
 from logstore.groups.offsets import partition_for
 from logstore.messages import ErrorFields, Route, error_kw
 from logstore.messages.groups import (
+    KEY_TYPE_TRANSACTION,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribeGroupsRequest,
@@ -60,57 +62,21 @@ from logstore.messages.groups import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from logstore.model import OFFSETS_TOPIC, NewTopic, TopicPartition
-from logstore.records import DEFAULT_SCHEMA
+from logstore.model import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK_BYTES = 8 * 1024 * 1024
-APPEND_TIMEOUT_MS = 30_000
 WAIT_SLACK_S = 5.0
 
 E = TypeVar("E", bound=ErrorFields)
 T = TypeVar("T")
 
 
-class ReplicaOffsetsLog:
+class ReplicaOffsetsLog(ReplicaCoordinatorLog):
     """``CoordinatorLog`` over the partitions of ``__consumer_offsets`` this broker hosts."""
 
     def __init__(self, replicas: ReplicaManager, store: MetadataStore) -> None:
-        self._replicas = replicas
-        self._store = store
-
-    def num_partitions(self) -> int:
-        record = self._store.topics().get(OFFSETS_TOPIC)
-        if record is None:
-            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} does not exist yet")
-        return record.num_partitions
-
-    def leader_epoch(self, partition: int) -> int | None:
-        p = self._replicas.hosted().get(TopicPartition(OFFSETS_TOPIC, partition))
-        return p.leader_epoch if p is not None and p.is_leader else None
-
-    def append(self, partition: int, batch: pa.RecordBatch) -> None:
-        tp = TopicPartition(OFFSETS_TOPIC, partition)
-        self._replicas.append_records(tp, batch, -1).wait(APPEND_TIMEOUT_MS)
-
-    def read(self, partition: int) -> Iterator[pa.RecordBatch]:
-        """Up to the log end, not the high watermark: a newly elected leader's high
-        watermark lags until its followers fetch again, and the commits between it and the
-        log end (acknowledged by the old leader) would be lost to the replay. A leader never
-        truncates its log, and the shard is dropped if leadership moves."""
-        log_ = self._replicas.partition(TopicPartition(OFFSETS_TOPIC, partition)).log
-        offset, end = log_.log_start_offset, log_.log_end_offset
-        for _ in range(end - offset + 1):  # bounded: every read advances at least one offset
-            if offset >= end:
-                return
-            data = log_.read(offset, READ_CHUNK_BYTES, max_offset=end)
-            if not data.batches:
-                return
-            for stored in data.batches:
-                if not stored.header.is_control:
-                    yield stored.record_batch(DEFAULT_SCHEMA)
-                offset = stored.header.next_offset
+        super().__init__(replicas, store, OFFSETS_TOPIC)
 
 
 class GroupHandlers:
@@ -118,11 +84,11 @@ class GroupHandlers:
                  controller: TopicController, num_partitions: int,
                  replication_factor: int, segment_bytes: int) -> None:
         self.coordinator = coordinator
-        self._store = store
-        self._controller = controller
-        self._num_partitions = num_partitions
-        self._replication_factor = replication_factor
-        self._segment_bytes = segment_bytes
+        self.offsets_topic = InternalTopic(store, controller, InternalTopicSpec(
+            OFFSETS_TOPIC, num_partitions, replication_factor, segment_bytes))
+        # find_coordinator with key_type TRANSACTION: set by the broker when it runs a
+        # transaction coordinator.
+        self.transaction_lookup: Callable[[str], FindCoordinatorResponse] | None = None
 
     def routes(self) -> list[Route[Any, Any]]:
         return [Route(FindCoordinatorRequest, self.find_coordinator, rules.FIND_COORDINATOR),
@@ -139,31 +105,18 @@ class GroupHandlers:
     # -- coordinator lookup ------------------------------------------------------------------
 
     def find_coordinator(self, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
-        return _answer(FindCoordinatorResponse, lambda: self._find(req.group_id))
+        return _answer(FindCoordinatorResponse, lambda: self._find(req))
 
-    def _find(self, group_id: str) -> FindCoordinatorResponse:
-        partition = partition_for(group_id, self._ensure_offsets_topic())
-        state = self._store.partition_states(OFFSETS_TOPIC).get(partition)
-        broker = self._store.brokers().get(state.leader) if state else None
-        if broker is None:
-            raise CoordinatorNotAvailableError(
-                f"{OFFSETS_TOPIC}-{partition} (group {group_id!r}) has no leader")
-        return FindCoordinatorResponse(node_id=broker.broker_id, host=broker.host,
-                                       port=broker.port, partition=partition)
+    def _find(self, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
+        if req.key_type == KEY_TYPE_TRANSACTION:
+            if self.transaction_lookup is None:
+                raise CoordinatorNotAvailableError("this broker runs no transaction coordinator")
+            return self.transaction_lookup(req.group_id)
+        return self.offsets_topic.coordinator(req.group_id, partition_for)
 
-    def _ensure_offsets_topic(self) -> int:
-        record = self._store.topics().get(OFFSETS_TOPIC)
-        if record is not None:
-            return record.num_partitions
-        live = len(self._store.brokers())
-        with contextlib.suppress(TopicAlreadyExistsError):  # another broker was first
-            self._controller.create_topic(NewTopic(
-                OFFSETS_TOPIC, self._num_partitions,
-                max(1, min(self._replication_factor, live)),
-                config={"cleanup_policy": "compact", "segment_bytes": self._segment_bytes,
-                        "retention_ms": None}))
-        record = self._store.topics().get(OFFSETS_TOPIC)
-        return record.num_partitions if record is not None else self._num_partitions
+    def ensure_offsets_topic(self) -> int:
+        """The partition count of ``__consumer_offsets``, created first if need be."""
+        return self.offsets_topic.ensure()
 
     # -- membership --------------------------------------------------------------------------
 

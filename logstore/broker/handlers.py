@@ -3,8 +3,10 @@
 Owns: the broker's answers to the topic, log and producer-id actions and to produce and fetch
 streams: the checks a request's types cannot express (a topic's name, partition count and
 configs are the controller's; a value schema that does not decode; max_bytes <= 0 is
-INVALID_FETCH_SIZE), routing to the services, and a response with an error code per partition
-(or per topic): one bad partition never fails the whole request. Decoding and type checks are
+INVALID_FETCH_SIZE; a transactional batch needs its stream's transactional id, and the first
+of a transaction on a partition is verified with the coordinator, KIP-890 part 1, through the
+injected ``TxnVerifier``), routing to the services, and a response with an error code per
+partition (or per topic): one bad partition never fails the whole request. Decoding and type checks are
 ``logstore/messages``'s. Must not: contain storage or replication logic, or know about Arrow
 Flight.
 """
@@ -32,7 +34,12 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.messages import ErrorFields, Route, error_kw
-from logstore.messages.fetch import FetchPartitionSummary, FetchRequest, FetchSummary
+from logstore.messages.fetch import (
+    AbortedTransaction,
+    FetchPartitionSummary,
+    FetchRequest,
+    FetchSummary,
+)
 from logstore.messages.log import (
     AwaitHighWatermarksRequest,
     AwaitHighWatermarksResponse,
@@ -82,6 +89,7 @@ from logstore.messages.topics import (
 from logstore.model import NewTopic, TopicPartition
 from logstore.records import (
     DEFAULT_SCHEMA,
+    FLAG_TRANSACTIONAL,
     StoredBatch,
     conform_batch,
     decode_schema,
@@ -134,6 +142,14 @@ class ProducerIdSource(Protocol):
     def next_producer_id(self) -> int: ...
 
 
+class TxnVerifier(Protocol):
+    """Asks a transactional id's coordinator whether a partition is in the producer's ongoing
+    transaction (KIP-890 part 1); raises the ApiError that refuses the batch."""
+
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+               tp: TopicPartition) -> None: ...
+
+
 class RequestHandlers:
     """One instance per broker; thread-safe because every service it calls is."""
 
@@ -144,6 +160,8 @@ class RequestHandlers:
         self._controller = controller
         self._replicas = replicas
         self._producer_ids = producer_ids
+        # Set by the broker when it verifies transactional produces (None: no verification).
+        self.txn_verifier: TxnVerifier | None = None
         self._action_counts: Counter[str] = Counter()
         # What a connection may do, and users' credentials: the broker's security manager sets
         # these (without it no authorizer runs and no user exists).
@@ -243,7 +261,7 @@ class RequestHandlers:
         for p in req.partitions:
             try:
                 offset, ts = self._replicas.list_offset(TopicPartition(req.topic, p.partition),
-                                                        p.timestamp)
+                                                        p.timestamp, req.isolation_level)
                 out.append(ListOffsetsPartitionResult(partition=p.partition, offset=offset,
                                                       timestamp=ts))
             except ApiError as e:
@@ -260,7 +278,8 @@ class RequestHandlers:
                 out.append(LogDirPartition(
                     partition=p, path=d.path, incarnation=d.incarnation,
                     log_start_offset=d.log_start_offset, high_watermark=d.high_watermark,
-                    local_log_start_offset=d.local_log_start_offset))
+                    local_log_start_offset=d.local_log_start_offset,
+                    last_stable_offset=d.last_stable_offset))
             except ApiError as e:
                 out.append(LogDirPartition(partition=p, **error_kw(e)))
         return DescribeLogDirsResponse(topic=req.topic, partitions=out)
@@ -282,7 +301,8 @@ class RequestHandlers:
         entry = LogTierPartition(
             partition=tp.partition, log_start_offset=d.log_start_offset,
             local_log_start_offset=d.local_log_start_offset, high_watermark=d.high_watermark,
-            log_end_offset=self._replicas.partition(tp).log.log_end_offset)
+            log_end_offset=self._replicas.partition(tp).log.log_end_offset,
+            last_stable_offset=d.last_stable_offset)
         if stats is None:
             return entry
         return msgspec.structs.replace(
@@ -365,13 +385,31 @@ class RequestHandlers:
         try:
             self.authorize_stream(req, permissions)
             batch = conform_batch(batch, self.topic_schema(req.topic), f"topic-partition {tp}")
+            flags = self._transactional_flags(req, meta, tp)
             pending = self._replicas.append_records(
                 tp, batch, req.acks, producer_id=meta.producer_id,
                 producer_epoch=meta.producer_epoch, base_sequence=meta.base_sequence,
-                current_leader_epoch=meta.leader_epoch)
+                flags=flags, current_leader_epoch=meta.leader_epoch)
         except ApiError as e:
             return PendingProduce(meta.seq, meta.partition, None, e)
         return PendingProduce(meta.seq, meta.partition, pending, None)
+
+    def _transactional_flags(self, req: ProduceRequest, meta: ProduceBatchMetadata,
+                             tp: TopicPartition) -> int:
+        """FLAG_TRANSACTIONAL for a transactional batch, once its producer's first write of
+        the transaction to ``tp`` is verified with the coordinator (KIP-890 part 1)."""
+        if not meta.transactional:
+            return 0
+        if not req.transactional_id or meta.producer_id < 0 or meta.base_sequence < 0:
+            raise InvalidRequestError(
+                f"{tp}: a transactional batch needs the stream's transactional_id and a "
+                f"producer id, epoch and sequence (got transactional_id "
+                f"{req.transactional_id!r}, producer {meta.producer_id})")
+        if self.txn_verifier is not None and \
+                not self._replicas.has_open_transaction(tp, meta.producer_id):
+            self.txn_verifier.verify(req.transactional_id, meta.producer_id,
+                                     meta.producer_epoch, tp)
+        return FLAG_TRANSACTIONAL
 
     # -- fetch -------------------------------------------------------------------------------
 
@@ -405,7 +443,11 @@ class RequestHandlers:
         return FetchSummary(partitions=[FetchPartitionSummary(
             partition=r.tp.partition, **error_kw(r.error), high_watermark=r.high_watermark,
             log_start_offset=r.log_start_offset, log_end_offset=r.log_end_offset,
-            local_log_start_offset=r.local_log_start_offset)
+            local_log_start_offset=r.local_log_start_offset,
+            last_stable_offset=r.last_stable_offset, aborted_transactions=[
+                AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset,
+                                   last_offset=-1 if a.last_offset is None else a.last_offset)
+                for a in r.aborted])
             for r in results], stream_error=None if stream_error is None else ErrorFields(
                 **error_kw(stream_error)))
 

@@ -1,8 +1,10 @@
 """The partitions this broker hosts: produce, fetch (with long poll) and list offsets.
 
-Owns: the map of hosted ``Partition`` objects, routing appends and reads to them, waiting for
-``min_bytes`` or ``max_wait_ms`` on fetches, and answering list-offsets. Must not: parse wire
-requests (that is ``handlers.py``) or touch the transport.
+Owns: the map of hosted ``Partition`` objects, routing appends (data and transaction markers)
+and reads to them, waiting for ``min_bytes`` or ``max_wait_ms`` on fetches, read_committed reads
+(below the last stable offset, with the aborted transactions they overlap), answering
+list-offsets, and the producers of a led partition. Must not: parse wire requests (that is
+``handlers.py``) or touch the transport.
 
 Tiered partitions (``remote_tier.py``): a consumer's fetch below the local log start offset is
 read from the remote tier, every such partition of the fetch at once on the remote reader's
@@ -32,11 +34,13 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.model import EARLIEST, LATEST, TopicPartition
-from logstore.records import StoredBatch
+from logstore.records import ControlType, StoredBatch
 from logstore.replication.partition import IsrProposer, Partition, PendingAppend
 from logstore.segments.log import Log
 from logstore.segments.log_manager import LogManager
+from logstore.segments.producer_state import ProducerEntry
 from logstore.tiering.remote_reader import RemoteFetchRequest
+from logstore.txn_filter import AbortedTxn, IsolationLevel
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,8 @@ class PartitionFetchResult:
     log_end_offset: int = -1
     local_log_start_offset: int = -1
     from_remote: bool = False  # a remote read was started for it (done or not)
+    last_stable_offset: int = -1
+    aborted: list[AbortedTxn] = field(default_factory=list)  # read_committed only
 
     @property
     def size_bytes(self) -> int:
@@ -80,6 +86,7 @@ class LogDir:
     log_start_offset: int  # over both tiers
     high_watermark: int
     local_log_start_offset: int
+    last_stable_offset: int
 
 
 @dataclass
@@ -175,6 +182,25 @@ class ReplicaManager:
             batch, required_acks, current_leader_epoch, producer_id=producer_id,
             producer_epoch=producer_epoch, base_sequence=base_sequence, flags=flags)
 
+    def write_txn_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
+                         committed: bool, coordinator_epoch: int) -> PendingAppend:
+        """Append a COMMIT or ABORT marker to a led partition (acks=all: wait on the
+        result)."""
+        marker = ControlType.COMMIT if committed else ControlType.ABORT
+        return self.partition(tp).append_marker_to_leader(producer_id, producer_epoch, marker,
+                                                          coordinator_epoch)
+
+    def has_open_transaction(self, tp: TopicPartition, producer_id: int) -> bool:
+        """Whether ``producer_id`` has a transaction open on ``tp`` (on this replica)."""
+        return producer_id in self.partition(tp).log.producer_state.open_transactions
+
+    def producers(self, tp: TopicPartition) -> list[ProducerEntry]:
+        """The producers of a led partition (describe_producers)."""
+        p = self.partition(tp)
+        if not p.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
+        return p.log.producer_state.producers()
+
     # -- fetch -------------------------------------------------------------------------------
 
     def fetch(self, requests: list[FetchPartition], max_wait_ms: int, min_bytes: int,
@@ -260,9 +286,12 @@ class ReplicaManager:
             if req.offset < log_.log_start_offset and self._is_tiered(req.tp):
                 return self._remote_request(req, log_, min(req.max_bytes, max(budget, 1)),
                                             max_offset, isolation_level, replica_id)
+            committed = replica_id < 0 and isolation_level == READ_COMMITTED
             data = log_.read(req.offset, min(req.max_bytes, max(budget, 1)),
-                             max_offset=max_offset, min_one=min_one)
+                             max_offset=max_offset, min_one=min_one,
+                             isolation=IsolationLevel(int(committed)))
             result.batches = data.batches
+            result.aborted = data.aborted_transactions
         except ApiError as e:
             result.error = e
         except Exception as e:  # a boundary: one broken partition must not fail the request
@@ -275,6 +304,7 @@ class ReplicaManager:
         result.local_log_start_offset = log_.log_start_offset
         result.log_start_offset = self.log_start_offset(result.tp, log_)
         result.log_end_offset = log_.log_end_offset
+        result.last_stable_offset = log_.last_stable_offset
 
     def _remote_request(self, req: FetchPartition, log_: Log, max_bytes: int, max_offset: int,
                         isolation_level: int, replica_id: int) -> RemoteFetchRequest:
@@ -350,18 +380,21 @@ class ReplicaManager:
         p = self._leader(tp)
         return LogDir(str(p.log.dir.resolve()), self._logs.incarnation,
                       self.log_start_offset(tp, p.log), p.log.high_watermark,
-                      p.log.log_start_offset)
+                      p.log.log_start_offset, p.log.last_stable_offset)
 
     # -- list offsets ------------------------------------------------------------------------
 
-    def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
-        """(offset, timestamp) for EARLIEST, LATEST (the high watermark) or the first record at
-        or after ``timestamp``; (-1, -1) when no record is that late."""
+    def list_offset(self, tp: TopicPartition, timestamp: int,
+                    isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int]:
+        """(offset, timestamp) for EARLIEST, LATEST (the high watermark; for READ_COMMITTED
+        the last stable offset) or the first record at or after ``timestamp``; (-1, -1) when
+        no record is that late."""
         p = self._leader(tp)
         if timestamp == EARLIEST:
             return self.log_start_offset(tp, p.log), -1
         if timestamp == LATEST:
-            return p.log.high_watermark, -1
+            committed = isolation_level == READ_COMMITTED
+            return p.log.last_stable_offset if committed else p.log.high_watermark, -1
         if timestamp < 0:
             raise OffsetOutOfRangeError(f"{tp}: invalid list-offsets timestamp {timestamp}")
         found = None

@@ -1,6 +1,7 @@
 """``logstore consume``: print a topic's records on stdout.
 
-Owns: the command's arguments, where reading starts (the log end, ``--from-beginning``,
+Owns: the command's arguments (``--isolation-level read_committed`` reads committed
+transactions only), where reading starts (the log end, ``--from-beginning``,
 ``--offset``, or with ``--group`` the group's committed offsets), when it stops
 (``--max-messages``, ``--timeout-ms``, Ctrl-C), committing a group's positions on the way out,
 and the output layout: ``[partition<TAB>]offset<TAB>[timestamp<TAB>]key<TAB>value`` per
@@ -55,6 +56,10 @@ def register(commands: Any) -> None:
     consume.add_argument("--group", metavar="GROUP",
                          help="consume as a member of this consumer group and commit the "
                               "consumed offsets (not with --partition or --offset)")
+    consume.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
+                         default="read_uncommitted",
+                         help="read_committed: only committed transactions' records, up to "
+                              "the last stable offset")
     consume.add_argument("--max-messages", type=non_negative, help="stop after this many")
     consume.add_argument("--timeout-ms", type=non_negative,
                          help="stop once no record arrived for this long (default: never)")
@@ -109,12 +114,12 @@ def _new_consumer(args: argparse.Namespace) -> Consumer:
     if args.group is not None:  # auto-commit (the default) commits every 5 s while it runs
         return Consumer(bootstrap_servers=args.bootstrap_server, group_id=args.group,
                         auto_offset_reset="earliest" if args.from_beginning else "latest",
-                        **client_settings(args))
+                        isolation_level=args.isolation_level, **client_settings(args))
     # An explicit --offset outside the log is an error naming the valid range, not a silent
     # jump to the beginning.
     return Consumer(bootstrap_servers=args.bootstrap_server,
                     auto_offset_reset="none" if args.offset is not None else "earliest",
-                    **client_settings(args))
+                    isolation_level=args.isolation_level, **client_settings(args))
 
 
 def _start(consumer: Consumer, args: argparse.Namespace, topic: TopicDescription) -> None:

@@ -2,9 +2,9 @@
 
 Owns: these commands' arguments and output (describe prints the configs that differ from the
 defaults, a typed topic's value columns in ``--value-schema`` syntax, and per partition its
-leader, replicas, ISR, log start offset (over both tiers), local log start offset and log end
-offset (the high watermark), and for a tiered topic its remote segments and bytes and its copy
-lag). Must not: talk to brokers except through the public clients.
+leader, replicas, ISR, log start offset (over both tiers), local log start offset, log end
+offset (the high watermark) and last stable offset, and for a tiered topic its remote segments
+and bytes and its copy lag). Must not: talk to brokers except through the public clients.
 """
 
 from __future__ import annotations
@@ -115,9 +115,11 @@ def _print_topic(topic: TopicDescription, config: dict[str, Any]) -> None:
 def _log_columns(p: PartitionDescription) -> str:
     t = p.log_tiers
     if t is None:
-        return "LogStartOffset: -\tLocalLogStartOffset: -\tLogEndOffset: -"
+        return ("LogStartOffset: -\tLocalLogStartOffset: -\tLogEndOffset: -\t"
+                "LastStableOffset: -")
     text = (f"LogStartOffset: {t.log_start_offset}\tLocalLogStartOffset: "
-            f"{t.local_log_start_offset}\tLogEndOffset: {t.high_watermark}")
+            f"{t.local_log_start_offset}\tLogEndOffset: {t.high_watermark}\t"
+            f"LastStableOffset: {t.last_stable_offset}")
     if t.remote_storage_enable:
         text += (f"\tRemoteSegments: {t.remote_segments}\tRemoteBytes: {t.remote_bytes}\t"
                  f"CopyLagSegments: {t.copy_lag_segments}\tCopyLagBytes: {t.copy_lag_bytes}")

@@ -18,13 +18,16 @@ if TYPE_CHECKING:
     )
     from logstore.client.consumer import Consumer
     from logstore.client.producer import Producer
+    from logstore.client.transactions import ConsumerGroupMetadata, PreparedTxnState
 
 _EXPORTS = {"Admin": "admin", "BrokerDescription": "admin", "ClusterDescription": "admin",
             "PartitionDescription": "admin", "TopicDescription": "admin",
-            "Consumer": "consumer", "Producer": "producer"}
+            "Consumer": "consumer", "Producer": "producer",
+            "ConsumerGroupMetadata": "transactions", "PreparedTxnState": "transactions"}
 
-__all__ = ["Admin", "BrokerDescription", "ClusterDescription", "Consumer", "NewTopic",
-           "PartitionDescription", "Producer", "TopicDescription"]
+__all__ = ["Admin", "BrokerDescription", "ClusterDescription", "Consumer",
+           "ConsumerGroupMetadata", "NewTopic", "PartitionDescription", "PreparedTxnState",
+           "Producer", "TopicDescription"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,5 @@
 """The admin client: the cluster's brokers and controller, topics, partitions, topic configs,
-consumer groups, ACLs and SCRAM users.
+consumer groups, transactions (``admin_transactions.py``), ACLs and SCRAM users.
 
 Each call raises the ApiError of the first entity that failed, with a message naming it, after
 the request has been applied to every entity it could be applied to (as Kafka's admin does
@@ -15,6 +15,13 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from logstore.client import admin_transactions as txn_admin
+from logstore.client.admin_transactions import (
+    HangingTransaction,
+    ProducerState,
+    TransactionDescription,
+    TransactionListing,
+)
 from logstore.client.group import GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import ApiError, GroupIdNotFoundError, NonEmptyGroupError
@@ -74,6 +81,7 @@ class LogTierDescription:
     local_log_start_offset: int
     high_watermark: int
     log_end_offset: int
+    last_stable_offset: int = -1
     remote_storage_enable: bool = False
     remote_segments: int = 0
     remote_bytes: int = 0
@@ -162,6 +170,7 @@ class Admin:
         """``**security``: kafka-python's connection settings, as ``Producer`` takes them."""
         self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms,
                                          security=client_security(security, "Admin"))
+        self._timeout_s = max(request_timeout_ms / 1000.0, 60.0)
 
     def describe_cluster(self) -> ClusterDescription:
         """The registered brokers, sorted by id, and the controller, as one broker sees them."""
@@ -221,8 +230,9 @@ class Admin:
                 if e.error() is None:
                     out[TopicPartition(topic, e.partition)] = LogTierDescription(
                         e.log_start_offset, e.local_log_start_offset, e.high_watermark,
-                        e.log_end_offset, e.remote_storage_enable, e.remote_segments,
-                        e.remote_bytes, e.copy_lag_segments, e.copy_lag_bytes)
+                        e.log_end_offset, e.last_stable_offset, e.remote_storage_enable,
+                        e.remote_segments, e.remote_bytes, e.copy_lag_segments,
+                        e.copy_lag_bytes)
         return out
 
     def create_partitions(self, counts: dict[str, int]) -> None:
@@ -337,6 +347,51 @@ class Admin:
         _raise_first(response.results)
         return {r.user: {c.mechanism: c.iterations for c in r.credentials}
                 for r in response.results}
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def list_transactions(self, state_filters: list[str] | None = None,
+                          producer_id_filters: list[int] | None = None,
+                          transactional_id_prefix: str = "") -> list[TransactionListing]:
+        """Every transactional id the coordinators know, filtered by state, producer id and
+        id prefix (empty filters match everything)."""
+        return txn_admin.list_transactions(self._metadata, list(state_filters or []),
+                                           list(producer_id_filters or []),
+                                           transactional_id_prefix)
+
+    def describe_transactions(self, transactional_ids: list[str]
+                              ) -> list[TransactionDescription]:
+        return txn_admin.describe_transactions(self._metadata, list(transactional_ids),
+                                               self._timeout_s)
+
+    def describe_producers(self, partitions: list[TopicPartition]
+                           ) -> dict[TopicPartition, list[ProducerState]]:
+        """The active producers of each partition, as its leader knows them."""
+        return txn_admin.describe_producers(self._metadata, list(partitions))
+
+    def abort_transaction(self, topic: str, partition: int, producer_id: int,
+                          producer_epoch: int, coordinator_epoch: int) -> None:
+        """Abort a hanging transaction: an ABORT marker for the producer's open transaction,
+        written to the partition by its leader (refused if a newer producer epoch or
+        coordinator epoch already wrote there)."""
+        txn_admin.abort_transaction(self._metadata, TopicPartition(topic, partition),
+                                    producer_id, producer_epoch, coordinator_epoch)
+
+    def find_hanging_transactions(self, partitions: list[TopicPartition],
+                                  max_transaction_timeout_ms: int = 15 * 60 * 1000
+                                  ) -> list[HangingTransaction]:
+        return txn_admin.find_hanging(self._metadata, list(partitions),
+                                      max_transaction_timeout_ms, self._timeout_s)
+
+    def transaction_state_partitions(self) -> int:
+        """How many partitions ``__transaction_state`` has (it is created if need be): with
+        ``colocated_transactional_id``, ids that one coordinator partition decides together."""
+        return txn_admin.transaction_state_partitions(self._metadata, self._timeout_s)
+
+    def fence_producers(self, transactional_ids: list[str]) -> None:
+        """Fence each transactional id's producer (KIP-618): its epoch is bumped and its open
+        transaction, Prepared ones included, is aborted; returns once they are."""
+        txn_admin.fence_producers(self._metadata, list(transactional_ids), self._timeout_s)
 
     def _group(self, group_id: str) -> GroupMember:
         return GroupMember(self._metadata, GroupSettings(group_id))

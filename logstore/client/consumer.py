@@ -7,7 +7,9 @@ ConsumerRecords; ``poll_arrow`` returns one pyarrow Table per partition with ``o
 and ``subscribe``, the partitions come from the group (``client/group.py``): rebalances run
 inside ``poll()`` (eager strategies revoke everything first; cooperative-sticky revokes only what
 moves and rejoins), with the listener's callbacks and auto-commit on this thread, and committed
-offsets start newly assigned partitions. Must not: reach into broker internals.
+offsets start newly assigned partitions. With ``isolation_level="read_committed"`` only
+committed transactional records are returned, up to the last stable offset, and committed
+offsets are read stable (KIP-447); control batches are never records in either level. Must not: reach into broker internals.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ import pyarrow as pa
 from logstore.client.fetcher import FetchConfig, Fetcher, MiB, to_records
 from logstore.client.group import REJOIN_CODES, GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
+from logstore.client.transactions import ConsumerGroupMetadata
 from logstore.errors import (
     ApiError,
     InvalidRequestError,
     NetworkError,
     OffsetOutOfRangeError,
 )
+from logstore.messages.fetch import READ_COMMITTED, READ_UNCOMMITTED
 from logstore.model import (
     EARLIEST,
     LATEST,
@@ -44,6 +48,7 @@ from logstore.security.config import client_security
 log = logging.getLogger(__name__)
 
 _RESET = {"earliest": EARLIEST, "latest": LATEST, "none": None}
+_ISOLATION = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
 
 REBALANCE_ATTEMPTS = 10
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], Exception | None], None]
@@ -70,8 +75,12 @@ class Consumer:
                  max_poll_interval_ms: int = 300_000,
                  partition_assignment_strategy: Iterable[str] = ("range",),
                  group_instance_id: str | None = None, client_id: str = "logstore-consumer",
-                 metadata_max_age_ms: int = 300_000, **security: Any) -> None:
+                 metadata_max_age_ms: int = 300_000,
+                 isolation_level: str = "read_uncommitted", **security: Any) -> None:
         """``**security``: kafka-python's connection settings, as ``Producer`` takes them."""
+        if isolation_level not in _ISOLATION:
+            raise ValueError(f"isolation_level must be 'read_uncommitted' or 'read_committed', "
+                             f"got {isolation_level!r}")
         if auto_offset_reset not in _RESET:
             raise ValueError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', "
                              f"got {auto_offset_reset!r}")
@@ -93,9 +102,10 @@ class Consumer:
         self._listener: Any = None
         self._commit_pool: ThreadPoolExecutor | None = None
         self._reset = _RESET[auto_offset_reset]
+        self.isolation_level = isolation_level
         self._fetcher = Fetcher(self._metadata, FetchConfig(
-            fetch_max_bytes, max_partition_fetch_bytes, fetch_min_bytes, fetch_max_wait_ms),
-            self._out_of_range)
+            fetch_max_bytes, max_partition_fetch_bytes, fetch_min_bytes, fetch_max_wait_ms,
+            _ISOLATION[isolation_level]), self._out_of_range)
         self.max_poll_records = max_poll_records
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
@@ -233,6 +243,10 @@ class Consumer:
         drained = self._fetcher.drain([tp for tp in order if tp not in self._paused], limit)
         for tp, d in drained.items():
             self._positions[tp] = d.next_offset
+        for tp in self._assignment:  # control and aborted batches passed over silently
+            idle = self._fetcher.idle_position(tp) if tp not in drained else None
+            if idle is not None and idle > self._positions.get(tp, idle):
+                self._positions[tp] = idle
         return {tp: d.table for tp, d in drained.items()}
 
     def _fetch_once(self, timeout_s: float) -> None:
@@ -314,7 +328,7 @@ class Consumer:
             group.need_rejoin.set()  # cooperative: the revoked partitions go out next round
         added = new - set(self._assignment)
         self.assign(sorted(new))
-        committed = group.committed(sorted(added)) if added else {}
+        committed = group.committed(sorted(added), self._require_stable) if added else {}
         for tp, om in committed.items():
             self._positions[tp] = om.offset
         log.info("group %s generation %d: assigned %s", group.settings.group_id,
@@ -379,8 +393,22 @@ class Consumer:
         return self._commit_pool.submit(run)
 
     def committed(self, tp: TopicPartition) -> OffsetAndMetadata | None:
-        """The group's committed offset of ``tp`` (None when there is none)."""
-        return self._require_group().committed([TopicPartition(*tp)]).get(TopicPartition(*tp))
+        """The group's committed offset of ``tp`` (None when there is none). A read_committed
+        consumer waits while a transaction's offsets for ``tp`` are pending
+        (UNSTABLE_OFFSET_COMMIT, retried)."""
+        tp = TopicPartition(*tp)
+        return self._require_group().committed([tp], self._require_stable).get(tp)
+
+    @property
+    def _require_stable(self) -> bool:
+        return self.isolation_level == "read_committed"
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """What ``Producer.send_offsets_to_transaction`` needs: the group, and this member's
+        generation and id (the group coordinator fences an older generation, KIP-447)."""
+        group = self._require_group()
+        return ConsumerGroupMetadata(group.settings.group_id, group.generation_id,
+                                     group.member_id, group.settings.group_instance_id)
 
     def _require_group(self) -> GroupMember:
         if self._group is None:

@@ -6,8 +6,11 @@ while the caller decodes; buffering fetched batches per partition (a partition w
 holds ``partition_max_bytes`` waits until it is drained); per-partition errors (a metadata
 refresh for leadership errors, OFFSET_OUT_OF_RANGE handed to the consumer's callback);
 ``list_offsets`` with a retry when the leader moved; and turning buffered batches into Tables
-with ``offset`` and ``partition`` columns, or into ConsumerRecords. ``fetch_request`` builds the
-fetch a consumer or a range reader (``datasource/reader.py``) sends. Must not: hold positions,
+with ``offset`` and ``partition`` columns, or into ConsumerRecords. Control batches are never
+records, and read_committed drops the batches of aborted transactions (``committed_batches``,
+vectorised, shared with range readers); their offsets are passed over silently.
+``fetch_request`` builds the fetch a consumer or a range reader (``datasource/reader.py``)
+sends. Must not: hold positions,
 the assignment or group state (``consumer.py`` does), or reach into broker internals.
 """
 
@@ -16,9 +19,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from itertools import repeat
 from typing import Any, NamedTuple
 
@@ -27,7 +31,15 @@ import pyarrow as pa
 
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import ApiError, OffsetOutOfRangeError
-from logstore.messages.fetch import DEFAULT_FETCH_MAX_BYTES, FetchPartition, FetchRequest
+from logstore.messages.fetch import (
+    DEFAULT_FETCH_MAX_BYTES,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    AbortedTransaction,
+    FetchPartition,
+    FetchPartitionSummary,
+    FetchRequest,
+)
 from logstore.messages.log import (
     ListOffsetsPartition,
     ListOffsetsPartitionResult,
@@ -35,6 +47,8 @@ from logstore.messages.log import (
 )
 from logstore.model import ConsumerRecord, TopicPartition
 from logstore.rpc.client import FetchedBatch, FetchResponse
+from logstore.txn_filter import AbortedTxn, BoolArray, is_abort_marker
+from logstore.txn_filter import committed_mask as txn_committed_mask
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +69,7 @@ class FetchConfig:
     partition_max_bytes: int = 8 * MiB  # max_partition_fetch_bytes: per partition
     min_bytes: int = 1
     max_wait_ms: int = 500
+    isolation_level: int = READ_UNCOMMITTED
 
 
 class Drained(NamedTuple):
@@ -73,13 +88,40 @@ _InFlight = tuple[dict[TopicPartition, int], Future[FetchResponse]]
 
 def fetch_request(topic: str, offsets: Mapping[int, int], *, max_wait_ms: int,
                   max_bytes: int, partition_max_bytes: int | None = None, min_bytes: int = 1,
-                  end_offset: int | None = None) -> FetchRequest:
+                  end_offset: int | None = None,
+                  isolation_level: int = READ_UNCOMMITTED) -> FetchRequest:
     """A consumer's fetch of ``topic`` from the given offsets (partition -> offset).
-    ``end_offset`` bounds a range reader's partition: no batch starting at or after it."""
+    ``end_offset`` bounds a range reader's partition: no batch starting at or after it.
+    READ_COMMITTED (1) reads below the last stable offset only; filter what comes back with
+    ``committed_batches``."""
     return FetchRequest(topic=topic, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                        max_bytes=max_bytes, partitions=[FetchPartition(
+                        max_bytes=max_bytes, isolation_level=isolation_level,
+                        partitions=[FetchPartition(
                             partition=p, offset=o, max_bytes=partition_max_bytes,
                             end_offset=end_offset) for p, o in offsets.items()])
+
+
+def committed_mask(batches: Sequence[FetchedBatch], aborted: Sequence[AbortedTransaction]
+                   ) -> BoolArray:
+    """Which of one partition's fetched batches (in offset order, one response's) a
+    read_committed reader keeps: no control batch, no batch of an aborted transaction
+    (``aborted`` is the response's list for the partition). Vectorised over the batch
+    headers (txn_filter.py); only control batches are decoded, to tell ABORT markers."""
+    markers = [is_abort_marker(b.header, partial(_records, b)) for b in batches]
+    return txn_committed_mask([b.header for b in batches], markers, [
+        AbortedTxn(a.producer_id, a.first_offset, None if a.last_offset < 0 else a.last_offset)
+        for a in aborted])
+
+
+def _records(fetched: FetchedBatch) -> pa.RecordBatch:
+    return fetched.batch
+
+
+def committed_batches(batches: Sequence[FetchedBatch],
+                      aborted: Sequence[AbortedTransaction]) -> list[FetchedBatch]:
+    """The batches a read_committed reader keeps (see ``committed_mask``)."""
+    keep = committed_mask(batches, aborted)
+    return [b for b, k in zip(batches, keep, strict=True) if k]
 
 
 class Fetcher:
@@ -112,7 +154,8 @@ class Fetcher:
         """Asked of ``tp``'s leader; when the leader moved, the metadata is refreshed and the
         new one asked."""
         request = ListOffsetsRequest(topic=tp.topic, partitions=[
-            ListOffsetsPartition(partition=tp.partition, timestamp=timestamp)])
+            ListOffsetsPartition(partition=tp.partition, timestamp=timestamp)],
+            isolation_level=self._config.isolation_level)
         for attempt in range(LEADER_ATTEMPTS):
             last = attempt == LEADER_ATTEMPTS - 1
             try:
@@ -181,7 +224,7 @@ class Fetcher:
             target.topic, {tp.partition: o for tp, o in offsets.items()},
             max_wait_ms=max_wait_ms, max_bytes=self._config.max_bytes,
             partition_max_bytes=self._config.partition_max_bytes,
-            min_bytes=self._config.min_bytes)
+            min_bytes=self._config.min_bytes, isolation_level=self._config.isolation_level)
         return self._metadata.broker_connection(target.leader).fetch(request)
 
     def _handle(self, target: FetchTarget, sent: dict[TopicPartition, int],
@@ -199,11 +242,26 @@ class Fetcher:
             error = summary.error()
             if error is not None:
                 self._on_partition_error(TopicPartition(target.topic, partition), error)
+        by_partition: dict[int, list[FetchedBatch]] = {}
         for fetched in response.batches:
-            self._buffer_batch(TopicPartition(target.topic, fetched.partition), sent, fetched)
+            by_partition.setdefault(fetched.partition, []).append(fetched)
+        for partition, batches in by_partition.items():
+            keep = self._keep(batches, response.partitions.get(partition))
+            for fetched, kept in zip(batches, keep, strict=True):
+                self._buffer_batch(TopicPartition(target.topic, partition), sent, fetched,
+                                   bool(kept))
+
+    def _keep(self, batches: list[FetchedBatch], summary: FetchPartitionSummary | None
+              ) -> Sequence[bool] | BoolArray:
+        """Control batches are never records; read_committed also drops aborted data."""
+        if self._config.isolation_level == READ_COMMITTED:
+            return committed_mask(batches, summary.aborted_transactions if summary else [])
+        return [not b.header.is_control for b in batches]
 
     def _buffer_batch(self, tp: TopicPartition, sent: dict[TopicPartition, int],
-                      fetched: FetchedBatch) -> None:
+                      fetched: FetchedBatch, keep: bool) -> None:
+        """Buffer the records of ``fetched`` from the fetch position on (none when not
+        ``keep``: their offsets are passed over silently)."""
         expected = self._fetch_offsets.get(tp)
         if tp not in sent or expected is None or sent[tp] > expected:
             return  # the position moved (seek, reset) while the fetch was in flight
@@ -211,7 +269,7 @@ class Fetcher:
         start = int(np.searchsorted(offsets, expected))
         if start < len(offsets):
             self._fetch_offsets[tp] = int(offsets[-1]) + 1
-            if not fetched.header.is_control:
+            if keep:
                 self._buffer.setdefault(tp, deque()).append(
                     (fetched.batch.slice(start), offsets[start:]))
         else:
@@ -248,6 +306,11 @@ class Fetcher:
             out[tp] = Drained(_with_offsets(pa.Table.from_batches(batches), all_offsets,
                                             tp.partition), int(all_offsets[-1]) + 1)
         return out
+
+    def idle_position(self, tp: TopicPartition) -> int | None:
+        """With nothing of ``tp`` buffered: where its fetching stands (past any control or
+        aborted batches it passed over), the consumer's position; else None."""
+        return None if self._buffer.get(tp) else self._fetch_offsets.get(tp)
 
     def forget(self, tp: TopicPartition) -> None:
         """``tp``'s position moved: drop its buffer, where its fetching was, and fetches in

@@ -28,6 +28,7 @@ from logstore.errors import (
     InconsistentGroupProtocolError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    UnstableOffsetCommitError,
 )
 from logstore.groups.assignors import COOPERATIVE, REBALANCE_PROTOCOL, assignor
 from logstore.messages import ErrorFields, Message, Request
@@ -53,6 +54,7 @@ from logstore.rpc.client import BrokerConnection
 log = logging.getLogger(__name__)
 
 COORDINATOR_ATTEMPTS = 20
+STABLE_WAIT_S = 60.0  # Kafka's default.api.timeout.ms
 RETRY_BACKOFF_S = 0.05
 REJOIN_CODES = (IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError)
 
@@ -251,11 +253,23 @@ class GroupMember:
         for entry in response.offsets:
             entry.raise_error(f"commit of {entry.topic}-{entry.partition}")
 
-    def committed(self, tps: list[TopicPartition] | None) -> dict[TopicPartition,
-                                                                    OffsetAndMetadata]:
-        response = self.call(OffsetFetchRequest(
-            group_id=self.settings.group_id, partitions=None if tps is None else
-            [GroupPartition(topic=tp.topic, partition=tp.partition) for tp in tps]))
+    def committed(self, tps: list[TopicPartition] | None, require_stable: bool = False,
+                  timeout_s: float = STABLE_WAIT_S) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The committed offsets; with ``require_stable``, retried while a transaction's
+        offsets for them are pending (UNSTABLE_OFFSET_COMMIT), up to ``timeout_s``."""
+        request = OffsetFetchRequest(
+            group_id=self.settings.group_id, require_stable=require_stable,
+            partitions=None if tps is None else
+            [GroupPartition(topic=tp.topic, partition=tp.partition) for tp in tps])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                response = self.call(request)
+                break
+            except UnstableOffsetCommitError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(RETRY_BACKOFF_S)
         return {TopicPartition(e.topic, e.partition):
                 OffsetAndMetadata(e.offset, e.metadata, e.commit_timestamp)
                 for e in response.offsets}

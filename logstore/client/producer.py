@@ -4,12 +4,16 @@
 background sender turns whole chunks into Arrow batches (vectorised partitioning and
 timestamps), splits them per partition and writes them, pipelined, on one long-lived DoPut
 stream per (broker, topic). Idempotence (producer id, epoch, per-partition sequence) lets the
-broker drop duplicates and reject gaps, so retried batches keep their partition's order.
+broker drop duplicates and reject gaps, so retried batches keep their partition's order. With a
+``transactional_id`` (``client/transactions.py``) records are sent inside transactions: the
+partitions a chunk or a ``send_batch`` reaches are added to the transaction before its
+batches go, and commit, abort and prepare flush first.
 Must not: reach into broker internals.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -27,9 +31,23 @@ from logstore.client.batches import (
 from logstore.client.metadata import ClusterMetadata, TopicInfo
 from logstore.client.partitioner import StickyPartitioner, assign_partitions
 from logstore.client.sender import Sender
-from logstore.errors import InvalidRecordError, MessageTooLargeError, RequestTimedOutError
+from logstore.client.transactions import (
+    ConsumerGroupMetadata,
+    PreparedTxnState,
+    TransactionManager,
+    TxnState,
+)
+from logstore.errors import (
+    ApiError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    MessageTooLargeError,
+    RequestTimedOutError,
+)
+from logstore.model import OffsetAndMetadata, TopicPartition
 from logstore.records import HEADERS_TYPE, TIMESTAMP_TYPE, conform_batch, value_columns
 from logstore.security.config import client_security
+from logstore.transactions.state import validate_transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +71,14 @@ class Producer:
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  max_in_flight_requests_per_connection: int = 5,
                  buffer_memory: int = 256 * MiB, enable_idempotence: bool | None = None,
-                 metadata_max_age_ms: int = 300_000, **security: Any) -> None:
-        if acks not in _ACKS:
-            raise ValueError(f"acks must be 'all', 1 or 0, got {acks!r}")
-        if compression_type not in (None, "none", "lz4", "zstd"):
-            raise ValueError(f"compression_type must be None, 'lz4' or 'zstd', "
-                             f"got {compression_type!r}")
-        for name, value in (("linger_ms", linger_ms), ("batch_size", batch_size),
-                            ("max_request_size", max_request_size),
-                            ("delivery_timeout_ms", delivery_timeout_ms)):
-            if not isinstance(value, int) or value < (0 if name == "linger_ms" else 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                 metadata_max_age_ms: int = 300_000, transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60_000,
+                 transaction_two_phase_commit: bool = False,
+                 max_block_ms: int = 60_000, **security: Any) -> None:
+        _check_settings(acks, compression_type, {
+            "linger_ms": linger_ms, "batch_size": batch_size,
+            "max_request_size": max_request_size, "delivery_timeout_ms": delivery_timeout_ms})
+        _check_transactional(transactional_id, acks, enable_idempotence)
         self.acks = _ACKS[acks]
         self.linger_s = linger_ms / 1000.0
         self.batch_size = batch_size
@@ -77,8 +92,12 @@ class Producer:
         in_flight = max_in_flight_requests_per_connection
         if not idempotent and retries > 0:
             in_flight = 1  # without sequence numbers only one batch in flight keeps order
+        self._txn = None if transactional_id is None else TransactionManager(
+            self._metadata, transactional_id, transaction_timeout_ms,
+            transaction_two_phase_commit, max_block_ms / 1000.0)
         self._sender = Sender(self._metadata, self.acks, request_timeout_ms, retries,
-                              retry_backoff_ms / 1000.0, in_flight, buffer_memory, idempotent)
+                              retry_backoff_ms / 1000.0, in_flight, buffer_memory, idempotent,
+                              transactional_id, self._txn.fail if self._txn else None)
         self._sticky = StickyPartitioner()
         self._chunks: dict[str, RecordChunk] = {}
         self._lock = threading.Lock()
@@ -92,12 +111,100 @@ class Producer:
                                          daemon=True)
         self._drainer.start()
 
+    # -- transactions ------------------------------------------------------------------------
+
+    def init_transactions(self, keep_prepared_txn: bool = False) -> None:
+        """Get this transactional id's producer id and a new epoch, fencing earlier instances
+        (their open transaction is aborted, or with ``keep_prepared_txn`` a Prepared one is
+        kept for ``complete_transaction``). Call once, before the first transaction."""
+        txn = self._transactional("init_transactions")
+        producer_id, epoch = txn.init(keep_prepared_txn)
+        self._sender.set_producer(producer_id, epoch)
+
+    def begin_transaction(self) -> None:
+        self._transactional("begin_transaction").begin()
+
+    def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int | OffsetAndMetadata],
+                                    group_metadata: ConsumerGroupMetadata) -> None:
+        """Commit ``offsets`` (each the next offset to read) for the consumer's group as part
+        of the transaction: they count only if it commits. ``group_metadata`` is
+        ``consumer.group_metadata()``: a consumer of an older generation is fenced (KIP-447)."""
+        self._transactional("send_offsets_to_transaction").send_offsets(
+            {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata) else
+             OffsetAndMetadata(om) for tp, om in offsets.items()}, group_metadata)
+
+    def commit_transaction(self, with_prepared: list[PreparedTxnState] | None = None,
+                           timeout: float | None = None) -> None:
+        """Flush, then commit; with ``with_prepared``, the prepared transactions of other
+        ids are committed with this one, in one decision (all must be coordinated by this
+        id's ``__transaction_state`` partition and still Prepared as their states say, else
+        nothing is decided). Returns once every one is complete."""
+        txn = self._transactional("commit_transaction")
+        txn.check(TxnState.IN_TRANSACTION, action="commit")
+        self._flush_transaction(txn, timeout)
+        txn.end(True, with_prepared or ())
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: its records never become visible to read_committed
+        readers. After a failed write the epoch is bumped too (its sequences had a hole)."""
+        txn = self._transactional("abort_transaction")
+        txn.check(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.PREPARED,
+                  action="abort")
+        with contextlib.suppress(ApiError):  # the batches' own errors: the abort goes on
+            self.flush(timeout)
+        txn.end(False)
+        if txn.needs_epoch_bump:
+            self._sender.set_producer(*txn.bump_epoch())
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
+        """Two-phase participation: flush, and leave the transaction Prepared for another
+        party to decide (``complete_transaction`` on a new instance, or a
+        ``commit_transaction(with_prepared=[...])``). The returned state is picklable."""
+        txn = self._transactional("prepare_transaction")
+        txn.check(TxnState.IN_TRANSACTION, action="prepare")
+        self._flush_transaction(txn, timeout)
+        return txn.prepare()
+
+    def complete_transaction(self, state: PreparedTxnState) -> bool:
+        """After ``init_transactions(keep_prepared_txn=True)``: commit the transaction the
+        previous instance prepared if ``state`` is it, else abort it. True if committed
+        (False also when nothing was left prepared)."""
+        txn = self._transactional("complete_transaction")
+        txn.check(TxnState.READY, action="complete a prepared transaction")
+        kept = txn.prepared_in_coordinator
+        if kept is None:
+            return False
+        matches = state.transactional_id == txn.transactional_id and \
+            (state.producer_id, state.producer_epoch) == kept
+        txn.end(matches, force=True)
+        return matches
+
+    def _transactional(self, call: str) -> TransactionManager:
+        self._check_open()
+        if self._txn is None:
+            raise InvalidTxnStateError(
+                f"{call}: this producer has no transactional_id; create it with "
+                "Producer(transactional_id=...) to use transactions (nothing was sent)")
+        return self._txn
+
+    def _flush_transaction(self, txn: TransactionManager, timeout: float | None) -> None:
+        """Every record of the transaction acknowledged; a failed one fails the
+        transaction (abortable)."""
+        self.flush(timeout)
+        txn.check(TxnState.IN_TRANSACTION, action="end the transaction")
+
+    def _check_sending(self) -> None:
+        if self._txn is not None:
+            self._txn.check(TxnState.IN_TRANSACTION, action="send outside a transaction")
+
     # -- public API --------------------------------------------------------------------------
 
     def send(self, topic: str, value: Any = None, key: bytes | None = None,
              partition: int | None = None, timestamp_ms: int | None = None,
              headers: list[tuple[str, bytes]] | None = None) -> FutureRecordMetadata:
         """Queue one record; the future's ``result(timeout)`` is its RecordMetadata."""
+        if self._txn is not None:
+            self._check_sending()
         if key is not None and type(key) is not bytes:
             key = _as_bytes(key, "key", topic)
         if value is not None and type(value) is not bytes and type(value) is not dict:
@@ -124,12 +231,15 @@ class Producer:
         ``timestamp``, ``headers``; a typed topic's value columns in place of ``value``),
         partitioned and split without any per-record Python work."""
         self._check_open()
+        self._check_sending()
         info = self._topic_info(topic)
         if partition is not None and partition not in info.partitions:
             raise InvalidRecordError(f"topic {topic!r} has no partition {partition} "
                                      f"(it has {info.num_partitions})")
         batch = self._prepare_columns(topic, info, data)
         pieces, _ = self._split(topic, info, batch, partition)
+        if self._txn is not None:
+            self._txn.add_partitions(pb.tp for pb in pieces)
         future = FutureBatchMetadata(topic, len(pieces))
         for pb in pieces:
             pb.batch_future = future
@@ -242,10 +352,13 @@ class Producer:
                     raise InvalidRecordError(f"topic {chunk.topic!r} has no partition "
                                              f"{int(bad[0])} (it has {info.num_partitions})")
             pieces, partitions = self._split(chunk.topic, info, batch, None, explicit, chunk)
+            if self._txn is not None:
+                self._txn.add_partitions(pb.tp for pb in pieces)
             chunk.expect(len(pieces), partitions, timestamps)
             self._sender.enqueue(pieces)
         except Exception as e:  # a bad chunk fails its own futures, never the producer
-            err = e if isinstance(e, InvalidRecordError | MessageTooLargeError) else \
+            err = e if isinstance(e, InvalidRecordError | MessageTooLargeError) else e if \
+                isinstance(e, ApiError) and self._txn is not None else \
                 InvalidRecordError(f"topic {chunk.topic!r}: {type(e).__name__}: {e}")
             chunk.fail(err)
 
@@ -332,8 +445,6 @@ class Producer:
 
     def _new_batch(self, topic: str, partition: int, batch: pa.RecordBatch, deadline: float,
                    chunk: RecordChunk | None, rows: np.ndarray) -> ProducerBatch:
-        from logstore.model import TopicPartition
-
         with self._lock:
             self._order += 1
             order = self._order
@@ -357,3 +468,27 @@ def _as_bytes(obj: Any, what: str, topic: str) -> bytes:
         return obj.encode()
     raise InvalidRecordError(f"send to {topic!r}: {what} must be bytes, str or None, got "
                              f"{type(obj).__name__}")
+
+
+def _check_settings(acks: str | int, compression_type: str | None,
+                    sizes: dict[str, int]) -> None:
+    if acks not in _ACKS:
+        raise ValueError(f"acks must be 'all', 1 or 0, got {acks!r}")
+    if compression_type not in (None, "none", "lz4", "zstd"):
+        raise ValueError(f"compression_type must be None, 'lz4' or 'zstd', "
+                         f"got {compression_type!r}")
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value < (0 if name == "linger_ms" else 1):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_transactional(transactional_id: str | None, acks: str | int,
+                         enable_idempotence: bool | None) -> None:
+    """A transactional producer is idempotent with acks=all (Kafka's rule); its id is
+    checked here, so a bad one fails before anything is sent."""
+    if transactional_id is None:
+        return
+    validate_transactional_id(transactional_id)
+    if _ACKS[acks] != -1 or enable_idempotence is False:
+        raise ValueError(f"transactional id {transactional_id}: a transactional producer needs "
+                         "acks='all' and idempotence")

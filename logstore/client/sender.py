@@ -10,7 +10,10 @@ Idempotence: each batch carries (producer id, epoch, base sequence), kept across
 broker drops a resent duplicate and rejects a gap. When a batch fails for good its partition's
 sequence has a hole, so that partition moves to a fresh producer id once its in-flight batches
 have come back, and its queued batches are numbered again in their original order (Kafka bumps
-the epoch for the same reason). Must not: build batches (``producer.py`` does that).
+the epoch for the same reason). A transactional producer's batches all carry the id and epoch
+its transaction manager set, are flagged transactional, and a batch that fails for good makes
+the transaction abortable instead (the epoch bump comes with the abort). Must not: build
+batches (``producer.py`` does that).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from logstore.client.batches import ProducerBatch
 from logstore.client.metadata import ClusterMetadata
@@ -87,6 +91,13 @@ class _Sequences:
     def current(self, tp: TopicPartition) -> int:
         return self._ids.get(tp, self._default or (-1, -1))[0]
 
+    def reset_all(self, ids: tuple[int, int]) -> None:
+        """A transactional producer's (new) id and epoch, for every partition from 0."""
+        self._ids.clear()
+        self._next.clear()
+        self.confirmed.clear()
+        self._default = ids
+
     def reset(self, tp: TopicPartition, ids: tuple[int, int]) -> None:
         """Give ``tp`` a fresh producer id: its old sequence has a hole."""
         self._ids[tp] = ids
@@ -97,7 +108,8 @@ class _Sequences:
 class Sender:
     def __init__(self, metadata: ClusterMetadata, acks: int, request_timeout_ms: int,
                  retries: int, retry_backoff_s: float, max_in_flight: int, buffer_memory: int,
-                 idempotent: bool) -> None:
+                 idempotent: bool, transactional_id: str | None = None,
+                 on_failure: Callable[[ApiError], object] | None = None) -> None:
         self._metadata = metadata
         self._acks = acks
         self._timeout_ms = request_timeout_ms
@@ -106,6 +118,11 @@ class Sender:
         self._max_in_flight = max_in_flight
         self._buffer_memory = buffer_memory
         self._idempotent = idempotent
+        # Transactional: one producer id and epoch for every partition, set by the
+        # transaction manager; a batch that fails for good is reported to ``on_failure`` (it
+        # makes the transaction abortable) instead of moving its partition to a fresh id.
+        self._transactional_id = transactional_id
+        self._on_failure = on_failure
         self._sequences = _Sequences(metadata)
         self._cond = threading.Condition()
         self._ready: dict[TopicPartition, list[ProducerBatch]] = {}
@@ -142,6 +159,13 @@ class Sender:
                 self._insert(b)
                 self._outstanding.add(b.order)
             self._queued_bytes += size
+            self._cond.notify_all()
+
+    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """A transactional producer's id and epoch (after init_transactions or an epoch
+        bump): every partition's sequence starts again at 0."""
+        with self._cond:
+            self._sequences.reset_all((producer_id, producer_epoch))
             self._cond.notify_all()
 
     def wait_for(self, marker: int, timeout: float | None) -> None:
@@ -239,7 +263,8 @@ class Sender:
         """Producer ids the sender needs, fetched without holding its lock."""
         with self._cond:
             wanted = [tp for tp in self._resetting if tp not in self._fresh_ids]
-            need_default = self._idempotent and not self._sequences.has_default()
+            need_default = self._idempotent and not self._sequences.has_default() and \
+                self._transactional_id is None
         if not wanted and not need_default:
             return
         try:
@@ -272,7 +297,7 @@ class Sender:
         meta = ProduceBatchMetadata(
             seq=batch.order, partition=batch.tp.partition, producer_id=batch.producer_id,
             producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
-            leader_epoch=leader_epoch)
+            leader_epoch=leader_epoch, transactional=self._transactional_id is not None)
         try:
             with stream.lock:
                 if stream.broken:  # its reader gave up on it a moment ago
@@ -303,7 +328,8 @@ class Sender:
             # error (not a broken stream) is what normally comes back.
             produce = conn.open_produce(ProduceRequest(
                 topic=batch.tp.topic, acks=self._acks,
-                timeout_ms=max(1, int(self._timeout_ms * 0.9))), batch.batch.schema)
+                timeout_ms=max(1, int(self._timeout_ms * 0.9)),
+                transactional_id=self._transactional_id), batch.batch.schema)
             stream = _Stream(produce, key)
             with self._cond:
                 self._streams[key] = stream
@@ -408,23 +434,35 @@ class Sender:
 
     def _expire(self, batch: ProducerBatch) -> None:
         """A queued batch ran out of delivery time (caller holds the lock)."""
+        error: ApiError = RequestTimedOutError(
+            f"{batch.tp}: batch of {batch.record_count} record(s) expired after "
+            f"{batch.attempts} attempt(s) (delivery_timeout_ms)")
         if batch.producer_id >= 0:
-            self._resetting.add(batch.tp)
+            error = self._failed_for_good(batch, error)
         self._queued_bytes -= batch.nbytes
         self._outstanding.discard(batch.order)
-        batch.complete(-1, RequestTimedOutError(
-            f"{batch.tp}: batch of {batch.record_count} record(s) expired after "
-            f"{batch.attempts} attempt(s) (delivery_timeout_ms)"))
+        batch.complete(-1, error)
         self._cond.notify_all()
+
+    def _failed_for_good(self, batch: ProducerBatch, error: ApiError) -> ApiError:
+        """Its partition's sequence has a hole; the error its futures get (a transactional
+        producer's transaction manager may restate it)."""
+        if self._on_failure is not None:
+            restated = self._on_failure(error)
+            return restated if isinstance(restated, ApiError) else error
+        if self._idempotent:
+            with self._cond:
+                self._resetting.add(batch.tp)
+        return error
 
     def _complete(self, batch: ProducerBatch, base_offset: int, error: ApiError | None) -> None:
         """An in-flight batch is done. Its futures resolve before it stops counting as in
         flight, so flush() never sees the sender idle while a future is still pending."""
+        if error is not None and batch.producer_id >= 0:
+            error = self._failed_for_good(batch, error)
         batch.complete(base_offset, error)
         with self._cond:
             self._inflight[batch.tp] = self._inflight.get(batch.tp, 1) - 1
-            if error is not None and self._idempotent and batch.producer_id >= 0:
-                self._resetting.add(batch.tp)
             self._queued_bytes -= batch.nbytes
             self._outstanding.discard(batch.order)
             self._cond.notify_all()

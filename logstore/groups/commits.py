@@ -4,8 +4,9 @@ Owns: validating a commit per partition (one bad partition never fails the other
 offset is OFFSET_OUT_OF_RANGE, over-long metadata INVALID_COMMIT_OFFSET_SIZE, a partition the
 member is not assigned ILLEGAL_GENERATION), the offset records it appends and the change that
 merges them into memory once durable (a merge, not a replacement of the group, so a commit in
-flight does not hold up the group's heartbeats); reading committed offsets; deleting an empty
-group with tombstones. Must not: do I/O, take locks or read clocks.
+flight does not hold up the group's heartbeats); reading committed offsets (with
+``require_stable``, UNSTABLE_OFFSET_COMMIT while offsets a transaction committed for them are
+pending); deleting an empty group with tombstones. Must not: do I/O, take locks or read clocks.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from logstore.errors import (
     InvalidCommitOffsetSizeError,
     NonEmptyGroupError,
     OffsetOutOfRangeError,
+    UnstableOffsetCommitError,
 )
 from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
 from logstore.groups.offsets import offset_key, offset_value
@@ -24,7 +26,6 @@ from logstore.groups.state import Group
 from logstore.messages import error_kw
 from logstore.messages.groups import (
     CommittedOffset,
-    OffsetCommitEntry,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetCommitResult,
@@ -46,7 +47,7 @@ def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms
         else None
     results, valid = [], []
     for tp, e in {TopicPartition(e.topic, e.partition): e for e in req.offsets}.items():
-        error = _commit_error(shard, group, e, owned, req.generation_id)
+        error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id)
         results.append(OffsetCommitResult(topic=e.topic, partition=e.partition,
                                           **error_kw(error)))
         if error is None:
@@ -67,17 +68,18 @@ def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms
     return CoordinatorResult(batch(rows, now_ms), response, merge)
 
 
-def _commit_error(shard: GroupCoordinatorShard, group: Group, e: OffsetCommitEntry,
-                  owned: set[TopicPartition] | None, generation_id: int) -> ApiError | None:
-    tp = f"{e.topic}-{e.partition}"
-    if e.offset < 0:
+def commit_error(shard: GroupCoordinatorShard, group: Group, offset: int, metadata: str,
+                 tp: TopicPartition, owned: set[TopicPartition] | None, generation_id: int
+                 ) -> ApiError | None:
+    """Why one partition's offset cannot be committed, None if it can."""
+    if offset < 0:
         return OffsetOutOfRangeError(f"group {group.group_id}: {tp}: a committed offset "
-                                     f"must be >= 0, got {e.offset}")
+                                     f"must be >= 0, got {offset}")
     limit = shard.config.offset_metadata_max_bytes
-    if len(e.metadata.encode()) > limit:
+    if len(metadata.encode()) > limit:
         return InvalidCommitOffsetSizeError(
             f"group {group.group_id}: {tp}: metadata is longer than {limit} bytes")
-    if owned is not None and TopicPartition(e.topic, e.partition) not in owned:
+    if owned is not None and tp not in owned:
         return IllegalGenerationError(
             f"group {group.group_id}: {tp} is not assigned to this member in generation "
             f"{generation_id}")
@@ -85,7 +87,12 @@ def _commit_error(shard: GroupCoordinatorShard, group: Group, e: OffsetCommitEnt
 
 
 def offset_fetch(shard: GroupCoordinatorShard, req: OffsetFetchRequest) -> OffsetFetchResponse:
-    """The group's committed offsets (those asked for, or all), as its log has them."""
+    """The group's committed offsets (those asked for, or all), as its log has them; with
+    ``require_stable``, UNSTABLE_OFFSET_COMMIT while a transaction's offsets for one of them
+    are pending."""
+    if req.require_stable:
+        check_stable(shard, req.group_id, None if req.partitions is None else [
+            TopicPartition(p.topic, p.partition) for p in req.partitions])
     committed = shard.offsets.get(req.group_id, {})
     if req.partitions is None:
         found = dict(committed)
@@ -96,6 +103,19 @@ def offset_fetch(shard: GroupCoordinatorShard, req: OffsetFetchRequest) -> Offse
         CommittedOffset(topic=tp.topic, partition=tp.partition, offset=om.offset,
                         metadata=om.metadata, commit_timestamp=om.commit_timestamp)
         for tp, om in sorted(found.items())])
+
+
+def check_stable(shard: GroupCoordinatorShard, group_id: str,
+                 partitions: list[TopicPartition] | None) -> None:
+    """UNSTABLE_OFFSET_COMMIT when a transaction's offsets for one of ``partitions`` (any of
+    the group's when None) are pending."""
+    for producer_id, groups in shard.pending_txn.items():
+        pending = groups.get(group_id, {})
+        hit = next((tp for tp in pending if partitions is None or tp in partitions), None)
+        if hit is not None:
+            raise UnstableOffsetCommitError(
+                f"group {group_id}: {hit} has offsets pending in the transaction of producer "
+                f"{producer_id}; retry once it is decided")
 
 
 def delete_group(shard: GroupCoordinatorShard, group_id: str, now_ms: int

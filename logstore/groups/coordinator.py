@@ -5,7 +5,9 @@ them by replaying the partition (``GroupShardLoader``), the rules every handler 
 changes on a copy, installed once its new generation is durable), the admin reads (list,
 describe) and the background tick (session expiry, delayed joins, offset expiry of long-empty
 groups). The handlers of the group API live beside it, split by API: ``membership.py`` (join,
-sync, heartbeat, leave) and ``commits.py`` (offset commit and fetch, delete). Every handler
+sync, heartbeat, leave), ``commits.py`` (offset commit and fetch, delete) and
+``txn_offsets.py`` (offsets committed inside a transaction, applied or dropped by its
+marker). Every handler
 takes the shard, a typed request and ``now_ms`` and returns a ``CoordinatorResult``: records to
 append, the response, and the change to apply once the records are acknowledged; a refused
 request raises its ApiError and changes nothing.
@@ -26,11 +28,12 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from logstore.coordinator import Completions, CoordinatorResult
+from logstore.coordinator import Completions, CoordinatorResult, LoggedBatch
 from logstore.errors import GroupIdNotFoundError, NotCoordinatorError
 from logstore.groups.offsets import (
     GroupRecord,
     LoadedGroups,
+    PendingTxnOffsets,
     encode_batch,
     group_key,
     offset_key,
@@ -70,6 +73,7 @@ class GroupCoordinatorShard:
     groups: dict[str, Group] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
     persisted: dict[str, int] = field(default_factory=dict)  # group -> generation in the log
+    pending_txn: PendingTxnOffsets = field(default_factory=dict)  # undecided txn offsets
 
     def group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -139,12 +143,13 @@ class GroupShardLoader:
     def __init__(self, config: GroupConfig) -> None:
         self.config = config
 
-    def load(self, partition: int, leader_epoch: int, batches: Iterable[pa.RecordBatch],
+    def load(self, partition: int, leader_epoch: int, batches: Iterable[LoggedBatch],
              now_ms: int) -> GroupCoordinatorShard:
         loaded = LoadedGroups()
         for b in batches:
-            loaded.apply_batch(b)
-        shard = GroupCoordinatorShard(partition, self.config, offsets=loaded.offsets)
+            loaded.apply_logged(b)
+        shard = GroupCoordinatorShard(partition, self.config, offsets=loaded.offsets,
+                                      pending_txn=loaded.pending)
         for group_id in set(loaded.offsets) | set(loaded.groups):
             record = loaded.groups.get(group_id)
             stamps = [o.commit_timestamp for o in loaded.offsets.get(group_id, {}).values()]

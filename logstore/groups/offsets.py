@@ -10,7 +10,9 @@ snapshot. Records (default topic schema, JSON bytes):
 | ``["group", group]``                    | ``{"protocol_type", "generation", "protocol", "leader"}``, null = deleted |
 
 Keys are compact JSON arrays, so equal (group, topic, partition) give equal bytes and
-compaction keeps the latest record per key; a null value is a tombstone. Must not: do I/O
+compaction keeps the latest record per key; a null value is a tombstone. Offsets committed
+inside a transaction are the producer's transactional batch of offset records: they count
+once the producer's COMMIT marker follows, and never after an ABORT. Must not: do I/O
 (the coordinator reads and appends the partition) or know the group protocol.
 """
 
@@ -22,24 +24,18 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from logstore.coordinator import LoggedBatch, encode_rows, key_partition
+from logstore.coordinator import java_string_hash as java_string_hash  # re-exported
 from logstore.model import OffsetAndMetadata, TopicPartition
-from logstore.records import DEFAULT_SCHEMA, TIMESTAMP_TYPE
+from logstore.records import ControlType
 
 OFFSET_KEY = "offset"
 GROUP_KEY = "group"
 
 
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (as Kafka hashes group ids), as a signed 32-bit int."""
-    h = 0
-    for unit in text.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 def partition_for(group_id: str, num_partitions: int) -> int:
     """The ``__consumer_offsets`` partition of a group: Kafka's ``abs(hashCode) % n``."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
+    return key_partition(group_id, num_partitions)
 
 
 def offset_key(group_id: str, tp: TopicPartition) -> bytes:
@@ -71,39 +67,51 @@ class GroupRecord:
 
 
 def encode_batch(rows: list[tuple[bytes, bytes | None]], now_ms: int) -> pa.RecordBatch:
-    n = len(rows)
-    return pa.record_batch([
-        pa.array([k for k, _ in rows], pa.binary()),
-        pa.array([v for _, v in rows], pa.binary()),
-        pa.array([now_ms] * n, pa.int64()).cast(TIMESTAMP_TYPE),
-        pa.nulls(n, DEFAULT_SCHEMA.field("headers").type),
-    ], schema=DEFAULT_SCHEMA)
+    return encode_rows(rows, now_ms)
+
+
+# Offsets committed inside a producer's transaction and not decided yet:
+# producer id -> group -> partition -> offset.
+PendingTxnOffsets = dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]]
 
 
 @dataclass
 class LoadedGroups:
-    """The state of one offsets partition after replay: latest record per key wins."""
+    """The state of one offsets partition after replay: latest record per key wins; offsets a
+    transaction committed wait in ``pending`` until its marker (COMMIT applies them, ABORT
+    drops them)."""
 
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
     groups: dict[str, GroupRecord] = field(default_factory=dict)
+    pending: PendingTxnOffsets = field(default_factory=dict)
+
+    def apply_logged(self, logged: LoggedBatch) -> None:
+        if logged.marker is not None:
+            decided = self.pending.pop(logged.producer_id, {})
+            if logged.marker is ControlType.COMMIT:
+                for group_id, offsets in decided.items():
+                    self.offsets.setdefault(group_id, {}).update(offsets)
+        elif logged.transactional:
+            into = self.pending.setdefault(logged.producer_id, {})
+            for key, value in _rows(logged.records):
+                group_id, tp, om = _offset_entry(key, value)
+                if om is not None:
+                    into.setdefault(group_id, {})[tp] = om
+        else:
+            self.apply_batch(logged.records)
 
     def apply_batch(self, batch: pa.RecordBatch) -> None:
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        for key, value in zip(keys, values, strict=True):
-            if key is not None:
-                self.apply(key, value)
+        for key, value in _rows(batch):
+            self.apply(key, value)
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         parsed: list[Any] = orjson.loads(key)
         if parsed[0] == OFFSET_KEY:
-            group_id, tp = parsed[1], TopicPartition(parsed[2], parsed[3])
-            if value is None:
+            group_id, tp, om = _offset_entry(key, value)
+            if om is None:
                 self.offsets.get(group_id, {}).pop(tp, None)
             else:
-                v = orjson.loads(value)
-                self.offsets.setdefault(group_id, {})[tp] = OffsetAndMetadata(
-                    v["offset"], v.get("metadata", ""), v.get("commit_timestamp", -1))
+                self.offsets.setdefault(group_id, {})[tp] = om
         elif parsed[0] == GROUP_KEY:
             if value is None:
                 self.groups.pop(parsed[1], None)
@@ -111,3 +119,21 @@ class LoadedGroups:
             v = orjson.loads(value)
             self.groups[parsed[1]] = GroupRecord(v["protocol_type"], v["generation"],
                                                  v.get("protocol"), v.get("leader"))
+
+
+def _rows(batch: pa.RecordBatch) -> list[tuple[bytes, bytes | None]]:
+    keys = batch.column("key").to_pylist()
+    values = batch.column("value").to_pylist()
+    return [(k, v) for k, v in zip(keys, values, strict=True) if k is not None]
+
+
+def _offset_entry(key: bytes, value: bytes | None
+                  ) -> tuple[str, TopicPartition, OffsetAndMetadata | None]:
+    """(group, partition, offset or None for a tombstone) of an offset record."""
+    parsed: list[Any] = orjson.loads(key)
+    tp = TopicPartition(parsed[2], parsed[3])
+    if value is None:
+        return parsed[1], tp, None
+    v = orjson.loads(value)
+    return parsed[1], tp, OffsetAndMetadata(v["offset"], v.get("metadata", ""),
+                                            v.get("commit_timestamp", -1))

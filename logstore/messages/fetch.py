@@ -2,7 +2,8 @@
 
 Owns: the declaration of these bodies. A fetch's ticket is a ``FetchRequest``; the stream's
 batches carry binary batch metadata (``rpc/codec.py``), then one empty batch carries the
-``FetchSummary`` (per-partition error, high watermark, log start and end offsets, and a
+``FetchSummary`` (per-partition error, high watermark, log start and end offsets, the last stable offset,
+for read_committed the aborted transactions overlapping the batches sent, and a
 ``stream_error`` when the broker could not send everything it read). The same request serves
 consumers (``replica_id`` -1), followers (``replica_id`` = their broker id) and Spark tasks
 (``end_offset`` bounds a range). Must not: do I/O.
@@ -10,7 +11,9 @@ consumers (``replica_id`` -1), followers (``replica_id`` = their broker id) and 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
+
+import msgspec
 
 from logstore.messages.base import (
     BrokerId,
@@ -26,6 +29,17 @@ from logstore.messages.base import (
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+IsolationLevelField = Annotated[int, msgspec.Meta(ge=READ_UNCOMMITTED, le=READ_COMMITTED)]
+
+
+class AbortedTransaction(Message, frozen=True, kw_only=True):
+    """An aborted transaction overlapping a read_committed fetch's range: its producer, the
+    offset of its first batch and (unlike Kafka's wire form) the offset of its ABORT marker,
+    so a reader can filter without seeing the marker."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int = -1
 
 
 class FetchPartitionSummary(ErrorFields, frozen=True, kw_only=True):
@@ -34,6 +48,8 @@ class FetchPartitionSummary(ErrorFields, frozen=True, kw_only=True):
     log_start_offset: int = -1  # over both tiers of a tiered partition
     log_end_offset: int = -1
     local_log_start_offset: int = -1  # the leader's local tier (followers keep to it)
+    last_stable_offset: int = -1
+    aborted_transactions: list[AbortedTransaction] = []  # read_committed fetches only
 
 
 class FetchSummary(Message, frozen=True, kw_only=True):
@@ -59,5 +75,5 @@ class FetchRequest(Request[FetchSummary], frozen=True, kw_only=True, tag=0):
     max_wait_ms: TimeoutMs = 500
     min_bytes: int = 1
     max_bytes: int = DEFAULT_FETCH_MAX_BYTES  # <= 0 is INVALID_FETCH_SIZE
-    isolation_level: int = READ_UNCOMMITTED
+    isolation_level: IsolationLevelField = READ_UNCOMMITTED
     replica_id: BrokerId = -1

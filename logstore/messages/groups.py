@@ -12,7 +12,9 @@ does).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+import msgspec
 
 from logstore.messages.base import (
     ErrorFields,
@@ -26,6 +28,11 @@ from logstore.messages.base import (
 
 # -- coordinator lookup ----------------------------------------------------------------------
 
+# FindCoordinator's key types, Kafka's numbers: a group id, or a transactional id.
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+KeyType = Annotated[int, msgspec.Meta(ge=KEY_TYPE_GROUP, le=KEY_TYPE_TRANSACTION)]
+
 
 class FindCoordinatorResponse(ErrorFields, frozen=True, kw_only=True):
     node_id: int = -1
@@ -36,11 +43,14 @@ class FindCoordinatorResponse(ErrorFields, frozen=True, kw_only=True):
 
 class FindCoordinatorRequest(Request[FindCoordinatorResponse], frozen=True, kw_only=True,
                              tag=0):
-    """The broker coordinating a group: the leader of its ``__consumer_offsets`` partition."""
+    """The broker coordinating a key: with ``key_type`` GROUP (0) the group ``group_id``, the
+    leader of its ``__consumer_offsets`` partition; with TRANSACTION (1) the transactional id
+    ``group_id``, the leader of its ``__transaction_state`` partition."""
 
     ACTION: ClassVar[str] = "find_coordinator"
     RESPONSE: ClassVar[type[Message]] = FindCoordinatorResponse
-    group_id: str
+    group_id: str  # the key: a group id or a transactional id, as key_type says
+    key_type: KeyType = KEY_TYPE_GROUP
 
 
 # -- membership ------------------------------------------------------------------------------
@@ -181,12 +191,16 @@ class OffsetFetchResponse(ErrorFields, frozen=True, kw_only=True):
 
 
 class OffsetFetchRequest(Request[OffsetFetchResponse], frozen=True, kw_only=True, tag=0):
-    """A group's committed offsets (all of them when ``partitions`` is None)."""
+    """A group's committed offsets (all of them when ``partitions`` is None). With
+    ``require_stable`` (KIP-447), UNSTABLE_OFFSET_COMMIT while transactional offsets of an
+    asked partition are pending, so a read_committed consumer never starts from an offset its
+    predecessor's open transaction is about to replace."""
 
     ACTION: ClassVar[str] = "offset_fetch"
     RESPONSE: ClassVar[type[Message]] = OffsetFetchResponse
     group_id: str
     partitions: list[GroupPartition] | None = None
+    require_stable: bool = False
 
 
 # -- administration --------------------------------------------------------------------------

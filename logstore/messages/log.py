@@ -18,6 +18,7 @@ from logstore.messages.base import (
     Request,
     TimeoutMs,
 )
+from logstore.messages.fetch import IsolationLevelField
 
 # -- list offsets ----------------------------------------------------------------------------
 
@@ -39,13 +40,15 @@ class ListOffsetsResponse(Message, frozen=True, kw_only=True):
 
 
 class ListOffsetsRequest(Request[ListOffsetsResponse], frozen=True, kw_only=True, tag=0):
-    """Per partition: the earliest offset, the high watermark, or the first offset whose
+    """Per partition: the earliest offset, the latest (the high watermark, or with
+    ``isolation_level`` READ_COMMITTED (1) the last stable offset), or the first offset whose
     record is at or after a timestamp."""
 
     ACTION: ClassVar[str] = "list_offsets"
     RESPONSE: ClassVar[type[Message]] = ListOffsetsResponse
     topic: str
     partitions: list[ListOffsetsPartition]
+    isolation_level: IsolationLevelField = 0
 
 
 # -- log directories -------------------------------------------------------------------------
@@ -58,6 +61,7 @@ class LogDirPartition(ErrorFields, frozen=True, kw_only=True):
     log_start_offset: int = -1  # over both tiers of a tiered partition
     high_watermark: int = -1
     local_log_start_offset: int = -1  # the first offset the directory's files hold
+    last_stable_offset: int = -1
 
 
 class DescribeLogDirsResponse(Message, frozen=True, kw_only=True):

@@ -77,14 +77,17 @@ class ProduceRequest(Request[ProduceAck], frozen=True, kw_only=True, tag=0):
     topic: str
     acks: int = 1  # 0, 1 or -1 (all); other values are INVALID_REQUIRED_ACKS
     timeout_ms: TimeoutMs = 30_000
-    # A transactional producer names its id (Kafka's produce request does): with ACLs on, it
-    # needs WRITE on the transactional id as well as on the topic.
+    # The producer's transactional id: the partition leader checks that a transactional batch
+    # belongs to an ongoing transaction (KIP-890 part 1), and with ACLs on it needs WRITE on
+    # the transactional id as well as on the topic.
     transactional_id: str | None = None
 
 
 class ProduceBatchMetadata(Message, frozen=True, kw_only=True):
     """The metadata of one produced batch. ``leader_epoch`` is the epoch the producer saw (-1:
-    unchecked; older than the partition's: FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH)."""
+    unchecked; older than the partition's: FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH).
+    ``transactional``: the batch belongs to the producer's transaction (the stream's
+    ``transactional_id``); it stays invisible to read_committed readers until its marker."""
 
     seq: int = -1
     partition: PartitionId
@@ -92,6 +95,7 @@ class ProduceBatchMetadata(Message, frozen=True, kw_only=True):
     producer_epoch: ProducerEpoch = -1
     base_sequence: Int32 = -1
     leader_epoch: LeaderEpoch = -1
+    transactional: bool = False
 
 
 class BatchSeq(Message, frozen=True, kw_only=True):

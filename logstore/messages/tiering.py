@@ -30,6 +30,7 @@ class LogTierPartition(ErrorFields, frozen=True, kw_only=True):
     local_log_start_offset: int = -1
     high_watermark: int = -1
     log_end_offset: int = -1
+    last_stable_offset: int = -1
     remote_segments: int = 0
     remote_bytes: int = 0
     copy_lag_segments: int = 0  # sealed local segments not yet copied

@@ -226,13 +226,14 @@ class ListTransactionsResponse(ErrorFields, frozen=True, kw_only=True):
 
 class ListTransactionsRequest(Request[ListTransactionsResponse], frozen=True, kw_only=True,
                               tag=0):
-    """The transactional ids this broker coordinates, filtered by state and producer id
-    (empty filters match everything)."""
+    """The transactional ids this broker coordinates, filtered by state, producer id and
+    transactional id prefix (empty filters match everything)."""
 
     ACTION: ClassVar[str] = "list_transactions"
     RESPONSE: ClassVar[type[Message]] = ListTransactionsResponse
     state_filters: list[str] = []
     producer_id_filters: list[int] = []
+    transactional_id_prefix: str = ""
 
 
 class ProducerDescription(Message, frozen=True, kw_only=True):

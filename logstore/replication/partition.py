@@ -30,7 +30,7 @@ from logstore.errors import (
     UnknownLeaderEpochError,
 )
 from logstore.model import TopicPartition
-from logstore.records import StoredBatch
+from logstore.records import ControlType, StoredBatch
 from logstore.replication.epoch_cache import LeaderEpochCache
 from logstore.segments.log import Log
 from logstore.segments.results import AppendInfo
@@ -154,6 +154,26 @@ class Partition:
         if followers:  # wake the followers' long-polling fetches: they read up to LEO
             self._on_high_watermark(self.tp)
         return PendingAppend(self, info, required_acks)
+
+    def append_marker_to_leader(self, producer_id: int, producer_epoch: int,
+                                marker: ControlType, coordinator_epoch: int) -> PendingAppend:
+        """Append a transaction marker as leader (acks=all, as Kafka writes them); wait on the
+        result for its acknowledgement."""
+        with self._lock:
+            self._require_leader()
+            if len(self.isr) < self.log.config.min_insync_replicas:
+                raise NotEnoughReplicasError(
+                    f"{self.tp}: isr {sorted(self.isr)} is smaller than min_insync_replicas "
+                    f"{self.log.config.min_insync_replicas}")
+            epoch = self.leader_epoch
+        info = self.log.append_control_marker(producer_id, producer_epoch, marker,
+                                              coordinator_epoch, leader_epoch=epoch)
+        with self._lock:
+            self._maybe_advance_high_watermark()
+            followers = bool(self._followers)
+        if followers:
+            self._on_high_watermark(self.tp)
+        return PendingAppend(self, info, -1)
 
     def complete_append(self, info: AppendInfo, required_acks: int, timeout_ms: int) -> None:
         """Block until an append is acknowledged as ``required_acks`` asks."""

@@ -223,15 +223,15 @@ class Log:
     def append_control_marker(self, producer_id: int, producer_epoch: int, marker: ControlType,
                               coordinator_epoch: int, leader_epoch: int = 0) -> AppendInfo:
         """Append a COMMIT or ABORT marker for the producer's transaction, as leader (Kafka's
-        WriteTxnMarkers): one control batch, replicated like any other. Raises
-        InvalidProducerEpochError when ``producer_epoch`` is older than the producer's."""
+        WriteTxnMarkers): one control batch, replicated like any other; a stale producer or
+        coordinator epoch is refused (``ProducerStateManager.check_marker``)."""
         now = self._clock.time_ms()
         end = EndTxnMarker(ControlType(marker), coordinator_epoch)
         data, header = self._encoder.marker_batch(now, producer_id, producer_epoch, end,
                                                   leader_epoch)
         with self._lock:
             self._check_open()
-            self._producers.check_marker(producer_id, producer_epoch)
+            self._producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
             return self._assign_and_append(data, header, now, end)
 
     def _assign_and_append(self, data: memoryview, header: BatchHeader, now: int,

@@ -22,8 +22,9 @@ Rules (``check``), for a leader batch of producer ``pid`` with ``epoch``, sequen
 
 Transactions (``update``): a transactional batch of a producer with no open transaction opens
 one at its base offset; a marker (control batch) closes the open one and returns it as a
-``CompletedTxn``. A marker with an epoch older than the producer's is refused by
-``check_marker`` (leader appends); a marker with no open transaction is written but opens or
+``CompletedTxn``. A marker with an epoch older than the producer's, or from a coordinator
+epoch older than the producer's last marker's, is refused by ``check_marker`` (leader
+appends); a marker with no open transaction is written but opens or
 closes nothing (Kafka writes them, e.g. for an abort after a timeout); its epoch still becomes
 the producer's, which fences the producer's older epoch. A completed transaction stays
 "unreplicated" until the high watermark passes its marker: until then it holds the first
@@ -44,6 +45,7 @@ from logstore.errors import (
     InvalidRecordError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
 )
 from logstore.records import FLAG_LOG_APPEND_TIME, BatchHeader, ControlType, EndTxnMarker
 from logstore.segments.format import (
@@ -149,25 +151,33 @@ class ProducerStateManager:
 
     def check(self, producer_id: int, epoch: int, base_sequence: int, record_count: int,
               transactional: bool = False) -> BatchMetadata | None:
-        """Validate a leader append; returns the original batch when it is a duplicate."""
-        if base_sequence < 0 or epoch < 0:
+        """Validate a leader append; returns the original batch when it is a duplicate. A
+        transactional batch without a sequence (-1) is one a coordinator writes for the
+        producer (offsets committed in its transaction): only its epoch is checked."""
+        if epoch < 0 or (base_sequence < 0 and not (transactional and base_sequence == -1)):
             raise InvalidRecordError(f"{self.tp}: producer {producer_id} sent base_sequence "
                                      f"{base_sequence} and epoch {epoch}; both must be >= 0")
         entry = self._producers.get(producer_id)
         if entry is None:
+            return None
+        if base_sequence < 0:
+            self._check_epoch(entry, epoch)
             return None
         duplicate = self._check_sequence(entry, epoch, base_sequence, record_count)
         if duplicate is None:
             self._check_txn_state(entry, transactional)
         return duplicate
 
+    def _check_epoch(self, entry: ProducerEntry, epoch: int) -> None:
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"{self.tp}: producer {entry.producer_id} epoch {epoch} is older than the "
+                f"current epoch {entry.epoch}")
+
     def _check_sequence(self, entry: ProducerEntry, epoch: int, base_sequence: int,
                         record_count: int) -> BatchMetadata | None:
         producer_id = entry.producer_id
-        if epoch < entry.epoch:
-            raise InvalidProducerEpochError(
-                f"{self.tp}: producer {producer_id} epoch {epoch} is older than the current "
-                f"epoch {entry.epoch}")
+        self._check_epoch(entry, epoch)
         if epoch > entry.epoch:
             if base_sequence != 0:
                 raise OutOfOrderSequenceError(
@@ -191,16 +201,32 @@ class ProducerStateManager:
                 f"{self.tp}: producer {entry.producer_id} sent a non-transactional batch while "
                 f"its transaction opened at offset {entry.txn_first_offset} is still open")
 
-    def check_marker(self, producer_id: int, epoch: int) -> None:
-        """Validate a transaction marker the leader is about to append."""
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int = -1) -> None:
+        """Validate a transaction marker the leader is about to append: its producer epoch
+        must not be older than the producer's, nor its coordinator epoch older than the one of
+        the last marker written for the producer (a coordinator that lost its partition to a
+        newer one is fenced: TRANSACTION_COORDINATOR_FENCED)."""
         if producer_id < 0 or epoch < 0:
             raise InvalidRecordError(f"{self.tp}: a transaction marker needs a producer id and "
                                      f"epoch >= 0, got {producer_id} and {epoch}")
         entry = self._producers.get(producer_id)
-        if entry is not None and epoch < entry.epoch:
+        if entry is None:
+            return
+        if epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"{self.tp}: transaction marker for producer {producer_id} has epoch {epoch}, "
                 f"older than the producer's epoch {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"{self.tp}: transaction marker for producer {producer_id} comes from "
+                f"coordinator epoch {coordinator_epoch}, older than the coordinator epoch "
+                f"{entry.coordinator_epoch} of its last marker")
+
+    def producers(self) -> list[ProducerEntry]:
+        """The producers of the partition, each a copy (describe_producers)."""
+        return [ProducerEntry(e.producer_id, e.epoch, deque(e.batches, MAX_CACHED_BATCHES),
+                              e.coordinator_epoch, e.txn_first_offset)
+                for e in self._producers.values()]
 
     def update(self, header: BatchHeader,
                marker: EndTxnMarker | None = None) -> CompletedTxn | None:

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from logstore.broker.group_coordinator import GroupCoordinatorService
+from logstore.coordinator import LoggedBatch, TxnProducer, encode_rows
 from logstore.errors import ApiError, NotLeaderOrFollowerError
 from logstore.groups.offsets import partition_for
 from logstore.messages.groups import (
@@ -31,6 +32,7 @@ from logstore.messages.groups import (
     SyncGroupRequest,
 )
 from logstore.model import OffsetAndMetadata, TopicPartition
+from logstore.records import ControlType
 
 PROTOCOLS = [GroupProtocol(name="range", metadata={"topics": ["t"]})]
 WAIT_S = 10.0
@@ -48,6 +50,7 @@ class Gate:
 class MemoryOffsetsLog:
     def __init__(self, partitions: int = 4) -> None:
         self.batches: dict[int, list[pa.RecordBatch]] = {p: [] for p in range(partitions)}
+        self.logged: dict[int, list[LoggedBatch]] = {p: [] for p in range(partitions)}
         self.epochs: dict[int, int | None] = dict.fromkeys(range(partitions), 0)
         self.gates: dict[int, Gate] = {}
         self.failures: dict[int, ApiError] = {}
@@ -63,7 +66,8 @@ class MemoryOffsetsLog:
     def leader_epoch(self, partition: int) -> int | None:
         return self.epochs[partition]
 
-    def append(self, partition: int, batch: pa.RecordBatch) -> None:
+    def append(self, partition: int, batch: pa.RecordBatch,
+               producer: TxnProducer | None = None) -> None:
         gate = self.gates.get(partition)
         if gate is not None:
             gate.entered.set()
@@ -74,12 +78,20 @@ class MemoryOffsetsLog:
             raise NotLeaderOrFollowerError(f"not the leader of partition {partition}")
         with self._lock:
             self.batches[partition].append(batch)
+            self.logged[partition].append(LoggedBatch(
+                batch, -1 if producer is None else producer.producer_id, producer is not None))
 
-    def read(self, partition: int) -> Iterator[pa.RecordBatch]:
+    def append_marker(self, partition: int, producer_id: int, marker: ControlType) -> None:
+        """A transaction marker, as a partition leader's write_txn_markers appends it."""
+        with self._lock:
+            self.logged[partition].append(LoggedBatch(
+                encode_rows([], 0), producer_id, True, marker))
+
+    def read(self, partition: int) -> Iterator[LoggedBatch]:
         if self.epochs[partition] is None:
             raise NotLeaderOrFollowerError(f"not the leader of partition {partition}")
         with self._lock:
-            return iter(list(self.batches[partition]))
+            return iter(list(self.logged[partition]))
 
 
 def group_on(partition: int, partitions: int, prefix: str) -> str:

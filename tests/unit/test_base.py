@@ -91,9 +91,11 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.InvalidProducerEpochError, 47, False, False),
     (errors.InvalidTxnStateError, 48, False, False),
     (errors.InvalidProducerIdMappingError, 49, False, False),
+    (errors.InvalidTransactionTimeoutError, 50, False, False),
     (errors.ConcurrentTransactionsError, 51, True, False),
     (errors.TransactionalIdAuthorizationFailedError, 53, False, False),
     (errors.SecurityDisabledError, 54, False, False),
+    (errors.TransactionCoordinatorFencedError, 52, False, False),
     (errors.KafkaStorageError, 56, True, True),
     (errors.SaslAuthenticationFailedError, 58, False, False),
     (errors.NonEmptyGroupError, 68, False, False),
@@ -106,6 +108,9 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.OffsetMovedToTieredStorageError, 109, False, False),
     (errors.ResourceNotFoundError, 91, False, False),
     (errors.UnacceptableCredentialError, 93, False, False),
+    (errors.UnstableOffsetCommitError, 88, True, False),
+    (errors.ProducerFencedError, 90, False, False),
+    (errors.TransactionAbortableError, 120, False, False),
 ]
 
 

@@ -22,7 +22,7 @@ from logstore.clock import SystemClock
 from logstore.config import TopicConfig
 from logstore.controller.local import LocalMetadataStore
 from logstore.controller.store import TopicRecord
-from logstore.coordinator import CoordinatorLog
+from logstore.coordinator import CoordinatorLog, TxnProducer
 from logstore.errors import ErrorCode, NotLeaderOrFollowerError
 from logstore.groups.offsets import encode_batch
 from logstore.model import OFFSETS_TOPIC, TopicPartition
@@ -70,9 +70,20 @@ def test_appends_to_a_led_partition_read_back_whole_and_in_order(
     first, second = rows(b"a", None), rows(b"b")
     offsets_log.append(0, first)
     offsets_log.append(0, second)
-    read = list(offsets_log.read(0))
+    read = [b.records for b in offsets_log.read(0)]
     assert [b.column("value").to_pylist() for b in read] == [[b"a", None], [b"b"]]
     assert [b.column("key").to_pylist() for b in read] == [[b"k0", b"k1"], [b"k0"]]
+
+
+def test_a_transactional_append_reads_back_as_its_producers(offsets_log: CoordinatorLog) -> None:
+    """Goal: offsets committed inside a transaction replay as the producer's transactional
+    batch, and a plain append as nobody's. Method: one of each, read back."""
+    offsets_log.append(0, rows(b"plain"))
+    offsets_log.append(0, rows(b"txn"), TxnProducer(42, 3))
+    plain, txn = offsets_log.read(0)
+    assert (plain.producer_id, plain.transactional, plain.marker) == (-1, False, None)
+    assert (txn.producer_id, txn.transactional, txn.marker) == (42, True, None)
+    assert txn.records.column("value").to_pylist() == [b"txn"]
 
 
 def test_append_to_a_partition_not_led_is_not_leader_or_follower(

@@ -15,11 +15,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-import pyarrow as pa
 import pytest
 
 from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.clock import FakeClock
+from logstore.coordinator import LoggedBatch
 from logstore.errors import (
     CoordinatorLoadInProgressError,
     FencedInstanceIdError,
@@ -215,7 +215,7 @@ class BlockingOffsetsLog(MemoryOffsetsLog):
         self.reading = threading.Event()
         self.release = threading.Event()
 
-    def read(self, partition: int) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: int) -> Iterator[LoggedBatch]:
         self.reading.set()
         assert self.release.wait(10)
         return super().read(partition)

@@ -97,9 +97,10 @@ def test_producer_fields_outside_their_header_types_are_refused(fields: dict[str
 
 
 def _declared_messages() -> list[type[Message]]:
-    from logstore.messages import cluster, fetch, groups, log, produce, topics
+    from logstore.messages import cluster, fetch, groups, log, produce, topics, transactions
 
-    return sorted({value for module in (topics, log, produce, fetch, cluster, groups)
+    return sorted({value for module in (topics, log, produce, fetch, cluster, groups,
+                                        transactions)
                    for value in vars(module).values()
                    if isinstance(value, type) and issubclass(value, Message)},
                   key=lambda c: c.__name__)

@@ -339,3 +339,40 @@ def test_truncate_to_removes_index_entries_and_markers_above_the_point(tmp_path:
     assert index_entries(log) == [(1, 0, 2)]
     (path,) = log.dir.glob("*" + fmt.TXN_INDEX_SUFFIX)
     assert path.read_bytes() == fmt.TXN_ENTRY.pack(1, 0, 2, 3)
+
+
+def test_a_marker_from_an_older_coordinator_epoch_is_fenced(tmp_path: Path) -> None:
+    """Goal: once a coordinator of epoch 5 wrote a producer's marker, a marker from an older
+    coordinator (one that lost its ``__transaction_state`` partition) is
+    TRANSACTION_COORDINATOR_FENCED naming partition and producer, and writes nothing; the same
+    or a newer coordinator epoch is accepted. Method: markers at epochs 5, 4, 5, 6."""
+    log = open_log(tmp_path, FakeClock())
+    p = Producer(log, 9)
+    p.send(1)
+    p.end(COMMIT, coordinator_epoch=5)
+    p.send(1)
+    end = log.log_end_offset
+    with pytest.raises(errors.TransactionCoordinatorFencedError,
+                       match="topic-0.*producer 9.*coordinator epoch 4"):
+        p.end(ABORT, coordinator_epoch=4)
+    assert log.log_end_offset == end and log.producer_state.open_transactions == {9: 2}
+    p.end(ABORT, coordinator_epoch=5)
+    p.send(1)
+    p.end(COMMIT, coordinator_epoch=6)
+    assert log.producer_state.entry(9).coordinator_epoch == 6
+
+
+def test_a_coordinator_writes_transactional_offsets_without_a_sequence(tmp_path: Path) -> None:
+    """Goal: a transactional batch with sequence -1 (offsets a group coordinator commits in a
+    producer's transaction) opens the producer's transaction and is checked by epoch only;
+    a client batch without a sequence that is not transactional is still refused. Method:
+    append both ways."""
+    log = open_log(tmp_path, FakeClock())
+    log.append_as_leader(keyed(0, 1), producer_id=3, producer_epoch=1, base_sequence=-1,
+                         flags=FLAG_TRANSACTIONAL)
+    assert log.producer_state.open_transactions == {3: 0}
+    with pytest.raises(errors.InvalidProducerEpochError):
+        log.append_as_leader(keyed(0, 1), producer_id=3, producer_epoch=0, base_sequence=-1,
+                             flags=FLAG_TRANSACTIONAL)
+    with pytest.raises(errors.InvalidRecordError, match="base_sequence -1"):
+        log.append_as_leader(keyed(0, 1), producer_id=4, producer_epoch=0, base_sequence=-1)

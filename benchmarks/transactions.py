@@ -1,0 +1,172 @@
+"""Transactions: their cost on produce and on read_committed reads, and commit latency.
+
+    .venv/bin/python benchmarks/transactions.py [--records N] [--commits N] [--json]
+
+Figures (ratios from one run; printed, never asserted: machines are shared):
+- ``txn_produce_vs_idempotent``: columnar produce (``send_batch`` of 10k-record batches over 4
+  partitions) in transactions committed every 100 ms, divided by the same producer's rate
+  without transactions (idempotent, acks=all), one broker process. Target >= 0.8.
+- ``read_committed_vs_uncommitted``: ``poll_arrow`` over a whole topic in which one
+  transaction in ten is aborted (10k-record transactions), read_committed divided by
+  read_uncommitted, as offsets read per second (the best of five alternated scans each,
+  after one that warms the page cache). Target >= 0.9.
+- ``txn_commit_ms_p50`` / ``txn_commit_ms_p99``: ``commit_transaction()`` of a transaction
+  over 10 partitions (RF 3, min ISR 2) on three brokers and a real ZooKeeper, its records
+  already acknowledged: the coordinator's two appends and the markers. Reported.
+- ``eos_sink_overhead_ms``: the exactly-once Spark sink's cost per micro-batch (median batch
+  time with the sink minus the at-least-once sink): the slot the Spark sink's benchmark fills
+  (None here).
+Brokers and ZooKeeper are the test suite's helpers (tests/brokers.py, tests/zookeeper.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
+from tests.brokers import BrokerFactory  # noqa: E402
+from tests.faults.cluster import Cluster  # noqa: E402
+from tests.zookeeper import ZooKeeperServer  # noqa: E402
+
+ROWS = 10_000
+PARTITIONS = 4
+COMMIT_EVERY_S = 0.1
+BATCH = pa.record_batch({"key": pa.nulls(ROWS, pa.binary()),
+                         "value": pa.array([b"x" * 100] * ROWS, pa.binary())})
+
+
+def produce_rps(bootstrap: str, topic: str, records: int, transactional: bool) -> float:
+    """Records per second of columnar produce, in transactions committed every 100 ms or
+    without transactions."""
+    tid = f"bench-{uuid.uuid4().hex[:6]}" if transactional else None
+    with Producer(bootstrap, transactional_id=tid, linger_ms=5) as producer:
+        if tid is not None:
+            producer.init_transactions()
+            producer.begin_transaction()
+        producer.send_batch(topic, BATCH, partition=0).result(60)  # warm up, not timed
+        start = last_commit = time.perf_counter()
+        for i in range(records // ROWS):
+            producer.send_batch(topic, BATCH, partition=i % PARTITIONS)
+            if tid is not None and time.perf_counter() - last_commit >= COMMIT_EVERY_S:
+                producer.commit_transaction()
+                producer.begin_transaction()
+                last_commit = time.perf_counter()
+        if tid is not None:
+            producer.commit_transaction()
+        producer.flush()
+        return (records // ROWS) * ROWS / (time.perf_counter() - start)
+
+
+def fill_with_aborts(bootstrap: str, topic: str, records: int) -> None:
+    """``records`` in 10k-record transactions over all partitions, one in ten aborted."""
+    with Producer(bootstrap, transactional_id=f"fill-{uuid.uuid4().hex[:6]}",
+                  linger_ms=5) as producer:
+        producer.init_transactions()
+        for i in range(records // ROWS):
+            producer.begin_transaction()
+            producer.send_batch(topic, BATCH, partition=i % PARTITIONS)
+            (producer.abort_transaction if i % 10 == 9 else producer.commit_transaction)()
+
+
+def scan_s(bootstrap: str, topic: str, isolation_level: str) -> float:
+    """Seconds to poll_arrow the whole topic (to its end for the isolation level)."""
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    with Consumer(bootstrap, auto_offset_reset="earliest", isolation_level=isolation_level,
+                  fetch_max_wait_ms=50) as consumer:
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        start = time.perf_counter()
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            consumer.poll_arrow(timeout_ms=200)
+        return time.perf_counter() - start
+
+
+def single_broker(records: int, root: Path) -> dict[str, float]:
+    root.mkdir()
+    factory = BrokerFactory(root)
+    try:
+        broker = factory()
+        with Admin(broker.bootstrap) as admin:
+            plain, txn, mixed = (f"{n}-{uuid.uuid4().hex[:6]}" for n in ("p", "t", "m"))
+            admin.create_topics([NewTopic(t, PARTITIONS) for t in (plain, txn, mixed)])
+        idempotent = produce_rps(broker.bootstrap, plain, records, False)
+        transactional = produce_rps(broker.bootstrap, txn, records, True)
+        fill_with_aborts(broker.bootstrap, mixed, records)
+        scan_s(broker.bootstrap, mixed, "read_uncommitted")  # warm the page cache
+        # Alternated, the best of five each: the order of two scans must not decide.
+        scans = [(scan_s(broker.bootstrap, mixed, "read_uncommitted"),
+                  scan_s(broker.bootstrap, mixed, "read_committed")) for _ in range(5)]
+        uncommitted, committed = min(u for u, _ in scans), min(c for _, c in scans)
+        return {"idempotent_rps": idempotent, "transactional_rps": transactional,
+                "txn_produce_vs_idempotent": transactional / idempotent,
+                "read_uncommitted_s": uncommitted, "read_committed_s": committed,
+                "read_committed_vs_uncommitted": uncommitted / committed}
+    finally:
+        factory.stop_all()
+
+
+def commit_latency_ms(commits: int, root: Path) -> dict[str, float]:
+    zk = ZooKeeperServer(root / "zookeeper").start()
+    (root / "brokers").mkdir(parents=True)
+    factory = BrokerFactory(root / "brokers")
+    try:
+        cluster = Cluster(factory, f"{zk.connect}/bench", transaction_state_log_num_partitions=3)
+        topic = cluster.create_topic(partitions=10, rf=3, min_insync_replicas=2)
+        small = pa.record_batch({"value": pa.array([b"x" * 100] * 10, pa.binary())})
+        times = []
+        with Producer(cluster.bootstrap, transactional_id="commit-bench", linger_ms=0) as p:
+            p.init_transactions()
+            for _ in range(commits + 5):
+                p.begin_transaction()
+                for partition in range(10):
+                    p.send_batch(topic, small, partition=partition)
+                p.flush()
+                start = time.perf_counter()
+                p.commit_transaction()
+                times.append((time.perf_counter() - start) * 1000)
+        times = sorted(times[5:])  # the first ones find coordinators and leaders
+        return {"txn_commit_ms_p50": statistics.median(times),
+                "txn_commit_ms_p99": times[min(len(times) - 1, int(len(times) * 0.99))]}
+    finally:
+        factory.stop_all()
+        zk.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--commits", type=int, default=200)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="logstore-txn-bench-") as tmp:
+        results: dict[str, float | None] = {
+            **single_broker(args.records, Path(tmp) / "single"),
+            **commit_latency_ms(args.commits, Path(tmp) / "cluster"),
+            # Filled by the exactly-once Spark sink's benchmark (issue 10 §7).
+            "eos_sink_overhead_ms": None,
+        }
+    if args.json:
+        print(json.dumps({k: None if v is None else round(v, 3) for k, v in results.items()}))
+    else:
+        targets = {"txn_produce_vs_idempotent": ">= 0.8",
+                   "read_committed_vs_uncommitted": ">= 0.9", "eos_sink_overhead_ms": "<= 100"}
+        for name, value in results.items():
+            shown = "-" if value is None else f"{value:,.3f}"
+            print(f"{name:<32} {shown:>14}  {targets.get(name, '')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

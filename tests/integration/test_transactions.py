@@ -1,0 +1,215 @@
+"""Transactions against a real broker process (embedded mode).
+
+Goal: a committed transaction becomes visible to read_committed readers whole, an aborted or
+open one never, and read_uncommitted never sees control records; the last stable offset shows
+in list-offsets and ``logstore topics describe``; a second producer with the same
+transactional id fences the first (whose writes never become visible, and whose every later
+call raises ProducerFencedError); offsets sent in a transaction count only when it commits,
+and a read_committed consumer's committed offsets wait for the transaction (require_stable);
+a producer that dies mid-transaction is aborted after its timeout and the LSO moves on.
+Method: one broker shared by the module (the transaction tick every 100 ms), real clients,
+bounded waits on conditions; every topic is the test's own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from logstore import Admin, Consumer, Producer, TopicPartition
+from logstore.client.coordinator import CoordinatorClient
+from logstore.client.metadata import ClusterMetadata
+from logstore.errors import (
+    ErrorCode,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    UnstableOffsetCommitError,
+)
+from logstore.messages.groups import KEY_TYPE_GROUP, GroupPartition, OffsetFetchRequest
+from logstore.model import OffsetAndMetadata
+from tests.brokers import BrokerFactory, BrokerProcess, new_topic, subprocess_env
+from tests.helpers import wait_for
+from tests.txn_reading import end_offsets, read_values
+
+TXN_SETTINGS = {"transaction_abort_timed_out_transaction_cleanup_interval_ms": 100,
+                "group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 100}
+
+
+@pytest.fixture(scope="module")
+def tbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    factory = BrokerFactory(tmp_path_factory.mktemp("txn"))
+    yield factory(**TXN_SETTINGS)
+    factory.stop_all()
+
+
+@pytest.fixture
+def topic(tbroker: BrokerProcess) -> str:
+    with Admin(tbroker.bootstrap) as admin:
+        return new_topic(admin, 3)
+
+
+def txn_producer(broker: BrokerProcess, tid: str | None = None, **settings: object
+                 ) -> Producer:
+    producer = Producer(broker.bootstrap, transactional_id=tid or f"tx-{uuid.uuid4().hex[:8]}",
+                        linger_ms=1, **settings)  # type: ignore[arg-type]
+    producer.init_transactions()
+    return producer
+
+
+def flat(values: dict[int, list[bytes]]) -> list[bytes]:
+    return sorted(v for vs in values.values() for v in vs)
+
+
+def test_committed_records_are_visible_whole_and_aborted_or_open_ones_never(
+        tbroker: BrokerProcess, topic: str) -> None:
+    """Goal: read_committed returns the committed transaction whole and nothing of an
+    aborted or open one; read_uncommitted returns every data record but no control record;
+    the LSO stops at the open transaction (list-offsets, topics describe). Method: commit 30
+    records, abort 20, leave 10 open, plus plain records from an idempotent producer."""
+    with txn_producer(tbroker) as producer, Producer(tbroker.bootstrap) as plain:
+        producer.begin_transaction()
+        for i in range(30):
+            producer.send(topic, value=b"c%d" % i, key=b"%d" % i)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send_batch(topic, pa.table({"value": [b"a%d" % i for i in range(20)]}))
+        producer.abort_transaction()
+        plain.send(topic, value=b"plain", partition=1).result(10)
+        producer.begin_transaction()
+        producer.send(topic, value=b"open", partition=2)
+        producer.flush()
+        committed = read_values(tbroker.bootstrap, topic, range(3))
+        uncommitted = read_values(tbroker.bootstrap, topic, range(3), "read_uncommitted")
+        stable = end_offsets(tbroker.bootstrap, topic, range(3))
+        high = end_offsets(tbroker.bootstrap, topic, range(3), "read_uncommitted")
+        described = subprocess.run(
+            [sys.executable, "-m", "logstore", "topics", "describe", topic,
+             "--bootstrap-server", tbroker.bootstrap], capture_output=True, text=True,
+            env=subprocess_env(), timeout=60, check=True).stdout
+        producer.abort_transaction()
+    assert flat(committed) == sorted([b"c%d" % i for i in range(30)] + [b"plain"])
+    assert flat(uncommitted) == sorted([b"c%d" % i for i in range(30)] + [b"plain", b"open"]
+                                       + [b"a%d" % i for i in range(20)])
+    assert stable[2] < high[2] and committed[2] == uncommitted[2][:len(committed[2])]
+    line = next(ln for ln in described.splitlines() if "Partition: 2" in ln)
+    assert f"LastStableOffset: {stable[2]}" in line and f"LogEndOffset: {high[2]}" in line
+
+
+def test_a_new_instance_fences_the_old_one_whose_writes_never_become_visible(
+        tbroker: BrokerProcess, topic: str) -> None:
+    """Goal: zombie fencing. The second producer with the same transactional id aborts the
+    first one's open transaction; the first can neither write nor commit (ProducerFencedError,
+    and every later call raises it); nothing it wrote is visible. Method: two producers, one
+    id; the old one writes, the new one inits, writes and commits, the old one tries on."""
+    tid = f"zombie-{uuid.uuid4().hex[:6]}"
+    old = txn_producer(tbroker, tid)
+    old.begin_transaction()
+    old.send_batch(topic, pa.table({"value": [b"zombie-1"] * 5}), partition=0)
+    old.flush()
+    with txn_producer(tbroker, tid) as new:
+        new.begin_transaction()
+        new.send(topic, value=b"new", partition=0)
+        new.commit_transaction()
+    late = old.send(topic, value=b"zombie-2", partition=0)  # its abort marker's epoch
+    with pytest.raises(ProducerFencedError, match=tid):
+        late.result(10)
+    with pytest.raises(ProducerFencedError, match=tid):
+        old.send(topic, value=b"zombie-3", partition=1).result(10)
+    for call in (old.commit_transaction, old.abort_transaction, old.begin_transaction):
+        with pytest.raises(ProducerFencedError, match=tid):
+            call()
+    old.close()
+    assert flat(read_values(tbroker.bootstrap, topic, range(3))) == [b"new"]
+
+
+def test_transactional_calls_are_refused_with_clear_errors_and_nothing_is_written(
+        tbroker: BrokerProcess, topic: str) -> None:
+    """Goal: the client refuses what cannot work before anything is sent: transactional calls
+    on a non-transactional producer, commit without begin, a send outside a transaction, an
+    empty or too-long transactional id, a timeout above the broker's maximum. Method: each
+    call, then the log end offsets are unchanged."""
+    before = end_offsets(tbroker.bootstrap, topic, range(3), "read_uncommitted")
+    with Producer(tbroker.bootstrap) as plain:
+        for call in (plain.init_transactions, plain.begin_transaction, plain.commit_transaction,
+                     plain.abort_transaction):
+            with pytest.raises(InvalidTxnStateError, match="no transactional_id"):
+                call()
+    with txn_producer(tbroker) as producer:
+        with pytest.raises(InvalidTxnStateError, match="cannot commit in state ready"):
+            producer.commit_transaction()
+        with pytest.raises(InvalidTxnStateError, match="send outside a transaction"):
+            producer.send(topic, value=b"x")
+        with pytest.raises(InvalidTxnStateError, match="send outside a transaction"):
+            producer.send_batch(topic, pa.table({"value": [b"x"]}))
+    for tid in ("", "x" * 250):
+        with pytest.raises(Exception, match="transactional id"):
+            Producer(tbroker.bootstrap, transactional_id=tid)
+    too_long = Producer(tbroker.bootstrap, transactional_id="slow",
+                        transaction_timeout_ms=16 * 60 * 1000)
+    with pytest.raises(Exception) as e:
+        too_long.init_transactions()
+    too_long.close()
+    assert getattr(e.value, "code", None) == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    assert "transaction_max_timeout_ms" in str(e.value)
+    assert end_offsets(tbroker.bootstrap, topic, range(3), "read_uncommitted") == before
+
+
+def test_offsets_sent_in_a_transaction_count_only_when_it_commits(
+        tbroker: BrokerProcess, topic: str) -> None:
+    """Goal: send_offsets_to_transaction stages the group's offsets: while the transaction is
+    open a require_stable offset fetch is UNSTABLE_OFFSET_COMMIT, an abort drops them, a commit
+    makes them the group's committed offsets (read stable by a read_committed consumer).
+    Method: a group member's metadata, one aborted and one committed transaction."""
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    tp = TopicPartition(topic, 0)
+    with Consumer(tbroker.bootstrap, group_id=group, enable_auto_commit=False,
+                  isolation_level="read_committed") as consumer, \
+            txn_producer(tbroker) as producer:
+        consumer.assign([tp])
+        meta = consumer.group_metadata()
+        for offset, commit in ((5, False), (9, True)):
+            producer.begin_transaction()
+            producer.send(topic, value=b"x", partition=1)
+            producer.send_offsets_to_transaction({tp: OffsetAndMetadata(offset, "m")}, meta)
+            with pytest.raises(UnstableOffsetCommitError, match=group):
+                _fetch_stable(tbroker, group, tp)
+            (producer.commit_transaction if commit else producer.abort_transaction)()
+            expected = offset if commit else None
+            assert (om.offset if (om := consumer.committed(tp)) else None) == expected
+        assert consumer.committed(tp) == OffsetAndMetadata(9, "m", consumer.committed(tp)
+                                                           .commit_timestamp)
+
+
+def _fetch_stable(broker: BrokerProcess, group: str, tp: TopicPartition) -> None:
+    metadata = ClusterMetadata(broker.bootstrap)
+    try:
+        coordinator = CoordinatorClient(metadata, group, KEY_TYPE_GROUP, timeout_s=0)
+        coordinator.call(OffsetFetchRequest(group_id=group, require_stable=True, partitions=[
+            GroupPartition(topic=tp.topic, partition=tp.partition)]), timeout_s=0)
+    finally:
+        metadata.close()
+
+
+def test_a_producer_that_dies_mid_transaction_is_aborted_after_its_timeout(
+        tbroker: BrokerProcess, topic: str) -> None:
+    """Goal: an open transaction whose producer goes away pins the LSO only until its
+    transaction_timeout_ms: the coordinator aborts it at a bumped epoch, the LSO moves past
+    it, its records never become visible, and the producer, if it comes back, is fenced.
+    Method: a producer with a 1 s timeout writes and stops; wait for the LSO."""
+    producer = txn_producer(tbroker, transaction_timeout_ms=1000)
+    producer.begin_transaction()
+    producer.send(topic, value=b"lost", partition=0)
+    producer.flush()
+    high = end_offsets(tbroker.bootstrap, topic, [0], "read_uncommitted")[0]
+    assert end_offsets(tbroker.bootstrap, topic, [0])[0] < high
+    wait_for(lambda: end_offsets(tbroker.bootstrap, topic, [0])[0] > high,
+             "the LSO to pass the timed-out transaction's abort marker")
+    assert read_values(tbroker.bootstrap, topic, [0])[0] == []
+    with pytest.raises(ProducerFencedError):
+        producer.commit_transaction()
+    producer.close()

@@ -1,0 +1,101 @@
+"""Offsets committed inside a transaction, in the group coordinator (KIP-98, KIP-447).
+
+Goal: a transactional offset commit is appended as the producer's transactional batch and
+stays pending (invisible to offset fetch; UNSTABLE_OFFSET_COMMIT with require_stable) until
+the producer's marker reaches the partition: COMMIT makes the offsets the group's, ABORT drops
+them; a replay of the log (markers included) rebuilds the same; a member of an older
+generation is fenced (ILLEGAL_GENERATION). Method: the group coordinator on the in-memory log;
+a test appends the marker itself (as a partition leader's write_txn_markers does) and reports
+it to the coordinator.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from logstore.broker.group_coordinator import GroupCoordinatorService
+from logstore.clock import FakeClock
+from logstore.errors import IllegalGenerationError, UnstableOffsetCommitError
+from logstore.groups.coordinator import GroupConfig
+from logstore.messages.groups import GroupPartition, OffsetFetchRequest
+from logstore.messages.transactions import TxnOffsetCommitEntry, TxnOffsetCommitRequest
+from logstore.model import TopicPartition
+from logstore.records import ControlType
+from tests.unit.group_helpers import MemoryOffsetsLog, committed, form_group
+
+TP = TopicPartition("t", 0)
+PID = 77
+
+
+@pytest.fixture
+def offsets_log() -> MemoryOffsetsLog:
+    return MemoryOffsetsLog()
+
+
+def coordinator(offsets_log: MemoryOffsetsLog) -> GroupCoordinatorService:
+    return GroupCoordinatorService(offsets_log, GroupConfig(
+        group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=100), FakeClock())
+
+
+def txn_commit(coord: GroupCoordinatorService, offset: int, member: str = "",
+               generation: int = -1, group: str = "g") -> None:
+    response = coord.txn_offset_commit(TxnOffsetCommitRequest(
+        transactional_id="tx", group_id=group, producer_id=PID, producer_epoch=0,
+        member_id=member, generation_id=generation,
+        offsets=[TxnOffsetCommitEntry(topic=TP.topic, partition=TP.partition, offset=offset)]))
+    response.raise_error()
+    for r in response.results:
+        r.raise_error()
+
+
+def marker(coord: GroupCoordinatorService, log: MemoryOffsetsLog, committed_: bool,
+           group: str = "g") -> None:
+    partition = coord.partition(group)
+    log.append_marker(partition, PID, ControlType.COMMIT if committed_ else ControlType.ABORT)
+    coord.complete_txn(partition, PID, committed_)
+
+
+def fetch_stable(coord: GroupCoordinatorService) -> None:
+    coord.offset_fetch(OffsetFetchRequest(group_id="g", require_stable=True, partitions=[
+        GroupPartition(topic=TP.topic, partition=TP.partition)])).raise_error()
+
+
+def test_transactional_offsets_wait_for_the_marker(offsets_log: MemoryOffsetsLog) -> None:
+    coord = coordinator(offsets_log)
+    txn_commit(coord, 5)
+    partition = coord.partition("g")
+    assert offsets_log.logged[partition][-1].producer_id == PID
+    assert committed(coord) == {}
+    with pytest.raises(UnstableOffsetCommitError, match="group g.*t-0.*producer 77"):
+        fetch_stable(coord)
+    marker(coord, offsets_log, False)
+    assert committed(coord) == {}
+    fetch_stable(coord)
+    txn_commit(coord, 9)
+    marker(coord, offsets_log, True)
+    assert committed(coord)[TP].offset == 9
+
+
+def test_a_replay_applies_committed_and_drops_aborted_transactional_offsets(
+        offsets_log: MemoryOffsetsLog) -> None:
+    coord = coordinator(offsets_log)
+    txn_commit(coord, 5)
+    marker(coord, offsets_log, True)
+    txn_commit(coord, 8)
+    marker(coord, offsets_log, False)
+    txn_commit(coord, 11)  # still pending when the coordinator moves
+    replayed = coordinator(offsets_log)
+    assert committed(replayed)[TP].offset == 5
+    with pytest.raises(UnstableOffsetCommitError):
+        fetch_stable(replayed)
+    marker(replayed, offsets_log, True)
+    assert committed(replayed)[TP].offset == 11
+
+
+def test_a_member_of_an_older_generation_is_fenced(offsets_log: MemoryOffsetsLog) -> None:
+    coord = coordinator(offsets_log)
+    (member,) = form_group(coord, 1)
+    generation = coord.describe_group("g").generation_id
+    txn_commit(coord, 3, member, generation)
+    with pytest.raises(IllegalGenerationError, match="stale"):
+        txn_commit(coord, 4, member, generation - 1)

@@ -1,0 +1,172 @@
+"""Property test of the transaction coordinator (transactions/ on the coordinator runtime).
+
+Goal: whatever producers do (init with or without keep_prepared, add, prepare, commit, abort,
+commit with others' prepared transactions, act with a stale epoch), however time moves
+(timeouts, prepared timeouts, expiration) and whenever the coordinator fails over (a replay of
+its log) or the markers land, the coordinator keeps Kafka's invariants:
+- every transition of every id is one the state machine allows (so an id never has two open
+  transactions: a new one opens only from Empty/CompleteX);
+- epochs never go back (for one producer id);
+- a decided transaction is never aborted: PrepareCommit only ever moves to CompleteCommit, and
+  PrepareAbort only to CompleteAbort;
+- a with_prepared commit decides all of its transactions or none;
+- once the markers are written, no transaction is left in PrepareX (every PrepareX ends in
+  its CompleteX), also after a failover;
+- a replay rebuilds exactly the state in memory.
+Method: a hypothesis rule-based state machine over three ids of one partition, with the
+coordinator's answers (errors included) taken as they come; the invariants are checked after
+every step. Hypothesis prints the failing steps.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from logstore.errors import ApiError, ErrorCode
+from logstore.messages.transactions import PreparedTxn
+from logstore.model import TopicPartition
+from logstore.transactions.state import TxnState, can_transition
+from tests.unit.txn_coordinator_helpers import Harness, ids_on_one_partition
+
+IDS = ids_on_one_partition(3, "p")
+ID = st.sampled_from(IDS)
+TPS = st.lists(st.sampled_from([TopicPartition("t", p) for p in range(3)]), min_size=1,
+               max_size=3)
+DECIDED = {TxnState.PREPARE_COMMIT: TxnState.COMPLETE_COMMIT,
+           TxnState.PREPARE_ABORT: TxnState.COMPLETE_ABORT}
+
+
+class TxnCoordinatorMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = Harness()
+        self.producers: dict[str, list[tuple[int, int]]] = {tid: [] for tid in IDS}
+        self.before = self._states()
+
+    # -- what the producers do --
+
+    @rule(tid=ID, two_phase=st.booleans(), keep=st.booleans())
+    def init(self, tid: str, two_phase: bool, keep: bool) -> None:
+        try:
+            r = self.h.init(tid, timeout_ms=5000, two_phase=two_phase or keep,
+                            keep_prepared=keep)
+        except ApiError:
+            return
+        if r.error_code == 0:
+            self.producers[tid].append((r.producer_id, r.producer_epoch))
+
+    @rule(tid=ID, tps=TPS, stale=st.booleans())
+    def add(self, tid: str, tps: list[TopicPartition], stale: bool) -> None:
+        self._call(lambda pid, epoch: self.h.add(tid, pid, epoch, *tps), tid, stale)
+
+    @rule(tid=ID, stale=st.booleans())
+    def prepare(self, tid: str, stale: bool) -> None:
+        self._call(lambda pid, epoch: self.h.prepare(tid, pid, epoch), tid, stale)
+
+    @rule(tid=ID, committed=st.booleans(), stale=st.booleans())
+    def end(self, tid: str, committed: bool, stale: bool) -> None:
+        self._call(lambda pid, epoch: self.h.end(tid, pid, epoch, committed), tid, stale)
+
+    @rule(tid=ID, others=st.lists(ID, max_size=2, unique=True), stale=st.booleans())
+    def commit_with_prepared(self, tid: str, others: list[str], stale: bool) -> None:
+        entries = [PreparedTxn(transactional_id=o, producer_id=p[0], producer_epoch=p[1])
+                   for o in others if o != tid and (p := self._producer(o, stale))]
+        before = self._states()
+        opened = before[tid] in (TxnState.ONGOING, TxnState.PREPARED)
+        decided = {*(e.transactional_id for e in entries), *([tid] if opened else [])}
+        ok = self._call(lambda pid, epoch: self.h.end(tid, pid, epoch, True, entries), tid,
+                        False)
+        after = self._states()
+        if ok and entries:
+            assert all(after[t] in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
+                       for t in decided), (before, after)
+        elif not ok:
+            assert after == before, "a refused with_prepared changed something"
+
+    # -- what happens to them --
+
+    @rule(ms=st.sampled_from([1000, 5000, 300_000, 3_600_000]))
+    def time_passes(self, ms: int) -> None:
+        self.h.clock.advance(ms)
+        self.h.tick()
+
+    @rule()
+    def markers_land(self) -> None:
+        self.h.write_markers()
+
+    @rule()
+    def coordinator_fails_over(self) -> None:
+        memory = self._states()
+        self.h.new_coordinator()
+        assert self._states() == memory, "the replay differs from memory"
+
+    # -- helpers --
+
+    def _producer(self, tid: str, stale: bool) -> tuple[int, int] | None:
+        known = self.producers[tid]
+        if not known:
+            return None
+        return known[0] if stale else known[-1]
+
+    def _call(self, call: object, tid: str, stale: bool) -> bool:
+        producer = self._producer(tid, stale)
+        if producer is None:
+            return False
+        try:
+            call(*producer)  # type: ignore[operator]
+            return True
+        except ApiError as e:
+            assert e.code != ErrorCode.UNKNOWN_SERVER_ERROR, e
+            return False
+
+    def _states(self) -> dict[str, TxnState | None]:
+        out: dict[str, TxnState | None] = {}
+        for tid in IDS:
+            meta = self.h.coord.runtime.read(self.h.coord.partition(tid),
+                                             lambda shard, tid=tid: shard.txns.get(tid))
+            out[tid] = None if meta is None else meta.state
+        return out
+
+    def _epochs(self) -> dict[str, tuple[int, int] | None]:
+        out: dict[str, tuple[int, int] | None] = {}
+        for tid in IDS:
+            meta = self.h.coord.runtime.read(self.h.coord.partition(tid),
+                                             lambda shard, tid=tid: shard.txns.get(tid))
+            out[tid] = None if meta is None else (meta.producer_id, meta.producer_epoch)
+        return out
+
+    # -- invariants --
+
+    @invariant()
+    def transitions_are_allowed_and_decisions_stand(self) -> None:
+        after = self._states()
+        for tid, old in self.before.items():
+            new = after[tid]
+            if old is None or new is None or old == new:
+                continue
+            assert can_transition(old, new) or (old in DECIDED and new == DECIDED[old]), \
+                f"{tid}: {old} -> {new}"
+            if old in DECIDED:
+                assert new == DECIDED[old], f"{tid}: decided {old}, then {new}"
+        self.before = after
+
+    @invariant()
+    def epochs_never_go_back(self) -> None:
+        for tid, now in self._epochs().items():
+            seen = getattr(self, "_seen", {}).get(tid)
+            if seen is not None and now is not None and now[0] == seen[0]:
+                assert now[1] >= seen[1], f"{tid}: epoch {seen} -> {now}"
+            if now is not None:
+                self.__dict__.setdefault("_seen", {})[tid] = now
+
+    def teardown(self) -> None:
+        for _ in range(3):
+            self.h.write_markers()
+        assert not {s for s in self._states().values()} & set(DECIDED), self._states()
+
+
+TestTxnCoordinator = TxnCoordinatorMachine.TestCase
+TestTxnCoordinator.settings = settings(max_examples=300, stateful_step_count=50,
+                                       deadline=None)
