@@ -11,12 +11,9 @@ for the retry); time lookups in the remote tier; and, while this broker is the c
 the periodic cleanup of deleted topics' remote segments. Must not: decide what to copy, read or
 delete (``tiering/`` does), or touch the network.
 
-read_committed: each segment's ``.txnindex`` is uploaded with it, and the remote reader
-collects the aborted transactions of a remote range from them (``collect_aborted``, the seam),
-but fetch responses do not carry aborted transactions to consumers yet (for local reads
-either), so a read_committed fetch that reaches the remote tier is refused with
-INVALID_REQUEST naming the partition and offset (``ReadCommittedRemoteError``) rather than
-answered with aborted records in it.
+read_committed: each segment's ``.txnindex`` is uploaded with it, and a read_committed fetch
+of the remote tier answers the aborted transactions of its range from those entries
+(``collect_aborted``), as a local read answers them from the local indexes.
 """
 
 from __future__ import annotations
@@ -32,10 +29,11 @@ import pyarrow as pa
 from logstore.clock import Clock
 from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.store import MetadataStore
-from logstore.errors import ApiError, InvalidRequestError, UnknownServerError
+from logstore.errors import ApiError, UnknownServerError
 from logstore.model import TopicPartition
 from logstore.replication.partition import Partition
 from logstore.segments.reads import search_batch
+from logstore.segments.txn_index import TxnIndexEntry
 from logstore.tiering.log_view import LogTierView
 from logstore.tiering.metadata import RemoteLogSegmentMetadata
 from logstore.tiering.remote_cache import ChunkCache, RemoteIndexCache
@@ -52,11 +50,6 @@ TIME_LOOKUP_READ_BYTES = 4 * 1024 * 1024
 # A remote read's outcome: its batches, the error it raised, or None when it did not finish
 # within remote_fetch_max_wait_ms.
 RemoteOutcome = RemoteFetchResult | ApiError | None
-
-
-class ReadCommittedRemoteError(InvalidRequestError):
-    """A read_committed fetch reached the remote tier, which does not filter aborted
-    transactions yet (INVALID_REQUEST on the wire)."""
 
 
 class RemoteTier:
@@ -137,6 +130,12 @@ class RemoteTier:
         """The readable segments holding offsets of ``[start, end)``, by base offset."""
         return [m for m in self.manager.remote_segments(tp)
                 if m.base_offset < end and m.next_offset > start]
+
+    def collect_aborted(self, tp: TopicPartition, start: int, end: int
+                        ) -> tuple[list[TxnIndexEntry], bool]:
+        """The aborted transactions of ``[start, end)`` the remote tier's indexes hold, and
+        whether they are all of them (see ``RemoteLogReader.collect_aborted``)."""
+        return self.reader.collect_aborted(tp, start, end)
 
     def read(self, requests: list[RemoteFetchRequest]) -> list[RemoteOutcome]:
         """Read ``requests`` concurrently on the reader's pool, each outcome in order."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from logstore.broker.remote_tier import ReadCommittedRemoteError, RemoteTier
+from logstore.broker.remote_tier import RemoteTier
 from logstore.clock import Clock
 from logstore.config import TopicConfig
 from logstore.errors import (
@@ -263,7 +263,7 @@ class ReplicaManager:
             budget -= result.size_bytes
             results.append(result)
         if remote:
-            self._read_remote(remote)
+            self._read_remote(remote, committed=isolation_level == READ_COMMITTED)
             _trim(results, max_bytes)
         return results
 
@@ -316,17 +316,13 @@ class ReplicaManager:
             raise OffsetMovedToTieredStorageError(
                 f"{req.tp}: offset {req.offset} is below the leader's local log start offset "
                 f"{local_start}; it is in the remote tier, which replicas do not fetch")
-        if isolation_level == READ_COMMITTED:
-            raise ReadCommittedRemoteError(
-                f"{req.tp}: offset {req.offset} is in the remote tier, which does not serve "
-                "read_committed fetches yet (aborted transactions are not filtered there); "
-                f"read it with read_uncommitted, or from the local log start offset "
-                f"{local_start} on")
+        if isolation_level == READ_COMMITTED:  # copies stop at the LSO; this is a bound
+            max_offset = min(max_offset, log_.last_stable_offset)
         return RemoteFetchRequest(req.tp, req.offset, max_bytes, min_one=True,
                                   max_offset=max_offset)
 
-    def _read_remote(self, remote: list[tuple[PartitionFetchResult, RemoteFetchRequest]]
-                     ) -> None:
+    def _read_remote(self, remote: list[tuple[PartitionFetchResult, RemoteFetchRequest]],
+                     committed: bool) -> None:
         assert self.tier is not None
         outcomes = self.tier.read([request for _, request in remote])
         for (result, _), outcome in zip(remote, outcomes, strict=True):
@@ -335,6 +331,22 @@ class ReplicaManager:
                 result.error = outcome
             elif outcome is not None:
                 result.batches = outcome.batches
+                if committed and result.batches:
+                    result.aborted = self._remote_aborted(result)
+
+    def _remote_aborted(self, result: PartitionFetchResult) -> list[AbortedTxn]:
+        """The aborted transactions overlapping a remote read (read_committed): the uploaded
+        ``.txnindex`` entries of its segment and the later remote ones and, where those cannot
+        prove there are no more, the local segments' (which all lie after the range)."""
+        assert self.tier is not None
+        start = result.batches[0].header.base_offset
+        end = result.batches[-1].header.next_offset
+        entries, complete = self.tier.collect_aborted(result.tp, start, end)
+        aborted = [e.aborted_txn() for e in entries]
+        if not complete:  # the local segments hold the markers of the later aborts
+            local = self.partition(result.tp).log.collect_aborted_transactions(start, end)
+            aborted += [e.aborted_txn() for e in local]
+        return aborted
 
     def _is_tiered(self, tp: TopicPartition) -> bool:
         return self.tier is not None and self.tier.is_tiered(tp)

@@ -121,15 +121,17 @@ class RemoteLogReader:
         the uploaded ``.txnindex`` entries of the readable segment holding ``start`` and of
         the segments after it, until an entry proves no later segment can add one (Kafka's
         ``collectAbortedTransactions`` over remote segments); (entries, complete). When not
-        complete the caller goes on with the local log's, from the local log start offset.
+        complete the caller goes on with the local log's segments (all of them, for the same range).
         A segment copied without a ``.txnindex`` had no aborted transaction. This is the seam
         for read_committed fetches of the remote tier."""
         found: list[TxnIndexEntry] = []
+        if start >= end:
+            return found, True
         offset = start
-        while offset < end:  # bounded: every step moves to a later segment
-            segment = self._lookup.find_remote_segment(tp, offset)
-            if segment is None:
-                return found, False
+        # Bounded: every step moves to a later segment. A transaction aborted in the range may
+        # have its marker, and so its entry, in any later segment (Kafka goes on until an entry
+        # proves completeness), so the search is not bounded by ``end``.
+        while (segment := self._lookup.find_remote_segment(tp, offset)) is not None:
             more, complete = collect_entries(self._txn_entries(segment), start, end)
             found += more
             if complete:

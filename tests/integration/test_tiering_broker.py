@@ -1,7 +1,7 @@
 """Tiered topics on a real broker process: copies to a real S3 endpoint (moto's server on
 127.0.0.1, through s3fs) or a ``file://`` directory, consumers reading across both tiers,
 offsets over both tiers, ``topics describe``/``alter`` from the command line, topic deletion
-and the remote tier's limits (read_committed)."""
+and read_committed over both tiers."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from logstore import Admin, Consumer, TopicPartition
-from logstore.errors import InvalidRequestError
-from logstore.messages.fetch import READ_COMMITTED, FetchPartition, FetchRequest
+from logstore import Admin, Consumer, Producer, TopicPartition
+from logstore.messages.fetch import FetchPartition, FetchRequest
 from logstore.model import EARLIEST, LATEST
 from logstore.rpc.client import BrokerConnection
 from logstore.tiering.fsspec_store import FsspecObjectStore
@@ -189,28 +188,49 @@ def test_a_timestamp_lookup_finds_the_first_record_in_the_remote_tier(
         assert oldest is not None and oldest.offset == 0
 
 
-def test_a_read_committed_fetch_of_the_remote_tier_is_refused_naming_the_offset(
+def test_a_read_committed_consumer_reads_the_remote_tier_without_aborted_records(
         file_broker: BrokerProcess) -> None:
-    """Goal: until remote transaction indexes are read, a read_committed fetch below the
-    local log start offset fails clearly instead of returning aborted records. Method: tier
-    a topic; fetch offset 0 with isolation_level read_committed; then read_uncommitted."""
+    """Goal: read_committed works across both tiers: the aborted transactions of a remote
+    range come from the uploaded transaction indexes, so a read_committed consumer reading
+    from the start gets exactly the committed records. Method: a transactional producer
+    commits, aborts and commits whole segments of records to a tiered topic; once the first
+    ones are only remote, read everything read_committed and compare with the committed
+    values; read_uncommitted still sees the aborted ones."""
     with Admin(file_broker.bootstrap) as admin:
         topic = create_tiered_topic(admin)
-        produce(file_broker.bootstrap, topic, 10)
+        committed = _transactions(file_broker.bootstrap, topic, [True, False, True, False, True])
         wait_tiered(admin, topic)
-    conn = BrokerConnection(file_broker.bootstrap)
-    try:
-        response = conn.fetch(FetchRequest(topic=topic, max_wait_ms=0,
-                                           isolation_level=READ_COMMITTED,
-                                           partitions=[FetchPartition(partition=0, offset=0)]))
-        error = response.partitions[0].error()
-        assert isinstance(error, InvalidRequestError)
-        assert f"{topic}-0: offset 0 is in the remote tier" in error.message
-        plain = conn.fetch(FetchRequest(topic=topic, max_wait_ms=0,
-                                        partitions=[FetchPartition(partition=0, offset=0)]))
-        assert plain.batches and plain.batches[0].header.base_offset == 0
-    finally:
-        conn.close()
+    tp = TopicPartition(topic, 0)
+    with Consumer(file_broker.bootstrap, auto_offset_reset="earliest",
+                  isolation_level="read_committed") as consumer:
+        consumer.assign([tp])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(values) < len(committed) and time.monotonic() < deadline:
+            for table in consumer.poll_arrow(timeout_ms=500).values():
+                values += table.column("value").to_pylist()
+    assert values == committed
+    with Consumer(file_broker.bootstrap, auto_offset_reset="earliest") as everything:
+        everything.assign([tp])
+        assert everything.poll_arrow(timeout_ms=5000)[tp].num_rows > 0
+
+
+def _transactions(bootstrap: str, topic: str, outcomes: list[bool]) -> list[bytes]:
+    """One transaction of ROWS * 4 records per outcome (True: commit); the committed values."""
+    committed: list[bytes] = []
+    with Producer(bootstrap, transactional_id=f"tiered-{topic}") as producer:
+        producer.init_transactions()
+        for n, commit in enumerate(outcomes):
+            producer.begin_transaction()
+            batches = [value_batch((n * 4 + i) * ROWS) for i in range(4)]
+            for batch in batches:
+                producer.send_batch(topic, batch, partition=0)
+            if commit:
+                producer.commit_transaction()
+                committed += [v for b in batches for v in b.column("value").to_pylist()]
+            else:
+                producer.abort_transaction()
+    return committed
 
 
 def _cli(*args: str, bootstrap: str) -> str:

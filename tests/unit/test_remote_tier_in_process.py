@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from logstore.broker.remote_tier import ReadCommittedRemoteError, RemoteTier
+from logstore.broker.remote_tier import RemoteTier
 from logstore.broker.replica_manager import READ_COMMITTED, FetchPartition, ReplicaManager
 from logstore.clock import FakeClock
 from logstore.config import BrokerConfig, TopicConfig
@@ -21,7 +21,7 @@ from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import PartitionState, TopicRecord
 from logstore.errors import OffsetMovedToTieredStorageError
 from logstore.model import EARLIEST, TopicPartition
-from logstore.records import DEFAULT_SCHEMA
+from logstore.records import DEFAULT_SCHEMA, FLAG_TRANSACTIONAL
 from logstore.replication.partition import Partition
 from logstore.segments.log_manager import LogManager
 from logstore.tiering.fsspec_store import FsspecObjectStore
@@ -140,20 +140,36 @@ def test_a_follower_fetch_below_the_local_log_start_is_offset_moved_to_tiered_st
     assert broker.replicas.leader_epochs(tp) == [(0, 0)]
 
 
-def test_a_read_committed_fetch_of_the_remote_tier_is_refused(broker: Broker) -> None:
-    """Goal: the explicit seam for transactions: read_committed never reaches the remote
-    tier unfiltered. Method: tier, then fetch offset 0 read_committed; offset 30 (local) is
-    served."""
-    broker.produce_segments(3)
-    broker.tier_all()
-    broker.produce_segments(1)  # offsets 30..39, local only
+def test_a_read_committed_fetch_of_the_remote_tier_carries_its_aborted_transactions(
+        broker: Broker) -> None:
+    """Goal: read_committed reaches the remote tier with the aborted transactions of its
+    range, from the uploaded ``.txnindex`` objects, so the reader can drop them, and never
+    reads past the last stable offset. Method: producer 7 writes a transactional batch and
+    aborts it (its marker at offset 10), a plain segment follows, all tiered; a
+    read_committed fetch from 0 gets the aborted batch, its marker and (7, 0, 10) in
+    ``aborted``; an open transaction of producer 8 in the local log bounds the read."""
     tp = TopicPartition(TOPIC, 0)
+    part = broker.partition()
+    broker.replicas.append_records(tp, keyed(0, RECORDS, broker.clock), 1, producer_id=7,
+                                   producer_epoch=0, base_sequence=0, flags=FLAG_TRANSACTIONAL)
+    broker.replicas.write_txn_marker(tp, 7, 0, committed=False, coordinator_epoch=0)
+    part.log.roll()
+    broker.produce_segments(2)  # offsets 11..30
+    broker.tier_all()
+    assert part.log.log_start_offset == 31
+    broker.replicas.append_records(tp, keyed(31, RECORDS, broker.clock), 1, producer_id=8,
+                                   producer_epoch=0, base_sequence=0, flags=FLAG_TRANSACTIONAL)
+    assert part.log.last_stable_offset == 31
     (r,) = broker.replicas.fetch([FetchPartition(tp, 0, 1 << 20)], 0, 1, 1 << 20,
                                  isolation_level=READ_COMMITTED)
-    assert isinstance(r.error, ReadCommittedRemoteError) and "offset 0" in r.error.message
-    (ok,) = broker.replicas.fetch([FetchPartition(tp, 30, 1 << 20)], 0, 1, 1 << 20,
-                                  isolation_level=READ_COMMITTED)
-    assert ok.error is None and ok.batches[0].header.base_offset == 30
+    assert r.error is None and r.from_remote
+    assert [(b.header.base_offset, b.header.is_control) for b in r.batches][:2] == [
+        (0, False), (10, True)]
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in r.aborted] == [(7, 0, 10)]
+    assert r.batches[-1].header.next_offset <= r.last_stable_offset == 31
+    (local,) = broker.replicas.fetch([FetchPartition(tp, 31, 1 << 20)], 0, 1, 1 << 20,
+                                     isolation_level=READ_COMMITTED)
+    assert local.error is None and local.batches == []  # the open transaction is not stable
 
 
 def test_one_fetch_reads_several_partitions_remote_tiers_within_max_bytes(
