@@ -29,7 +29,9 @@ from logstore.messages import cluster as c
 from logstore.messages import groups as g
 from logstore.messages import log as lg
 from logstore.messages import security as s
+from logstore.messages import tiering as ti
 from logstore.messages import topics as tp
+from logstore.messages import transactions as tx
 from logstore.messages.fetch import FetchPartition, FetchRequest
 from logstore.messages.produce import InitProducerIdRequest, ProduceBatchMetadata, ProduceRequest
 from logstore.records import DEFAULT_SCHEMA
@@ -48,7 +50,7 @@ from tests.brokers import BrokerFactory, BrokerProcess
 from tests.security import SecureBrokers, add_user, password
 from tests.zookeeper import zk_client
 
-TOPIC, GROUP = "m-topic", "m-group"
+TOPIC, GROUP, TXN_ID = "m-topic", "m-group", "m-txn"
 REFUSALS = {int(c) for c in (ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                              ErrorCode.GROUP_AUTHORIZATION_FAILED,
                              ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
@@ -189,12 +191,39 @@ def _requests(name: str) -> list[Request[Any]]:
         s.AlterUserScramCredentialsRequest(deletions=[s.ScramCredentialDeletion(
             name="nobody", mechanism="SCRAM-SHA-256")]),
         s.DescribeUserScramCredentialsRequest(),
+        ti.DescribeLogTiersRequest(topic=TOPIC, partitions=[0]),
+        ti.ListRemoteSegmentsRequest(topic=TOPIC, partitions=[]),
+        c.LeaderEpochsRequest(topic=TOPIC, partitions=[]),
+        *_transaction_requests(),
+    ]
+
+
+def _transaction_requests() -> list[Request[Any]]:
+    """The transaction actions, on the matrix's transactional id (no one but the super users
+    has an ACL on it) and group."""
+    ids = {"transactional_id": TXN_ID, "producer_id": 1, "producer_epoch": 0}
+    return [
+        tx.AddPartitionsToTxnRequest(**ids, topics=[tx.TxnTopicPartitions(
+            topic=TOPIC, partitions=[0])]),
+        tx.AddOffsetsToTxnRequest(**ids, group_id=GROUP),
+        tx.TxnOffsetCommitRequest(**ids, group_id=GROUP, offsets=[tx.TxnOffsetCommitEntry(
+            topic=TOPIC, partition=0, offset=0)]),
+        tx.EndTxnRequest(**ids, committed=False),
+        tx.PrepareTxnRequest(**ids),
+        tx.WriteTxnMarkersRequest(markers=[]),
+        tx.DescribeTransactionsRequest(transactional_ids=[TXN_ID]),
+        tx.ListTransactionsRequest(),
+        tx.DescribeProducersRequest(topic=TOPIC, partitions=[0]),
     ]
 
 
 ALICE_REFUSED = {"leader_and_isr", "alter_isr", "controlled_shutdown",
-                 "offsets_for_leader_epoch", "create_acls", "delete_acls",
-                 "alter_user_scram_credentials", "replica_fetch"}
+                 "offsets_for_leader_epoch", "leader_epochs", "create_acls", "delete_acls",
+                 "alter_user_scram_credentials", "replica_fetch", "write_txn_markers",
+                 # no ACL on the transactional id (txn_offset_commit, as in Kafka, checks
+                 # only the group and the topics)
+                 "add_partitions_to_txn", "add_offsets_to_txn",
+                 "end_txn", "prepare_txn", "describe_transactions"}
 
 
 def _streams(conn: BrokerConnection) -> dict[str, Callable[[], Any]]:
@@ -231,18 +260,16 @@ def test_matrix_exactly_the_allowed_calls_pass(
     """Goal: every action a client can send is authorized as Kafka maps it. Method: every
     action once as alice (refused exactly where she lacks a right: the brokers' actions,
     ALTER on the cluster), as bob (DENY on m-* beats his ALLOW on everything) and without
-    credentials; the matrix covers every action the broker serves (transactions are not
-    served yet; their rules are checked in tests/unit/test_acl_declarations.py)."""
+    credentials; the matrix covers every action the broker serves."""
     brokers, broker, _ = cluster
     alice = matrix(brokers, broker, "alice")
-    served = {t.ACTION for t in REQUEST_TYPES.values()
-              if not t.__module__.endswith("transactions")}
-    assert set(alice) == served | {"replica_fetch"}
+    assert set(alice) == set(REQUEST_TYPES) | {"replica_fetch"}
     assert {a for a, o in alice.items() if o == "refused"} == ALICE_REFUSED, alice
     bob = matrix(brokers, broker, "bob")
     # bob may WRITE some topic (not m-*), so he may have an idempotent producer id
-    assert {a for a, o in bob.items() if o != "refused"} == {"list_groups",
-                                                            "init_producer_id"}, bob
+    # (a listing answers, with nothing bob may see in it)
+    assert {a for a, o in bob.items() if o != "refused"} == {
+        "list_groups", "list_transactions", "init_producer_id"}, bob
     anonymous = matrix(brokers, broker, None)
     assert set(anonymous.values()) == {"refused"}, anonymous
 
