@@ -24,6 +24,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.expressions import (
+    And,
+    BooleanExpression,
+    EqualTo,
+    GreaterThanOrEqual,
+    LessThan,
+)
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
@@ -244,7 +251,8 @@ def commit_files(table: Table, files: list[DataFile], properties: dict[str, str]
     table's current snapshot is still ``expected_snapshot_id``: the catalog applies it
     atomically (compare-and-swap of the metadata location) or not at all."""
     tx = table.transaction()
-    condition = AssertRefSnapshotId(ref="main", **{"snapshot-id": expected_snapshot_id})
+    condition = AssertRefSnapshotId.model_validate(
+        {"ref": "main", "snapshot-id": expected_snapshot_id})
     tx._apply((), (condition,))  # pyiceberg's own appends assert nothing about the base
     with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
         for f in files:
@@ -278,7 +286,21 @@ def delete_file(settings: CatalogSettings, url: str) -> None:
     fs.rm(path)
 
 
-def scan_files(table: Table, row_filter: str) -> list[tuple[str, int]]:
-    """(path, record count) of the data files that may hold rows matching ``row_filter``."""
-    return [(t.file.file_path, t.file.record_count)
-            for t in table.scan(row_filter=row_filter).plan_files()]
+def files_for_range(table: Table, topic: str, partition: int, start: int, end: int,
+                    timestamp_min_us: int | None = None) -> list[str]:
+    """The data files that may hold offsets [start, end) of ``topic``-``partition`` (pruned
+    by the partition spec and the files' column bounds)."""
+    parts = [_predicate(EqualTo, "topic", topic), _predicate(EqualTo, "partition", partition),
+             _predicate(GreaterThanOrEqual, "offset", start),
+             _predicate(LessThan, "offset", end)]
+    if timestamp_min_us is not None:
+        parts.append(_predicate(GreaterThanOrEqual, "timestamp", timestamp_min_us))
+    condition: BooleanExpression = And(*parts)
+    return sorted(t.file.file_path for t in table.scan(row_filter=condition).plan_files())
+
+
+def _predicate(kind: Any, column: str, value: Any) -> BooleanExpression:
+    """``kind(column, value)`` (pyiceberg's predicates take a column name and a literal; their
+    pydantic signatures say otherwise to mypy)."""
+    predicate: BooleanExpression = kind(column, value)
+    return predicate

@@ -55,6 +55,8 @@ from datasource.planning import (
 )
 from datasource.reader import ReadSettings, ReadTask, read_range
 from datasource.schema import check_requested, source_arrow_schema
+from logstore.client.admin import Admin
+from logstore.errors import LogstoreError
 from logstore.model import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -133,6 +135,10 @@ class _ScanBase:
                 for r in pieces]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if type(partition).__name__ == "ArchivePartition":  # a history read's archived range
+            from datasource.archive import read_archive
+
+            return read_archive(partition.task, self.settings.target)  # type: ignore[attr-defined]
         if not isinstance(partition, RangePartition):
             return iter(())  # Spark's placeholder when a scan has no ranges at all
         return read_range(partition.task, self.settings)
@@ -164,6 +170,10 @@ class LogStoreBatchReader(_ScanBase, DataSourceReader):
         # Offsets are resolved (and checked) for every partition the options name, and only
         # then narrowed by the filters, so filters never change what counts as an error.
         infos = planner.describe(tps)
+        if self.options.archive_table is not None:  # history: the archive below the log
+            from datasource.archive import plan_history
+
+            return plan_history(self, planner, infos)  # type: ignore[return-value]
         starts = planner.resolve(self.options.starting, infos, "starting")
         ends = planner.resolve(self.options.ending, infos, "ending")
         ranges = [r for tp in tps if (r := check_range(
@@ -263,7 +273,11 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         return self._tasks(ranges, infos)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: as with Spark's Kafka source, progress lives in the checkpoint."""
+        """Progress lives in the checkpoint (as with Spark's Kafka source); with ``groupId``,
+        the batch's end offsets are also committed to that group, so its lag shows."""
+        if self.options.group_id is not None:
+            commit_group_offsets(self.options.bootstrap_servers, self.options.group_id,
+                                 from_json_offsets(end))
 
     def stop(self) -> None:
         if self._planner is not None:
@@ -332,6 +346,18 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         if self.options.fail_on_data_loss:
             raise DataLossError(f"{message}; set failOnDataLoss=false to go on")
         log.warning("%s (failOnDataLoss=false)", message)
+
+
+def commit_group_offsets(bootstrap: str, group_id: str, offsets: dict[TopicPartition, int]
+                         ) -> None:
+    """Offsets for ``logstore groups describe`` only: a failure is logged, never fails the
+    query (its checkpoint is the source of truth)."""
+    try:
+        with Admin(bootstrap) as admin:
+            admin.alter_group_offsets(group_id, dict(offsets))
+    except LogstoreError as e:
+        log.warning("groupId %s: committing offsets %s failed: %s", group_id,
+                    to_json_offsets(offsets), e)
 
 
 def share_limit(available: dict[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:
