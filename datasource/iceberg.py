@@ -141,7 +141,8 @@ def check_warehouse(settings: CatalogSettings) -> None:
     try:
         fs, path = filesystem(settings, where)
         fs.makedirs(path, exist_ok=True)
-        fs.ls(path)
+        # an object store has no empty directories: list the bucket then
+        fs.ls(path if fs.isdir(path) else path.split("/", 1)[0])
     except Exception as e:  # botocore, OSError, aiohttp... all mean the same here
         raise ArchiveCatalogError(f"--warehouse {where}: cannot reach it "
                                   f"({type(e).__name__}: {e})") from None

@@ -203,6 +203,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         self._last_batch_at = time.monotonic()
         self._idle_since: float | None = None
         self._checked_topics: frozenset[str] = frozenset()
+        self._group_committed: dict[TopicPartition, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -234,6 +235,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         # for offsets again: no tight loop while idle, no delay when a record arrives, and
         # never ``start`` answered unasked (Spark would take it as "no new data", and
         # processAllAvailable would return before records produced ahead of it were read).
+        self._commit_group(start)  # the batch that ended at ``start`` is in Spark's commit log
         if self._idle_since is not None and self._target is None:
             self.planner.await_data(from_json_offsets(start),
                                     int(IDLE_POLL_INTERVAL_S * 1000))
@@ -275,9 +277,20 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
     def commit(self, end: dict[str, Any]) -> None:
         """Progress lives in the checkpoint (as with Spark's Kafka source); with ``groupId``,
         the batch's end offsets are also committed to that group, so its lag shows."""
-        if self.options.group_id is not None:
-            commit_group_offsets(self.options.bootstrap_servers, self.options.group_id,
-                                 from_json_offsets(end))
+        self._commit_group(end)
+
+    def _commit_group(self, offsets: dict[str, Any]) -> None:
+        """With ``groupId``: commit ``offsets`` to the group unless already there or behind.
+        Spark calls ``commit(end)`` only when it starts the batch after (so the last batch of
+        a caught-up query would wait); ``latestOffset(start)`` is asked once the batch ending
+        at ``start`` is in the commit log, so it commits too, and the lag reaches 0."""
+        if self.options.group_id is None:
+            return
+        wanted = from_json_offsets(offsets)
+        if all(self._group_committed.get(tp, -1) >= o for tp, o in wanted.items()):
+            return
+        if commit_group_offsets(self.options.bootstrap_servers, self.options.group_id, wanted):
+            self._group_committed.update(wanted)
 
     def stop(self) -> None:
         if self._planner is not None:
@@ -349,15 +362,17 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
 
 
 def commit_group_offsets(bootstrap: str, group_id: str, offsets: dict[TopicPartition, int]
-                         ) -> None:
+                         ) -> bool:
     """Offsets for ``logstore groups describe`` only: a failure is logged, never fails the
-    query (its checkpoint is the source of truth)."""
+    query (its checkpoint is the source of truth). True when committed."""
     try:
         with Admin(bootstrap) as admin:
             admin.alter_group_offsets(group_id, dict(offsets))
     except LogstoreError as e:
         log.warning("groupId %s: committing offsets %s failed: %s", group_id,
                     to_json_offsets(offsets), e)
+        return False
+    return True
 
 
 def share_limit(available: dict[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:
