@@ -28,7 +28,6 @@ from tests.spark.archive_helpers import (
     load_table,
     pylist,
     run_archive,
-    s3_properties,
     table_rows,
     typed_rows,
     warehouse_args,
