@@ -218,11 +218,14 @@ class Archiver:
         plan, infos = self._plan(coverage)
         if not plan.ranges and not plan.lost:
             return 0
+        log.info("writing %d range(s) of %d record(s)", len(plan.ranges),
+                 sum(s.end - s.start for s in plan.ranges))
         written = self._write(plan, infos)
         self.table = commit_files(self.table, [w.data_file for w in written],
                                   self._properties(plan), None if base is None
                                   else base.snapshot_id)
         self._account(plan, written)
+        log.info("committed snapshot %s: %d file(s)", self.totals.snapshot_id, len(written))
         self.commit_group_offsets(plan.coverage)
         return sum(w.records for w in written)
 
