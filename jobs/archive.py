@@ -67,6 +67,7 @@ from datasource.reader import ReadSettings, ReadTask
 from datasource.schema import source_arrow_schema
 from jobs.archive_runner import RunTotals, SparkRunner, print_summary
 from jobs.archive_write import WriteJob, WrittenFile, run_id_of
+from jobs.session import job_session
 from logstore.cli.archive import add_archive_arguments
 from logstore.client.admin import Admin
 from logstore.errors import LogstoreError
@@ -321,20 +322,6 @@ class Archiver:
             self.stopping.wait(max(interval - (time.monotonic() - started), 0))
 
 
-def _session(master: str | None) -> Any:
-    """spark-submit's session when it launched us (it sets PYSPARK_GATEWAY_PORT), else a local
-    one on ``master``."""
-    import os
-
-    if os.environ.get("PYSPARK_GATEWAY_PORT"):
-        from pyspark.sql import SparkSession
-
-        return SparkSession.builder.appName("logstore-archive").getOrCreate()
-    from jobs.session import local_session
-
-    return local_session("logstore-archive", master or "local[2]")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="archive", description=__doc__.split("\n")[0])
     add_archive_arguments(parser)
@@ -349,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from(args)
         archiver = Archiver(config, sys.stdout)
         archiver.prepare()  # every check that needs no Spark, before Spark starts
-        archiver.runner = SparkRunner(_session(args.master), config.progress)
+        archiver.runner = SparkRunner(job_session("logstore-archive", args.master),
+                                       config.progress)
         handler = _stop_on_signal(archiver)
         return archiver.run()
     except (LogstoreError, ValueError) as e:
