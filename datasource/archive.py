@@ -4,8 +4,7 @@ start from the topic's Iceberg archive and the rest from the log, as one DataFra
 Owns: planning such a read (the archive's coverage from its current snapshot, EARLIEST and
 timestamps resolved over table and log together, each range split between them by
 ``archive_offsets.split_history``, the archive's data files picked by pyiceberg's pruning) and
-the executor side of an archive range (its Parquet files read with pyarrow, filtered to the
-range, cast to the scan's columns). Must not: change how log ranges are read (they are the
+the tasks of the archived ranges (read by ``archive_read.py`` on executors). Must not: change how log ranges are read (they are the
 source's own ``RangePartition``\\s) or write anything.
 
 Offsets the table holds are read from the table even where the log still has them too, so
@@ -16,7 +15,6 @@ table ends. Offsets in neither (archived too late) are data loss under ``failOnD
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,15 +24,17 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
 
 from datasource.archive_offsets import Coverage, coverage_of, earliest, split_history
+from datasource.archive_read import ArchivePartition, ArchiveTask
 from datasource.iceberg import (
     CatalogSettings,
     catalog_settings,
     file_io,
     files_for_range,
+    filesystem,
     open_catalog,
     summary,
 )
-from datasource.iceberg_types import check_table_schema, from_stored, iceberg_schema
+from datasource.iceberg_types import check_table_schema, iceberg_schema
 from datasource.options import OffsetSpec, OptionError, ReadOptions
 from datasource.planning import (
     DataLossError,
@@ -48,29 +48,6 @@ from datasource.schema import source_arrow_schema
 from logstore.model import TopicPartition
 
 log = logging.getLogger(__name__)
-
-BATCH_ROWS = 64 * 1024
-
-
-class ArchivePartition(InputPartition):
-    """One Spark input partition of a history read: one archive file, one offset range."""
-
-    def __init__(self, task: ArchiveTask) -> None:
-        super().__init__(task)
-        self.task = task
-
-    def __repr__(self) -> str:
-        return f"ArchivePartition({self.task.tp}, [{self.task.start}, {self.task.end}), " \
-               f"{self.task.path})"
-
-
-@dataclass(frozen=True, slots=True)
-class ArchiveTask:
-    tp: TopicPartition
-    start: int
-    end: int
-    path: str
-    catalog: CatalogSettings
 
 
 @dataclass
@@ -150,7 +127,8 @@ def plan_history(scan: Any, planner: Planner, infos: dict[TopicPartition, Partit
         return []
     log_ranges = narrow(log_ranges, scan.constraints)
     log_ranges = narrow(log_ranges, scan.constraints, scan._timestamp_starts(planner, log_ranges))
-    archived = [ArchivePartition(ArchiveTask(r.tp, r.start, r.end, path, history.catalog))
+    fs, _ = filesystem(history.catalog, history.table.location())
+    archived = [ArchivePartition(ArchiveTask(r.tp, r.start, r.end, path, fs))
                 for r in narrow(archive_ranges, scan.constraints)
                 for path in files_for_range(history.table, r.tp.topic, r.tp.partition,
                                             r.start, r.end)]
@@ -180,19 +158,6 @@ def _missing(tp: TopicPartition, missing: list[tuple[int, int]], fail: bool) -> 
         if fail:
             raise DataLossError(f"{lost}; set failOnDataLoss=false to skip them")
         log.warning("%s; skipping them (failOnDataLoss=false)", lost)
-
-
-# -- executor side -----------------------------------------------------------------------------
-
-
-def read_archive(task: ArchiveTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The rows of ``task``'s file in its range, as record batches of ``target``."""
-    columns = [f.name for f in target]
-    table = _read(task.catalog, task.path, task.tp, task.start, task.end, columns)
-    table = table.sort_by("offset") if "offset" in columns else table
-    converted = pa.Table.from_arrays(
-        [from_stored(table.column(f.name), f.type) for f in target], schema=target)
-    yield from converted.to_batches(max_chunksize=BATCH_ROWS)
 
 
 def _read(catalog: CatalogSettings, path: str, tp: TopicPartition, start: int, end: int,

@@ -136,7 +136,7 @@ class _ScanBase:
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if type(partition).__name__ == "ArchivePartition":  # a history read's archived range
-            from datasource.archive import read_archive
+            from datasource.archive_read import read_archive
 
             return read_archive(partition.task, self.settings.target)  # type: ignore[attr-defined]
         if not isinstance(partition, RangePartition):

@@ -313,6 +313,7 @@ class Archiver:
         """A micro-batch every trigger interval (from the start of the last one) until
         SIGTERM or Ctrl-C."""
         interval = self.config.trigger_interval_s
+        log.info("stream mode: a micro-batch every %.1f s until stopped", interval)
         while not self.stopping.is_set():
             started = time.monotonic()
             records = self.cycle()
