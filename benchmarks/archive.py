@@ -86,9 +86,10 @@ def archive_vs_raw(spark: Any, bootstrap: str, topic: str, records: int, tmp: Pa
     run_archive(spark, "--topic", "warm-up", "--table", "bench.warm", *where,
                 "--bootstrap-server", bootstrap)
     began = time.perf_counter()
-    run_archive(spark, "--topic", topic, "--table", "bench.raw", *where,
-                "--bootstrap-server", bootstrap)
+    archiver = run_archive(spark, "--topic", topic, "--table", "bench.raw", *where,
+                           "--bootstrap-server", bootstrap)
     archive_s = time.perf_counter() - began
+    phases = {f"archive_{k.replace(' ', '_')}_s": v for k, v in archiver.totals.phases.items()}
     table = load_table(where, "bench.raw").scan().to_arrow()  # the same records, in memory
     fs, root = filesystem(catalog_settings(where[3::2], s3_url), s3_url + "/raw")
     began = time.perf_counter()
@@ -100,7 +101,7 @@ def archive_vs_raw(spark: Any, bootstrap: str, topic: str, records: int, tmp: Pa
     assert table.num_rows == records, (table.num_rows, records)
     return {"archive_s": archive_s, "raw_parquet_s": raw_s,
             "archive_rps": records / archive_s, "raw_parquet_rps": records / raw_s,
-            "archive_vs_raw_parquet": raw_s / archive_s}
+            "archive_vs_raw_parquet": raw_s / archive_s, **phases}
 
 
 def _timed(query: Any, runs: int) -> float:

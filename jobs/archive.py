@@ -51,7 +51,9 @@ from datasource.iceberg import (
     catalog_settings,
     check_warehouse,
     commit_files,
+    data_file,
     delete_file,
+    filesystem,
     open_catalog,
     open_table,
     owner,
@@ -162,19 +164,22 @@ class Archiver:
         self.planner.close()
 
     def prepare(self) -> None:
+        began = time.monotonic()
         topics = self._topics()
         arrow = source_arrow_schema(self.planner.value_schema(topics), include_headers=True)
         check_warehouse(self.config.catalog)
         catalog = open_catalog(self.config.catalog)
         table = open_table(catalog, self.config.table, arrow, self.config.partition_by, topics)
         self.table = take_ownership(table, self.run_id)
-        self.job = WriteJob(self.run_id, self.table.location(), self.config.catalog,
-                            self.table.metadata, read_settings(self.config, arrow),
+        fs, _ = filesystem(self.config.catalog, self.table.location())
+        self.job = WriteJob(self.run_id, self.table.location(), fs,
+                            read_settings(self.config, arrow),
                             stored_schema(arrow, self.table.schema()), self.config.partition_by,
                             self.config.target_file_size)
         self.arrow = arrow
         self.remove_orphans()
         self.commit_group_offsets(coverage_of(summary(self.table)))
+        self.totals.phases["prepare"] = time.monotonic() - began
         log.info("run %s archives %s into %s (%s)", self.run_id, topics, self.config.table,
                  self.table.location())
 
@@ -221,13 +226,17 @@ class Archiver:
             return 0
         log.info("writing %d range(s) of %d record(s)", len(plan.ranges),
                  sum(s.end - s.start for s in plan.ranges))
-        written = self._write(plan, infos)
-        self.table = commit_files(self.table, [w.data_file for w in written],
-                                  self._properties(plan), None if base is None
-                                  else base.snapshot_id)
+        with self.totals.timed("write"):
+            written = self._write(plan, infos)
+        with self.totals.timed("commit"):
+            files = [data_file(self.table.metadata, w.path, w.parquet, w.size) for w in written]
+            self.table = commit_files(self.table, files,
+                                      self._properties(plan), None if base is None
+                                      else base.snapshot_id)
         self._account(plan, written)
         log.info("committed snapshot %s: %d file(s)", self.totals.snapshot_id, len(written))
-        self.commit_group_offsets(plan.coverage)
+        with self.totals.timed("group offsets"):
+            self.commit_group_offsets(plan.coverage)
         return sum(w.records for w in written)
 
     def _plan(self, coverage: dict[TopicPartition, Coverage]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -110,6 +112,15 @@ class RunTotals:
     lost: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     lag: dict[TopicPartition, int] = field(default_factory=dict)
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds spent, by phase
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[phase] = self.phases.get(phase, 0.0) + time.monotonic() - began
 
     def add_range(self, tp: TopicPartition, start: int, end: int) -> None:
         first, _ = self.ranges.get(tp, (start, end))
@@ -127,6 +138,7 @@ def print_summary(totals: RunTotals, out: IO[str]) -> None:
         f"({rate:,.0f} records/s)",
         f"table snapshot {totals.snapshot_id if totals.snapshot_id is not None else '-'}; "
         f"lag now {sum(totals.lag.values()):,} record(s) (group {totals.group})",
+        "time: " + ", ".join(f"{k} {v:.1f} s" for k, v in totals.phases.items()),
     ]
     for tp, (start, end) in sorted(totals.ranges.items())[:MAX_PARTITION_LINES]:
         lines.append(f"  {tp}: offsets [{start}, {end}) archived, lag {totals.lag.get(tp, 0)}")

@@ -3,8 +3,9 @@
 Owns: reading a range with the LogStore reader (``datasource/reader.py``, so local files or
 fetches as the source chooses), casting it to the table's Parquet shape, cutting it into files
 by the table's partitioning and the target file size, writing them with pyarrow through the
-catalog's fsspec IO, and describing each file as an Iceberg ``DataFile`` for the driver to
-commit. Must not: commit anything (the driver does, once, for the whole run) or plan ranges.
+warehouse's fsspec filesystem (shipped from the driver), and handing each file's footer back to
+the driver, which makes the Iceberg entries. Must not: commit anything (the driver does, once,
+for the whole run), plan ranges, or import pyiceberg (tasks pay no catalog import).
 
 File names carry the run id (``archive-<run id>-<topic>-<partition>-<first offset>-<n>``), so
 a later run tells its own files from those of a run that died before committing (orphans).
@@ -21,10 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.manifest import DataFile
-from pyiceberg.table.metadata import TableMetadata
 
-from datasource.iceberg import CatalogSettings, data_file, file_io
 from datasource.iceberg_types import to_stored
 from datasource.reader import ReadSettings, ReadTask, read_range
 
@@ -39,8 +37,7 @@ class WriteJob:
 
     run_id: str
     location: str                  # the table's location; files go under <location>/data
-    catalog: CatalogSettings
-    metadata: TableMetadata        # schema, partition spec and properties for the statistics
+    filesystem: Any                # the warehouse's fsspec filesystem (pickles its arguments)
     read: ReadSettings             # target: the source's columns with headers
     stored: pa.Schema              # the Parquet shape, with field ids
     partition_by: str              # date | partition | none
@@ -49,10 +46,12 @@ class WriteJob:
 
 @dataclass(frozen=True)
 class WrittenFile:
+    """A finished file and its Parquet footer (the driver makes the Iceberg entry from it)."""
+
     path: str
     records: int
     size: int
-    data_file: DataFile
+    parquet: pq.FileMetaData
 
 
 def file_name(run_id: str, task: ReadTask, sequence: int) -> str:
@@ -92,7 +91,6 @@ class _Files:
 
     def __init__(self, task: ReadTask, job: WriteJob) -> None:
         self.task, self.job = task, job
-        self.io = file_io(job.catalog, job.location)
         self.open: dict[str, tuple[str, Any, pq.ParquetWriter]] = {}
         self.done: list[WrittenFile] = []
         self.sequence = 0
@@ -108,7 +106,7 @@ class _Files:
         directory = f"{self.job.location}/data/{key}" if key else f"{self.job.location}/data"
         path = f"{directory}/{file_name(self.job.run_id, self.task, self.sequence)}"
         self.sequence += 1
-        stream = self.io.new_output(path).create(overwrite=False)
+        stream = self.job.filesystem.open(path, "wb")
         writer = pq.ParquetWriter(stream, self.job.stored, compression=COMPRESSION)
         self.open[key] = (path, stream, writer)
         return self.open[key]
@@ -118,9 +116,8 @@ class _Files:
         writer.close()
         size = stream.tell()
         stream.close()
-        metadata = writer.writer.metadata if hasattr(writer, "writer") else writer.metadata
-        self.done.append(WrittenFile(path, metadata.num_rows, size,
-                                     data_file(self.job.metadata, path, metadata, size)))
+        metadata = writer.writer.metadata
+        self.done.append(WrittenFile(path, metadata.num_rows, size, metadata))
 
     def close(self) -> list[WrittenFile]:
         for key in list(self.open):
