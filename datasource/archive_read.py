@@ -9,6 +9,7 @@ pays no catalog import: the driver ships the file's fsspec filesystem with the t
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +50,8 @@ def read_archive(task: ArchiveTask, target: pa.Schema) -> Iterator[pa.RecordBatc
     order: the archive writes each file in offset order)."""
     wanted = [f.name for f in target]
     columns = list(dict.fromkeys([*wanted, *ROUTING]))
-    with task.filesystem.open(task.path, "rb") as stream:
-        parquet = pq.ParquetFile(stream)
+    with _open(task) as source:
+        parquet = pq.ParquetFile(source, memory_map=isinstance(source, str))
         groups = _row_groups(parquet, task.start, task.end)
         if not groups:
             return
@@ -59,6 +60,17 @@ def read_archive(task: ArchiveTask, target: pa.Schema) -> Iterator[pa.RecordBatc
             if batch.num_rows:
                 yield pa.RecordBatch.from_arrays(
                     [from_stored(batch.column(f.name), f.type) for f in target], schema=target)
+
+
+@contextmanager
+def _open(task: ArchiveTask) -> Iterator[Any]:
+    """A local file by its path (Arrow maps it: no Python in the read path), anything else
+    through its fsspec filesystem."""
+    if task.path.startswith("file://") or "://" not in task.path:
+        yield task.path.removeprefix("file://")
+        return
+    with task.filesystem.open(task.path, "rb") as stream:
+        yield stream
 
 
 def _row_groups(parquet: pq.ParquetFile, start: int, end: int) -> list[int]:
