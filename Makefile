@@ -1,6 +1,7 @@
 # make demo / make test work on a fresh machine with Python 3.11+ and Java 17: both create
 # .venv and install the package with every extra first (test; spark: pyspark, which also ships
-# the ZooKeeper jar the tests run; tiering: fsspec/s3fs); the broker alone needs none of them.
+# the ZooKeeper jar the tests run; tiering: fsspec/s3fs; archive: pyiceberg); the broker alone
+# needs none of them.
 # The install is redone only when pyproject.toml changes (the stamp file .venv/.installed is
 # older than it).
 
@@ -25,7 +26,7 @@ $(PY):
 install: $(STAMP)
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --config-settings editable_mode=compat -e '.[test,spark,tiering]'
+	$(PY) -m pip install --config-settings editable_mode=compat -e '.[test,spark,tiering,archive]'
 	touch $(STAMP)
 
 demo: install
@@ -35,10 +36,10 @@ demo: install
 test: install
 	PYSPARK_PYTHON="$(abspath $(PY))" $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
-# ruff over everything; mypy --strict over the core and the Spark source (the typed layers).
+# ruff over everything; mypy --strict over the core, the Spark source and the jobs.
 lint: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy --strict logstore datasource
+	$(VENV)/bin/mypy --strict logstore datasource jobs
 
 bench: install
 	$(PY) benchmarks/produce_consume.py $(BENCH_ARGS)

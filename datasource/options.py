@@ -23,6 +23,9 @@ talk to a broker (planning.py does) or import pyspark, so it is tested as pure l
 | ``remoteStorageUri``                    | LogStore: the fsspec URL executors read remote segments from (default: the leader's ``remote_storage_uri``) |
 | ``remoteStorageOptions``                | LogStore: JSON object of fsspec options for it (default: the leader's ``remote_storage_options``); credentials are refused here: executors take them from their environment (``AWS_*``) or the provider's chain |
 | ``kafka.security.protocol``, ``kafka.ssl.*``, ``kafka.sasl.*`` | TLS and SASL, as Spark's Kafka connector (security_options.py) |
+| ``groupId``                             | stream: commit each finished batch's end offsets to this consumer group (lag shows in ``logstore groups describe``) |
+| ``archiveTable``                        | batch: ``namespace.name`` of the topic's Iceberg archive; offsets below the log start are read from it |
+| ``archiveWarehouse`` / ``archive.catalog.<key>`` | the archive's warehouse URL and pyiceberg catalog properties (as ``logstore archive --warehouse/--catalog``) |
 """
 
 from __future__ import annotations
@@ -95,6 +98,10 @@ class ReadOptions:
     remote_storage_uri: str | None = None
     remote_storage_options: dict[str, Any] | None = None
     security: ClientSecurity = PLAINTEXT
+    group_id: str | None = None
+    archive_table: str | None = None
+    archive_warehouse: str | None = None
+    archive_catalog: tuple[tuple[str, str], ...] = ()
 
 
 READ_MODES = ("auto", "fetch", "local", "remote")
@@ -103,8 +110,10 @@ _COMMON = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "star
            "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition",
            "failOnDataLoss", "includeHeaders", "readMode", "fetchMaxBytes",
            "remoteStorageUri", "remoteStorageOptions", *SECURITY_OPTIONS)
-_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
-_STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "archiveTable",
+               "archiveWarehouse")
+_STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "groupId")
+ARCHIVE_CATALOG_PREFIX = "archive.catalog."
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$")
 _DURATION_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
                 "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
@@ -144,7 +153,8 @@ def parse_read_options(raw: Mapping[str, str], streaming: bool | None) -> ReadOp
         fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or 64 * 1024 * 1024,
         remote_storage_uri=_remote_storage_uri(opts),
         remote_storage_options=_remote_storage_options(opts),
-        security=parse_security(opts))
+        security=parse_security(opts), group_id=_non_empty(opts, "groupId"),
+        **_archive_options(raw, opts))
 
 
 def _remote_storage_uri(opts: Mapping[str, str]) -> str | None:
@@ -179,10 +189,32 @@ def _remote_storage_options(opts: Mapping[str, str]) -> dict[str, Any] | None:
     return parsed
 
 
+def _non_empty(opts: Mapping[str, str], name: str) -> str | None:
+    text = opts.get(name.lower())
+    if text is not None and not text.strip():
+        raise OptionError(f"{name} must not be empty")
+    return None if text is None else text.strip()
+
+
+def _archive_options(raw: Mapping[str, str], opts: Mapping[str, str]) -> dict[str, Any]:
+    """``archiveTable``, ``archiveWarehouse`` and the ``archive.catalog.*`` properties (their
+    keys keep their case: pyiceberg's property names are case-sensitive)."""
+    catalog = tuple(sorted((k[len(ARCHIVE_CATALOG_PREFIX):], v) for k, v in raw.items()
+                           if k.lower().startswith(ARCHIVE_CATALOG_PREFIX)))
+    table = _non_empty(opts, "archiveTable")
+    warehouse = _non_empty(opts, "archiveWarehouse")
+    if table is None and (catalog or warehouse):
+        raise OptionError("archiveWarehouse and archive.catalog.* need archiveTable")
+    if table is not None and "." not in table.strip("."):
+        raise OptionError(f"archiveTable must be namespace.name, got {table!r}")
+    return {"archive_table": table, "archive_warehouse": warehouse, "archive_catalog": catalog}
+
+
 def _reject_unknown(raw: Mapping[str, str], known: tuple[str, ...], where: str) -> None:
     """Option names are case-insensitive (as in Spark); a typo is an error, not a default."""
     lowered = {k.lower() for k in known} | {"path"}
-    unknown = sorted(k for k in raw if k.lower() not in lowered)
+    unknown = sorted(k for k in raw if k.lower() not in lowered
+                     and not k.lower().startswith(ARCHIVE_CATALOG_PREFIX))
     if unknown:
         raise OptionError(f"unknown option(s) {unknown} {where + ' ' if where else ''}of "
                           f"format('logstore'); known options: {list(known)}")

@@ -59,6 +59,8 @@ from datasource.planning import (
 )
 from datasource.reader import ReadSettings, ReadTask, RemoteSegmentRead, read_range
 from datasource.schema import check_requested, source_arrow_schema
+from logstore.client.admin import Admin
+from logstore.errors import LogstoreError
 from logstore.model import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -151,6 +153,10 @@ class _ScanBase:
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if type(partition).__name__ == "ArchivePartition":  # a history read's archived range
+            from datasource.archive_read import read_archive
+
+            return read_archive(partition.task, self.settings.target)  # type: ignore[attr-defined]
         if not isinstance(partition, RangePartition):
             return iter(())  # Spark's placeholder when a scan has no ranges at all
         return read_range(partition.task, self.settings)
@@ -182,6 +188,10 @@ class LogStoreBatchReader(_ScanBase, DataSourceReader):
         # Offsets are resolved (and checked) for every partition the options name, and only
         # then narrowed by the filters, so filters never change what counts as an error.
         infos = planner.describe(tps)
+        if self.options.archive_table is not None:  # history: the archive below the log
+            from datasource.archive import plan_history
+
+            return plan_history(self, planner, infos)  # type: ignore[return-value]
         starts = planner.resolve(self.options.starting, infos, "starting")
         ends = planner.resolve(self.options.ending, infos, "ending")
         ranges = [r for tp in tps if (r := check_range(
@@ -211,6 +221,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         self._last_batch_at = time.monotonic()
         self._idle_since: float | None = None
         self._checked_topics: frozenset[str] = frozenset()
+        self._group_committed: dict[TopicPartition, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -242,6 +253,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         # for offsets again: no tight loop while idle, no delay when a record arrives, and
         # never ``start`` answered unasked (Spark would take it as "no new data", and
         # processAllAvailable would return before records produced ahead of it were read).
+        self._commit_group(start)  # the batch that ended at ``start`` is in Spark's commit log
         if self._idle_since is not None and self._target is None:
             self.planner.await_data(from_json_offsets(start),
                                     int(IDLE_POLL_INTERVAL_S * 1000))
@@ -281,7 +293,22 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         return self._tasks(self.planner, ranges, infos)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: as with Spark's Kafka source, progress lives in the checkpoint."""
+        """Progress lives in the checkpoint (as with Spark's Kafka source); with ``groupId``,
+        the batch's end offsets are also committed to that group, so its lag shows."""
+        self._commit_group(end)
+
+    def _commit_group(self, offsets: dict[str, Any]) -> None:
+        """With ``groupId``: commit ``offsets`` to the group unless already there or behind.
+        Spark calls ``commit(end)`` only when it starts the batch after (so the last batch of
+        a caught-up query would wait); ``latestOffset(start)`` is asked once the batch ending
+        at ``start`` is in the commit log, so it commits too, and the lag reaches 0."""
+        if self.options.group_id is None:
+            return
+        wanted = from_json_offsets(offsets)
+        if all(self._group_committed.get(tp, -1) >= o for tp, o in wanted.items()):
+            return
+        if commit_group_offsets(self.options.bootstrap_servers, self.options.group_id, wanted):
+            self._group_committed.update(wanted)
 
     def stop(self) -> None:
         if self._planner is not None:
@@ -350,6 +377,20 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         if self.options.fail_on_data_loss:
             raise DataLossError(f"{message}; set failOnDataLoss=false to go on")
         log.warning("%s (failOnDataLoss=false)", message)
+
+
+def commit_group_offsets(bootstrap: str, group_id: str, offsets: dict[TopicPartition, int]
+                         ) -> bool:
+    """Offsets for ``logstore groups describe`` only: a failure is logged, never fails the
+    query (its checkpoint is the source of truth). True when committed."""
+    try:
+        with Admin(bootstrap) as admin:
+            admin.alter_group_offsets(group_id, dict(offsets))
+    except LogstoreError as e:
+        log.warning("groupId %s: committing offsets %s failed: %s", group_id,
+                    to_json_offsets(offsets), e)
+        return False
+    return True
 
 
 def share_limit(available: dict[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:

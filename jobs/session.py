@@ -30,3 +30,13 @@ def local_session(app_name: str, master: str = "local[2]", **conf: Any) -> Any:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def job_session(app_name: str, master: str | None) -> Any:
+    """The session of a job: spark-submit's own when it launched this driver (it sets
+    PYSPARK_GATEWAY_PORT), else a local one on ``master`` (default local[2])."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.appName(app_name).getOrCreate()
+    return local_session(app_name, master or "local[2]")

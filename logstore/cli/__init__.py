@@ -2,7 +2,7 @@
 
 Owns: the argparse tree, built from each noun module's ``register(commands)`` (``broker``,
 ``topics``, ``cluster``, ``produce``, ``consume``, ``groups``, ``transactions``, ``users``,
-``acls``, ``demo``), and the exit status.
+``acls``, ``demo``, ``archive``), and the exit status.
 Expected errors (an ``ApiError`` from the broker, a ``ConfigError``, a bad line on stdin) print
 ``error: ...`` on stderr and exit 1, never a traceback; an argument that does not parse (a bad
 ``--value-schema`` among them) or a combination a command refuses is a usage error, exit 2,
@@ -19,6 +19,7 @@ import sys
 
 from logstore.cli import (
     acls,
+    archive,
     broker,
     cluster,
     consume,
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="logstore", description="LogStore: a commit log on Apache Arrow.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for noun in (broker, topics, cluster, produce, consume, groups, transactions, users, acls,
-                 demo):
+                 demo, archive):
         noun.register(commands)
     return parser
 

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -124,8 +125,9 @@ class Producer:
     def begin_transaction(self) -> None:
         self._transactional("begin_transaction").begin()
 
-    def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int | OffsetAndMetadata],
-                                    group_metadata: ConsumerGroupMetadata) -> None:
+    def send_offsets_to_transaction(
+            self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+            group_metadata: ConsumerGroupMetadata) -> None:
         """Commit ``offsets`` (each the next offset to read) for the consumer's group as part
         of the transaction: they count only if it commits. ``group_metadata`` is
         ``consumer.group_metadata()``: a consumer of an older generation is fenced (KIP-447)."""

@@ -1,0 +1,171 @@
+"""History reads: ``format("logstore")`` with ``archiveTable`` reads offsets below the log
+start from the topic's Iceberg archive and the rest from the log, as one DataFrame.
+
+Owns: planning such a read (the archive's coverage from its current snapshot, EARLIEST and
+timestamps resolved over table and log together, each range split between them by
+``archive_offsets.split_history``, the archive's data files picked by pyiceberg's pruning) and
+the tasks of the archived ranges (read by ``archive_read.py`` on executors). Must not: change how log ranges are read (they are the
+source's own ``RangePartition``\\s) or write anything.
+
+Offsets the table holds are read from the table even where the log still has them too, so
+retention moving the log start during a read cannot break it; the log part starts where the
+table ends. Offsets in neither (archived too late) are data loss under ``failOnDataLoss``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import InputPartition
+
+from datasource.archive_offsets import Coverage, coverage_of, earliest, split_history
+from datasource.archive_read import ArchivePartition, ArchiveTask
+from datasource.iceberg import (
+    CatalogSettings,
+    catalog_settings,
+    file_io,
+    files_for_range,
+    filesystem,
+    open_catalog,
+    summary,
+)
+from datasource.iceberg_types import check_table_schema, iceberg_schema
+from datasource.options import OffsetSpec, OptionError, ReadOptions
+from datasource.planning import (
+    DataLossError,
+    OffsetRange,
+    PartitionInfo,
+    Planner,
+    check_range,
+    narrow,
+)
+from datasource.schema import source_arrow_schema
+from logstore.model import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class History:
+    """The archive table of one history read (driver side)."""
+
+    options: ReadOptions
+    catalog: CatalogSettings
+    table: Any
+    coverage: dict[TopicPartition, Coverage]
+
+    @classmethod
+    def open(cls, options: ReadOptions, planner: Planner, topics: list[str]) -> History:
+        assert options.archive_table is not None
+        catalog = catalog_settings([f"{k}={v}" for k, v in options.archive_catalog],
+                                   options.archive_warehouse)
+        table = _load(catalog, options.archive_table)
+        wanted = iceberg_schema(source_arrow_schema(planner.value_schema(topics), True))
+        check_table_schema(table.schema(), wanted, options.archive_table, topics)
+        return cls(options, catalog, table, coverage_of(summary(table)))
+
+    def widened(self, infos: dict[TopicPartition, PartitionInfo]
+                ) -> dict[TopicPartition, PartitionInfo]:
+        """``infos`` with each log start offset lowered to the table's first offset, so that
+        EARLIEST and the range checks mean the whole history."""
+        return {tp: replace(i, log_start_offset=earliest(self.coverage.get(tp),
+                                                         i.log_start_offset))
+                for tp, i in infos.items()}
+
+    def first_at_or_after(self, tp: TopicPartition, timestamp_ms: int) -> int | None:
+        """The first archived offset of ``tp`` with a timestamp >= ``timestamp_ms``."""
+        covered = self.coverage.get(tp)
+        if covered is None:
+            return None
+        best: int | None = None
+        for path in files_for_range(self.table, tp.topic, tp.partition, covered.first,
+                                    covered.end, timestamp_ms * 1000):
+            rows = _read(self.catalog, path, tp, covered.first, covered.end, ["offset"],
+                         timestamp_ms)
+            if rows.num_rows:
+                found = int(pc.min(rows.column("offset")).as_py())
+                best = found if best is None else min(best, found)
+        return best
+
+
+def _load(catalog: CatalogSettings, name: str) -> Any:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return open_catalog(catalog).load_table(name)
+    except NoSuchTableError:
+        raise OptionError(f"archiveTable: table {name!r} does not exist in the "
+                          f"{catalog.describe()}") from None
+
+
+def plan_history(scan: Any, planner: Planner, infos: dict[TopicPartition, PartitionInfo]
+                 ) -> list[InputPartition]:
+    """The batch reader's plan (``LogStoreBatchReader._plan``) over table and log."""
+    options: ReadOptions = scan.options
+    history = History.open(options, planner, sorted({tp.topic for tp in infos}))
+    wide = history.widened(infos)
+    starts = _resolve(history, planner, options.starting, wide, "starting")
+    ends = _resolve(history, planner, options.ending, wide, "ending")
+    log_ranges: list[OffsetRange] = []
+    archive_ranges: list[OffsetRange] = []
+    for tp, info in sorted(infos.items()):
+        split = split_history(starts[tp], ends[tp], info.log_start_offset,
+                              history.coverage.get(tp))
+        _missing(tp, split.missing, options.fail_on_data_loss)
+        if split.archive is not None:
+            archive_ranges.append(OffsetRange(tp, *split.archive))
+        for start, end in split.log:
+            r = check_range(tp, start, end, info, options.fail_on_data_loss)
+            if r is not None:
+                log_ranges.append(r)
+    if scan.constraints.empty:
+        return []
+    log_ranges = narrow(log_ranges, scan.constraints)
+    log_ranges = narrow(log_ranges, scan.constraints, scan._timestamp_starts(planner, log_ranges))
+    fs, _ = filesystem(history.catalog, history.table.location())
+    archived = [ArchivePartition(ArchiveTask(r.tp, r.start, r.end, path, fs))
+                for r in narrow(archive_ranges, scan.constraints)
+                for path in files_for_range(history.table, r.tp.topic, r.tp.partition,
+                                            r.start, r.end)]
+    return [*archived, *scan._tasks(log_ranges, infos)]
+
+
+def _resolve(history: History, planner: Planner, spec: OffsetSpec,
+             infos: dict[TopicPartition, PartitionInfo], side: str) -> dict[TopicPartition, int]:
+    """``Planner.resolve`` over the widened infos; a timestamp found in the table wins over
+    the log's answer (which cannot see below the log start)."""
+    out = planner.resolve(spec, infos, side)
+    if not spec.by_timestamp:
+        return out
+    for tp in infos:
+        ts = spec.timestamps.get(tp, spec.timestamp_ms)
+        if ts is None:
+            continue
+        found = history.first_at_or_after(tp, ts)
+        if found is not None and found < out[tp]:
+            out[tp] = found
+    return out
+
+
+def _missing(tp: TopicPartition, missing: list[tuple[int, int]], fail: bool) -> None:
+    for start, end in missing:
+        lost = f"{tp}: offsets [{start}, {end}) are neither in the archive table nor in the log"
+        if fail:
+            raise DataLossError(f"{lost}; set failOnDataLoss=false to skip them")
+        log.warning("%s; skipping them (failOnDataLoss=false)", lost)
+
+
+def _read(catalog: CatalogSettings, path: str, tp: TopicPartition, start: int, end: int,
+          columns: list[str], timestamp_min_ms: int | None = None) -> pa.Table:
+    condition = ((pc.field("topic") == tp.topic) & (pc.field("partition") == tp.partition)
+                 & (pc.field("offset") >= start) & (pc.field("offset") < end))
+    if timestamp_min_ms is not None:
+        condition = condition & (pc.field("timestamp") >= pa.scalar(
+            timestamp_min_ms * 1000, pa.timestamp("us", tz="UTC")))
+    with file_io(catalog, path).new_input(path).open() as stream:
+        return pq.read_table(stream, columns=columns, filters=condition)

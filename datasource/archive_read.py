@@ -1,0 +1,100 @@
+"""The executor side of a history read: one archived offset range of one Parquet file.
+
+Owns: the input partition of an archived range (``ArchivePartition``) and reading it: the row
+groups whose offset statistics meet the range, the rows of the range, the scan's columns cast
+back from the archive's Parquet shape. Must not: import pyiceberg (an executor reading history
+pays no catalog import: the driver ships the file's fsspec filesystem with the task) or plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import InputPartition
+
+from datasource.iceberg_types import from_stored
+from logstore.model import TopicPartition
+
+ROUTING = ("topic", "partition", "offset")
+
+
+@dataclass(frozen=True)
+class ArchiveTask:
+    tp: TopicPartition
+    start: int
+    end: int
+    path: str
+    filesystem: Any  # an fsspec filesystem (picklable: it pickles its arguments)
+
+
+class ArchivePartition(InputPartition):
+    """One Spark input partition of a history read: one archive file, one offset range."""
+
+    def __init__(self, task: ArchiveTask) -> None:
+        super().__init__(task)
+        self.task = task
+
+    def __repr__(self) -> str:
+        return f"ArchivePartition({self.task.tp}, [{self.task.start}, {self.task.end}), " \
+               f"{self.task.path})"
+
+
+def read_archive(task: ArchiveTask, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The rows of ``task``'s file in its range, as record batches of ``target`` (in offset
+    order: the archive writes each file in offset order)."""
+    wanted = [f.name for f in target]
+    columns = list(dict.fromkeys([*wanted, *ROUTING]))
+    with _open(task) as source:
+        parquet = pq.ParquetFile(source, memory_map=isinstance(source, str))
+        groups = _row_groups(parquet, task.start, task.end)
+        if not groups:
+            return
+        for batch in parquet.iter_batches(row_groups=groups, columns=columns):
+            batch = _in_range(batch, task)
+            if batch.num_rows:
+                yield pa.RecordBatch.from_arrays(
+                    [from_stored(batch.column(f.name), f.type) for f in target], schema=target)
+
+
+@contextmanager
+def _open(task: ArchiveTask) -> Iterator[Any]:
+    """A local file by its path (Arrow maps it: no Python in the read path), anything else
+    through its fsspec filesystem."""
+    if task.path.startswith("file://") or "://" not in task.path:
+        yield task.path.removeprefix("file://")
+        return
+    with task.filesystem.open(task.path, "rb") as stream:
+        yield stream
+
+
+def _row_groups(parquet: pq.ParquetFile, start: int, end: int) -> list[int]:
+    """Row groups whose offset statistics meet [start, end) (all when there are none)."""
+    index = parquet.schema_arrow.get_field_index("offset")
+    out = []
+    for i in range(parquet.num_row_groups):
+        stats = parquet.metadata.row_group(i).column(index).statistics
+        if stats is None or not stats.has_min_max or (stats.min < end and stats.max >= start):
+            out.append(i)
+    return out
+
+
+def _in_range(batch: pa.RecordBatch, task: ArchiveTask) -> pa.RecordBatch:
+    """``batch`` cut to the task's partition and range (a no-op for a batch all inside)."""
+    offsets = batch.column("offset")
+    bounds = pc.min_max(offsets)
+    topics = pc.unique(batch.column("topic"))
+    partitions = pc.unique(batch.column("partition"))
+    if (bounds["min"].as_py() >= task.start and bounds["max"].as_py() < task.end
+            and topics.to_pylist() == [task.tp.topic]
+            and partitions.to_pylist() == [task.tp.partition]):
+        return batch
+    mask = pc.and_(pc.and_(pc.greater_equal(offsets, task.start), pc.less(offsets, task.end)),
+                   pc.and_(pc.equal(batch.column("topic"), task.tp.topic),
+                           pc.equal(batch.column("partition"), task.tp.partition)))
+    return batch.filter(mask)

@@ -1,0 +1,374 @@
+"""Archive topics into an Iceberg table, exactly once: ``spark-submit jobs/archive.py ...`` or
+``logstore archive ...`` (the options are ``logstore/cli/archive.py``'s).
+
+Owns: the driver of the job: resolving topics and their schema, opening or creating the table,
+removing orphan files, each micro-batch (plan from the table's recorded offsets, write with
+Spark tasks, commit once), the ``archive.<table>`` group offsets, stream mode's trigger loop,
+and the exit status. Must not: read records itself (the tasks do, in ``archive_write.py``) or
+talk to pyiceberg except through ``datasource/iceberg.py``.
+
+Exactly once. The table is the only record of what is archived: every commit is one Iceberg
+snapshot holding the run's files *and*, in its summary, the coverage of every partition after
+it (``datasource/archive_offsets.py``), applied only if the table's current snapshot is still
+the one the micro-batch planned from. So a micro-batch is in the table entirely or not at all,
+and the next one (in this run, or in a run after a crash at any point) starts where the table
+says. Files of a micro-batch that never committed are orphans: at start, and after a failed
+micro-batch, every archive file under the table's ``data/`` that no snapshot references is
+deleted. One run per table at a time: a run marks the table as its own (a table property)
+before it removes orphans, and a run that finds another's mark stops before its next commit.
+The group offsets are a copy for ``logstore groups describe`` (lag), committed after each
+table commit and again at start (in case a run died between the two).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from types import FrameType
+from typing import IO, Any
+
+from datasource.archive_offsets import (
+    ARCHIVED_KEY,
+    LOST_KEY,
+    RANGES_KEY,
+    RUN_KEY,
+    ArchiveDataLossError,
+    Coverage,
+    NextRanges,
+    coverage_of,
+    encode,
+    next_ranges,
+)
+from datasource.iceberg import (
+    ArchiveCatalogError,
+    CatalogSettings,
+    catalog_settings,
+    check_warehouse,
+    commit_files,
+    data_file,
+    delete_file,
+    filesystem,
+    open_catalog,
+    open_table,
+    owner,
+    referenced_files,
+    stored_files,
+    summary,
+    take_ownership,
+)
+from datasource.iceberg_types import stored_schema
+from datasource.options import ReadOptions, parse_read_options
+from datasource.planning import OffsetRange, PartitionInfo, Planner, split_ranges
+from datasource.reader import ReadSettings, ReadTask
+from datasource.schema import source_arrow_schema
+from jobs.archive_runner import RunTotals, SparkRunner, print_summary
+from jobs.archive_write import WriteJob, WrittenFile, run_id_of
+from jobs.session import job_session
+from logstore.cli.archive import add_archive_arguments
+from logstore.client.admin import Admin
+from logstore.errors import LogstoreError
+from logstore.model import LATEST, TopicPartition
+
+log = logging.getLogger("jobs.archive")
+
+READ_LOSS_RETRIES = 3
+
+
+class ArchiveError(LogstoreError, RuntimeError):
+    """The archive run cannot go on; the message says why and names what is at fault."""
+
+
+@dataclass(frozen=True)
+class ArchiveConfig:
+    topics: tuple[str, ...]
+    pattern: str | None
+    table: str
+    catalog: CatalogSettings
+    mode: str
+    trigger_interval_s: float
+    target_file_size: int
+    partition_by: str
+    fail_on_data_loss: bool
+    isolation_level: str
+    bootstrap: str
+    progress: bool
+
+    @property
+    def group(self) -> str:
+        return f"archive.{self.table}"
+
+    def read_options(self) -> ReadOptions:
+        which = {"subscribePattern": self.pattern} if self.pattern is not None else \
+            {"subscribe": ",".join(self.topics)}
+        return parse_read_options({"bootstrap.servers": self.bootstrap, **which}, False)
+
+
+def config_from(args: argparse.Namespace) -> ArchiveConfig:
+    return ArchiveConfig(
+        topics=tuple(args.topic or ()), pattern=args.topic_pattern, table=args.table,
+        catalog=catalog_settings(args.catalog, args.warehouse), mode=args.mode,
+        trigger_interval_s=args.trigger_interval, target_file_size=args.target_file_size,
+        partition_by=args.partition_by, fail_on_data_loss=args.fail_on_data_loss,
+        isolation_level=args.isolation_level, bootstrap=args.bootstrap_server,
+        progress=not args.no_progress and args.mode == "batch")
+
+
+# -- seams for transactions ---------------------------------------------------------------------
+
+
+def read_settings(config: ArchiveConfig, target: Any) -> ReadSettings:
+    """The reader's settings. read_committed goes to the reader once it has an
+    ``isolation_level`` (transactions are being built); until then it is refused, not faked.
+    Reads always fail on lost offsets: the driver decides what a loss means (re-plan)."""
+    extra: dict[str, Any] = {}
+    if config.isolation_level == "read_committed":
+        if "isolation_level" not in ReadSettings.__dataclass_fields__:
+            raise ArchiveError("--isolation-level read_committed: this LogStore's reader does "
+                               "not filter aborted transactions yet")
+        extra["isolation_level"] = config.isolation_level
+    return ReadSettings(config.bootstrap, target, "auto", True, **extra)
+
+
+def end_offset(info: PartitionInfo, isolation_level: str) -> int:
+    """Where a micro-batch ends: the high watermark, or with read_committed the last stable
+    offset once planning reports it."""
+    if isolation_level == "read_committed":
+        return int(getattr(info, "last_stable_offset", info.high_watermark))
+    return info.high_watermark
+
+
+# -- the driver --------------------------------------------------------------------------------
+
+
+class Archiver:
+    def __init__(self, config: ArchiveConfig, out: IO[str]) -> None:
+        self.config = config
+        self.runner: SparkRunner | None = None  # set after prepare(): no Spark for bad options
+        self.out = out
+        self.run_id = uuid.uuid4().hex[:12]
+        self.planner = Planner(config.read_options())
+        self.totals = RunTotals(config.table, config.group)
+        self.stopping = threading.Event()
+        self.table: Any = None
+        self.job: WriteJob | None = None
+        self.arrow: Any = None
+        self.began = time.monotonic()
+
+    def close(self) -> None:
+        self.planner.close()
+
+    def prepare(self) -> None:
+        began = time.monotonic()
+        topics = self._topics()
+        arrow = source_arrow_schema(self.planner.value_schema(topics), include_headers=True)
+        check_warehouse(self.config.catalog)
+        catalog = open_catalog(self.config.catalog)
+        table = open_table(catalog, self.config.table, arrow, self.config.partition_by, topics)
+        self.table = take_ownership(table, self.run_id)
+        fs, _ = filesystem(self.config.catalog, self.table.location())
+        self.job = WriteJob(self.run_id, self.table.location(), fs,
+                            read_settings(self.config, arrow),
+                            stored_schema(arrow, self.table.schema()), self.config.partition_by,
+                            self.config.target_file_size)
+        self.arrow = arrow
+        self.remove_orphans()
+        self.commit_group_offsets(coverage_of(summary(self.table)))
+        self.totals.phases["prepare"] = time.monotonic() - began
+        log.info("run %s archives %s into %s (%s)", self.run_id, topics, self.config.table,
+                 self.table.location())
+
+    def _topics(self) -> list[str]:
+        topics = self.planner.topics()
+        if not topics:
+            raise ArchiveError(f"--topic-pattern {self.config.pattern!r} matches no topic")
+        return topics
+
+    def remove_orphans(self) -> int:
+        """Delete archive files no snapshot references (left by a run that died)."""
+        referenced = referenced_files(self.table)
+        orphans = [p for p in stored_files(self.config.catalog, self.table.location())
+                   if run_id_of(p) is not None and p not in referenced]
+        for path in orphans:
+            delete_file(self.config.catalog, path)
+        if orphans:
+            log.warning("removed %d orphan file(s) of runs that did not commit", len(orphans))
+        return len(orphans)
+
+    def cycle(self) -> int:
+        """One micro-batch: plan from the table, write, commit. Records archived."""
+        for attempt in range(READ_LOSS_RETRIES):
+            try:
+                return self._cycle()
+            except Exception as e:  # a task's DataLossError arrives wrapped by Spark
+                if "DataLossError" not in str(e) or self.config.fail_on_data_loss:
+                    raise
+                log.warning("offsets vanished while being read (attempt %d): re-planning",
+                            attempt + 1)
+                self.remove_orphans()
+        raise ArchiveError(f"retention kept deleting offsets before they could be read "
+                           f"({READ_LOSS_RETRIES} attempts)")
+
+    def _cycle(self) -> int:
+        self.table = self.table.refresh()
+        if owner(self.table) != self.run_id:
+            raise ArchiveError(f"table {self.config.table!r} is now archived by run "
+                               f"{owner(self.table)}; this run ({self.run_id}) stops")
+        base = self.table.current_snapshot()
+        coverage = coverage_of(summary(self.table))
+        plan, infos = self._plan(coverage)
+        if not plan.ranges and not plan.lost:
+            return 0
+        log.info("writing %d range(s) of %d record(s)", len(plan.ranges),
+                 sum(s.end - s.start for s in plan.ranges))
+        with self.totals.timed("write"):
+            written = self._write(plan, infos)
+        with self.totals.timed("commit"):
+            files = [data_file(self.table.metadata, w.path, w.parquet, w.size) for w in written]
+            self.table = commit_files(self.table, files,
+                                      self._properties(plan), None if base is None
+                                      else base.snapshot_id)
+        self._account(plan, written)
+        log.info("committed snapshot %s: %d file(s)", self.totals.snapshot_id, len(written))
+        with self.totals.timed("group offsets"):
+            self.commit_group_offsets(plan.coverage)
+        return sum(w.records for w in written)
+
+    def _plan(self, coverage: dict[TopicPartition, Coverage]
+              ) -> tuple[NextRanges, dict[TopicPartition, PartitionInfo]]:
+        tps = self.planner.partitions()
+        new_topics = sorted({tp.topic for tp in tps})
+        if source_arrow_schema(self.planner.value_schema(new_topics), True) != self.arrow:
+            raise ArchiveError(f"topics {new_topics} no longer share the table's schema")
+        infos = self.planner.describe(tps)
+        logs = {tp: (i.log_start_offset, end_offset(i, self.config.isolation_level))
+                for tp, i in infos.items()}
+        plan = next_ranges(coverage, logs, self.config.fail_on_data_loss)
+        for lost in plan.lost:
+            log.warning("%s: offsets [%d, %d) were deleted before being archived; skipped "
+                        "(--no-fail-on-data-loss)", lost.tp, lost.start, lost.end)
+        return plan, infos
+
+    def _write(self, plan: NextRanges, infos: dict[TopicPartition, PartitionInfo]
+               ) -> list[WrittenFile]:
+        if not plan.ranges:
+            return []
+        assert self.runner is not None and self.job is not None
+        parallelism = int(self.runner.spark.sparkContext.defaultParallelism)
+        pieces = split_ranges([OffsetRange(s.tp, s.start, s.end) for s in plan.ranges],
+                              parallelism, None)
+        tasks = [ReadTask(r.tp, r.start, r.end, infos[r.tp].leader, infos[r.tp].path,
+                          infos[r.tp].incarnation) for r in pieces]
+        return self.runner.run(tasks, self.job)
+
+    def _properties(self, plan: NextRanges) -> dict[str, str]:
+        props = {ARCHIVED_KEY: encode({tp: (c.first, c.end) for tp, c in plan.coverage.items()}),
+                 RANGES_KEY: encode({s.tp: (s.start, s.end) for s in plan.ranges}),
+                 RUN_KEY: self.run_id}
+        if plan.lost:
+            props[LOST_KEY] = encode({s.tp: (s.start, s.end) for s in plan.lost})
+        return props
+
+    def _account(self, plan: NextRanges, written: list[WrittenFile]) -> None:
+        t = self.totals
+        t.records += sum(w.records for w in written)
+        t.files += len(written)
+        t.bytes += sum(w.size for w in written)
+        t.commits += 1
+        snapshot = self.table.current_snapshot()
+        t.snapshot_id = None if snapshot is None else snapshot.snapshot_id
+        for s in plan.ranges:
+            t.add_range(s.tp, s.start, s.end)
+        for s in plan.lost:
+            t.lost[s.tp] = (s.start, s.end)
+
+    def commit_group_offsets(self, coverage: dict[TopicPartition, Coverage]) -> None:
+        """The table's offsets, copied to group ``archive.<table>`` (for lag); a failure is
+        logged, not fatal: the table stays the source of truth and the next commit repeats."""
+        if not coverage:
+            return
+        try:
+            with Admin(self.config.bootstrap) as admin:
+                admin.alter_group_offsets(self.config.group,
+                                          {tp: c.end for tp, c in coverage.items()})
+        except LogstoreError as e:
+            log.warning("could not commit offsets of group %s: %s", self.config.group, e)
+
+    def lag(self) -> dict[TopicPartition, int]:
+        coverage = coverage_of(summary(self.table.refresh()))
+        with Admin(self.config.bootstrap) as admin:
+            ends = admin.list_offsets(dict.fromkeys(coverage, LATEST)) if coverage else {}
+        return {tp: max(ends[tp] - c.end, 0) for tp, c in coverage.items()}
+
+    def run(self) -> int:
+        """Batch: one micro-batch; stream: until stopped. Then the summary."""
+        if self.config.mode == "batch":
+            self.cycle()
+        else:
+            self.stream()
+        self.totals.seconds = time.monotonic() - self.began
+        snapshot = self.table.current_snapshot()
+        self.totals.snapshot_id = None if snapshot is None else snapshot.snapshot_id
+        self.totals.lag = self.lag()
+        print_summary(self.totals, self.out)
+        return 0
+
+    def stream(self) -> None:
+        """A micro-batch every trigger interval (from the start of the last one) until
+        SIGTERM or Ctrl-C."""
+        interval = self.config.trigger_interval_s
+        log.info("stream mode: a micro-batch every %.1f s until stopped", interval)
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            records = self.cycle()
+            if records:
+                print(f"micro-batch: {records:,} records committed (snapshot "
+                      f"{self.totals.snapshot_id})", file=self.out, flush=True)
+            self.stopping.wait(max(interval - (time.monotonic() - started), 0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="archive", description=__doc__.split("\n")[0])
+    add_archive_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("py4j", "pyiceberg"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    archiver: Archiver | None = None
+    handler = None
+    try:
+        config = config_from(args)
+        archiver = Archiver(config, sys.stdout)
+        archiver.prepare()  # every check that needs no Spark, before Spark starts
+        archiver.runner = SparkRunner(job_session("logstore-archive", args.master),
+                                       config.progress)
+        handler = _stop_on_signal(archiver)
+        return archiver.run()
+    except (LogstoreError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+        if archiver is not None:
+            archiver.close()
+
+
+def _stop_on_signal(archiver: Archiver) -> Any:
+    def stop(signum: int, frame: FrameType | None) -> None:
+        archiver.stopping.set()
+    previous = signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return previous
+
+
+__all__ = ["ArchiveCatalogError", "ArchiveConfig", "ArchiveDataLossError", "Archiver", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

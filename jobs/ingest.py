@@ -1,0 +1,264 @@
+"""Ingest JSON-lines files landing in a directory into a topic, with a dead-letter topic:
+``spark-submit jobs/ingest.py --source-dir DIR --topic T --checkpoint CP ...``.
+
+Owns: the structured-streaming query (Spark's text file source over the directory, one
+micro-batch per trigger), parsing lines into the topic's columns (a typed topic's value columns
+and an optional ``"key"``, with the same strict JSON rules as ``logstore produce``; an untyped
+topic takes each JSON line as its value), and routing bad lines, with the reason in the
+``error`` header and the file in ``source.file``, to the dead-letter topic. Must not: parse
+options of the logstore sink or read topics.
+
+Delivery is at least once until the exactly-once sink lands (``--delivery exactly-once`` is
+the switch, refused until then): the checkpoint records which files were ingested, so a stopped
+and restarted query never ingests a file twice, but a crash between the sink's writes and the
+checkpoint's commit replays that micro-batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from logstore.cli.arguments import add_bootstrap
+from logstore.cli.json_rows import rows_to_table
+from logstore.client.admin import Admin
+from logstore.errors import LogstoreError
+
+log = logging.getLogger("jobs.ingest")
+
+DELIVERY_HELP = ("at-least-once (today: at least once until the exactly-once sink lands; a "
+                 "crash between a batch's writes and its checkpoint replays the batch) or "
+                 "exactly-once (refused until the logstore sink supports it)")
+META = [pa.field("_error", pa.string()), pa.field("_line", pa.string()),
+        pa.field("_file", pa.string())]
+
+
+class IngestError(LogstoreError, ValueError):
+    """An ingest option or topic that cannot be used; the message names it."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ingest", description=__doc__.split("\n")[0])
+    p.add_argument("--source-dir", required=True, help="local directory of *.jsonl files")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--dead-letter-topic", help="where bad lines go (default TOPIC.dlq)")
+    p.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
+    p.add_argument("--trigger-interval", type=float, default=5.0, metavar="SECONDS")
+    p.add_argument("--once", action="store_true",
+                   help="ingest every file there now, then stop (Trigger.AvailableNow)")
+    p.add_argument("--max-files-per-trigger", type=int, default=100)
+    p.add_argument("--delivery", choices=("at-least-once", "exactly-once"),
+                   default="at-least-once", help=DELIVERY_HELP)
+    p.add_argument("--master", default=None)
+    add_bootstrap(p)
+    return p
+
+
+def value_schema(bootstrap: str, topic: str) -> pa.Schema | None:
+    with Admin(bootstrap) as admin:
+        return admin.describe_topics([topic])[0].value_schema
+
+
+def output_schema(values: pa.Schema | None) -> pa.Schema:
+    """The parsed rows: the sink's columns, then why a line is bad, the line and its file."""
+    columns = [pa.field("key", pa.binary())]
+    columns += list(values) if values is not None else [pa.field("value", pa.binary())]
+    return pa.schema(columns + META)
+
+
+def parse_lines(lines: list[str], files: list[str], values: pa.Schema | None) -> pa.Table:
+    """``lines`` as rows of ``output_schema(values)``: good ones with ``_error`` null, bad ones
+    with only ``_error``, ``_line`` and ``_file``."""
+    target = output_schema(values)
+    good: list[dict[str, Any]] = []
+    good_at: list[int] = []
+    bad: dict[int, str] = {}
+    for i, line in enumerate(lines):
+        problem, row = _json_row(line, values)
+        if problem is None and row is not None:
+            good.append(row)
+            good_at.append(i)
+        elif problem is not None:
+            bad[i] = problem
+    table = _typed(good, good_at, values, bad)
+    kept = [i for i in good_at if i not in bad]
+    meta = pa.table({"_error": pa.array([None] * len(kept), pa.string()),
+                     "_line": pa.array([None] * len(kept), pa.string()),
+                     "_file": pa.array([None] * len(kept), pa.string())})
+    rows = pa.Table.from_arrays([*table.columns, *meta.columns], schema=target)
+    dead = sorted(bad)
+    rejected = pa.Table.from_pydict(
+        {f.name: [None] * len(dead) for f in target if not f.name.startswith("_")}
+        | {"_error": [bad[i] for i in dead], "_line": [lines[i] for i in dead],
+           "_file": [files[i] for i in dead]}, schema=target)
+    return pa.concat_tables([rows, rejected])
+
+
+def _json_row(line: str, values: pa.Schema | None) -> tuple[str | None, dict[str, Any] | None]:
+    if not line.strip():
+        return None, None
+    try:
+        row = json.loads(line)
+    except ValueError as e:
+        return f"not JSON: {e}", None
+    if values is None:
+        return None, {"key": None, "value": line.encode()}
+    if not isinstance(row, dict):
+        return "expected a JSON object of the topic's columns", None
+    unknown = sorted(row.keys() - {"key", *values.names})
+    if unknown:
+        return f"unknown column(s) {unknown}; the topic's are {values.names}", None
+    return None, row
+
+
+def _typed(rows: list[dict[str, Any]], at: list[int], values: pa.Schema | None,
+           bad: dict[int, str]) -> pa.Table:
+    """The good rows as a table; a row whose value does not fit its column moves to ``bad``
+    (``rows_to_table`` stops at the first such row: convert, set it aside, go on)."""
+    schema = pa.schema([pa.field("key", pa.binary()),
+                        *(values if values is not None else [pa.field("value", pa.binary())])])
+    pieces: list[pa.Table] = []
+    start = 0
+    while start < len(rows):
+        table, problem = rows_to_table(rows[start:], at[start:], schema)
+        pieces.append(table)
+        if problem is None:
+            break
+        failed = start + table.num_rows
+        bad[at[failed]] = problem.split(": ", 1)[1] if ": " in problem else problem
+        start = failed + 1
+    return pa.concat_tables(pieces) if pieces else schema.empty_table()
+
+
+class _Parsed:
+    """Good rows and dead letters of one task, as Arrow batches for the two sinks."""
+
+    def __init__(self, values: pa.Schema | None) -> None:
+        self.values = values
+        self.good: list[pa.RecordBatch] = []
+        self.bad: list[pa.RecordBatch] = []
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        table = parse_lines(batch.column("value").to_pylist(),
+                            batch.column("file").to_pylist(), self.values)
+        errors = table.column("_error")
+        good = table.filter(errors.is_null()).drop_columns([f.name for f in META])
+        bad = table.filter(errors.is_valid())
+        self.good += good.to_batches()
+        self.bad += dead_letters(bad).to_batches()
+
+
+HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+
+
+def dead_letters(bad: pa.Table) -> pa.Table:
+    """Bad lines as dead-letter records: the line as the value, headers ``error`` (why) and
+    ``source.file``."""
+    headers = [[{"key": "error", "value": e.encode()}, {"key": "source.file", "value": f.encode()}]
+               for e, f in zip(bad.column("_error").to_pylist(), bad.column("_file").to_pylist(),
+                               strict=True)]
+    return pa.table({"value": bad.column("_line").cast(pa.binary()),
+                     "headers": pa.array(headers, pa.list_(HEADER))})
+
+
+def ingest_source() -> Any:
+    """``format("logstore-ingest")``: a writer that parses the lines in each task and hands
+    the good rows to the logstore sink of the topic and the bad ones to the logstore sink of
+    the dead-letter topic (Arrow batches all the way: no pandas, no per-row Spark rows)."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from datasource.writer import LogStoreWriter
+
+    class IngestWriter(DataSourceArrowWriter):
+        def __init__(self, options: dict[str, str]) -> None:
+            bootstrap = options["bootstrap.servers"]
+            self.values = value_schema(bootstrap, options["topic"])
+            meta = {m.name for m in META}
+            sink = pa.schema([f for f in output_schema(self.values) if f.name not in meta])
+            dead = pa.schema([pa.field("value", pa.binary()), pa.field("headers",
+                                                                       pa.list_(HEADER))])
+            self.topic = LogStoreWriter({"bootstrap.servers": bootstrap,
+                                         "topic": options["topic"]}, from_arrow_schema(sink))
+            self.dead = LogStoreWriter({"bootstrap.servers": bootstrap,
+                                        "topic": options["deadlettertopic"]},
+                                       from_arrow_schema(dead))
+
+        def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+            parsed = _Parsed(self.values)
+            for batch in iterator:
+                parsed.add(batch)
+            good = self.topic.write(iter(parsed.good))
+            self.dead.write(iter(parsed.bad))
+            return good
+
+    class IngestSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "logstore-ingest"
+
+        def writer(self, schema: Any, overwrite: bool) -> IngestWriter:
+            return IngestWriter({k.lower(): v for k, v in self.options.items()})
+
+    return IngestSource
+
+
+def write_batch(bootstrap: str, topic: str, dead_letter: str) -> Any:
+    """foreachBatch: the micro-batch's lines (and files) to ``format("logstore-ingest")``."""
+    from pyspark.sql import functions as F
+
+    def write(batch: Any, batch_id: int) -> None:
+        (batch.select("value", F.input_file_name().alias("file")).write
+         .format("logstore-ingest").option("bootstrap.servers", bootstrap)
+         .option("topic", topic).option("deadLetterTopic", dead_letter)
+         .mode("append").save())
+        log.info("batch %d ingested", batch_id)
+    return write
+
+
+def start(spark: Any, args: argparse.Namespace) -> Any:
+    """Start the query (checks first: delivery, source directory, topics)."""
+    if args.delivery == "exactly-once":
+        raise IngestError("--delivery exactly-once: the logstore sink is at least once until "
+                          "the exactly-once sink lands; use --delivery at-least-once")
+    if "://" in args.source_dir and not args.source_dir.startswith("file://"):
+        raise IngestError(f"--source-dir {args.source_dir}: Spark's file source here has no "
+                          "S3 connector (the pyspark wheel ships none); use a local directory")
+    dead_letter = args.dead_letter_topic or f"{args.topic}.dlq"
+    value_schema(args.bootstrap_server, args.topic)  # both must exist: fails naming them
+    value_schema(args.bootstrap_server, dead_letter)
+    spark.dataSource.register(ingest_source())
+    lines = (spark.readStream.format("text").option("maxFilesPerTrigger",
+                                                      args.max_files_per_trigger)
+             .load(args.source_dir))
+    trigger = {"availableNow": True} if args.once else \
+        {"processingTime": f"{args.trigger_interval} seconds"}
+    return (lines.writeStream.foreachBatch(
+        write_batch(args.bootstrap_server, args.topic, dead_letter))
+        .option("checkpointLocation", args.checkpoint).trigger(**trigger).start())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    from jobs.session import job_session
+
+    try:
+        query = start(job_session("logstore-ingest", args.master), args)
+        query.awaitTermination()
+    except (LogstoreError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
