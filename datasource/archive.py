@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +46,9 @@ from datasource.planning import (
 )
 from datasource.schema import source_arrow_schema
 from logstore.model import TopicPartition
+
+if TYPE_CHECKING:  # source.py imports this module
+    from datasource.source import LogStoreBatchReader
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +106,7 @@ def _load(catalog: CatalogSettings, name: str) -> Any:
                           f"{catalog.describe()}") from None
 
 
-def plan_history(scan: Any, planner: Planner, infos: dict[TopicPartition, PartitionInfo]
+def plan_history(scan: LogStoreBatchReader, planner: Planner, infos: dict[TopicPartition, PartitionInfo]
                  ) -> list[InputPartition]:
     """The batch reader's plan (``LogStoreBatchReader._plan``) over table and log."""
     options: ReadOptions = scan.options
@@ -132,7 +135,7 @@ def plan_history(scan: Any, planner: Planner, infos: dict[TopicPartition, Partit
                 for r in narrow(archive_ranges, scan.constraints)
                 for path in files_for_range(history.table, r.tp.topic, r.tp.partition,
                                             r.start, r.end)]
-    return [*archived, *scan._tasks(log_ranges, infos)]
+    return [*archived, *scan._tasks(planner, log_ranges, infos)]
 
 
 def _resolve(history: History, planner: Planner, spec: OffsetSpec,
