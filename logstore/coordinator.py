@@ -3,7 +3,7 @@ partition of an internal topic, which answers a request with the records to appe
 memory change to make once they are durable.
 
 Owns: ``CoordinatorResult`` (records, response, apply, and the producer of a transactional
-append), ``Completions`` (futures a state machine resolves only when its change is applied),
+append, whose change learns the appended batch's offset), ``Completions`` (futures a state machine resolves only when its change is applied),
 ``LoggedBatch`` (a batch as a replay reads it: its records, producer, transactional flag and, for
 a control batch, its COMMIT or ABORT), and the two seams a coordinator runtime drives:
 ``CoordinatorLog`` (the internal topic's partitions on this broker) and ``ShardLoader`` (builds a
@@ -80,6 +80,9 @@ class CoordinatorResult(Generic[R]):
     response: R
     apply: Callable[[], None] = _no_change
     producer: TxnProducer | None = None
+    # With ``producer``: the change, given the log offset of the appended batch (run instead
+    # of ``apply``), so that a marker decides only what its producer wrote before it.
+    apply_at: Callable[[int], None] | None = None
 
     @staticmethod
     def answer(response: R, apply: Callable[[], None] = _no_change) -> CoordinatorResult[R]:
@@ -128,6 +131,7 @@ class LoggedBatch:
     producer_id: int = -1
     transactional: bool = False
     marker: ControlType | None = None
+    offset: int = -1  # the batch's base offset in the partition
 
 
 class CoordinatorLog(Protocol):
@@ -139,9 +143,9 @@ class CoordinatorLog(Protocol):
         """The leader epoch if this broker leads ``partition``, else None."""
 
     def append(self, partition: int, batch: pa.RecordBatch,
-               producer: TxnProducer | None = None) -> None:
-        """Append and wait for the acknowledgement (acks=all); raises ApiError. With
-        ``producer``, as that producer's transactional batch."""
+               producer: TxnProducer | None = None) -> int:
+        """Append and wait for the acknowledgement (acks=all); the batch's base offset;
+        raises ApiError. With ``producer``, as that producer's transactional batch."""
 
     def read(self, partition: int) -> Iterator[LoggedBatch]:
         """Every batch up to the log end (this broker leads the partition), in offset order,

@@ -57,7 +57,7 @@ class ReplicaCoordinatorLog:
         return p.leader_epoch if p.is_leader else None
 
     def append(self, partition: int, batch: pa.RecordBatch,
-               producer: TxnProducer | None = None) -> None:
+               producer: TxnProducer | None = None) -> int:
         tp = TopicPartition(self.topic, partition)
         if producer is None:
             pending = self._replicas.append_records(tp, batch, -1)
@@ -65,7 +65,7 @@ class ReplicaCoordinatorLog:
             pending = self._replicas.append_records(
                 tp, batch, -1, producer_id=producer.producer_id,
                 producer_epoch=producer.producer_epoch, flags=FLAG_TRANSACTIONAL)
-        pending.wait(APPEND_TIMEOUT_MS)
+        return pending.wait(APPEND_TIMEOUT_MS).first_offset
 
     def read(self, partition: int) -> Iterator[LoggedBatch]:
         """Up to the log end, not the high watermark: a newly elected leader's high
@@ -85,9 +85,10 @@ class ReplicaCoordinatorLog:
                 records = stored.record_batch(DEFAULT_SCHEMA)
                 if h.is_control:
                     yield LoggedBatch(records.slice(0, 0), h.producer_id, True,
-                                      control_marker(records).type)
+                                      control_marker(records).type, h.base_offset)
                 else:
-                    yield LoggedBatch(records, h.producer_id, h.is_transactional)
+                    yield LoggedBatch(records, h.producer_id, h.is_transactional,
+                                      offset=h.base_offset)
                 offset = h.next_offset
 
 

@@ -29,6 +29,7 @@ still reach the log (a timeout): memory is then behind the log, never ahead of i
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
@@ -123,8 +124,8 @@ class CoordinatorRuntime(Generic[S]):
                     return result.response
                 keys = {key} if exclusive else set()
                 part.in_flight.update(keys)
-            self._append_then_apply(partition, part, result.records, result.apply, keys,
-                                    result.producer)
+            self._append_then_apply(partition, part, result.records,
+                                    _applier(result), keys, result.producer)
         return result.response
 
     def update(self, partition: int, key: Hashable, handler: Handler[S, R]) -> R:
@@ -203,7 +204,7 @@ class CoordinatorRuntime(Generic[S]):
         try:
             records = [b for r in durable.values() for b in r.records]
             self._append_then_apply(partition, part, records,
-                                    lambda: _apply_all(durable.values()), set(durable))
+                                    lambda _offset: _apply_all(durable.values()), set(durable))
             done.set_result(None)
         except Exception as e:  # boundary: a background write logs; the next tick retries
             log.warning("%s-%d: tick append failed: %s", self.topic, partition, e)
@@ -214,16 +215,16 @@ class CoordinatorRuntime(Generic[S]):
     # -- appending ---------------------------------------------------------------------------
 
     def _append_then_apply(self, partition: int, part: _Partition[S],
-                           records: list[pa.RecordBatch], apply: Callable[[], None],
+                           records: list[pa.RecordBatch], apply: Callable[[int], None],
                            keys: Collection[Hashable], producer: TxnProducer | None = None
                            ) -> None:
-        """Append with no state lock held; apply only if the append succeeded; always let the
-        keys' updates go on."""
+        """Append with no state lock held; apply (given the batch's offset) only if the
+        append succeeded; always let the keys' updates go on."""
         applied: Callable[[], None] | None = None
         try:
             batch = records[0] if len(records) == 1 else pa.concat_batches(records)
-            self._log.append(partition, batch, producer)
-            applied = apply
+            offset = self._log.append(partition, batch, producer)
+            applied = functools.partial(apply, offset)
         except ApiError as e:
             log.info("%s-%d: append failed, nothing applied: %s", self.topic, partition, e)
             raise coordinator_error(e, f"{self.topic}-{partition}") from None
@@ -295,6 +296,14 @@ class CoordinatorRuntime(Generic[S]):
         with part.changed:
             self._loader.unload(part.shard, partition).fire()
         log.info("%s-%d: unloaded (leader epoch %d)", self.topic, partition, part.leader_epoch)
+
+
+def _applier(result: CoordinatorResult[R]) -> Callable[[int], None]:
+    """The result's change, given the offset its records were appended at."""
+    apply_at = result.apply_at
+    if apply_at is not None:
+        return apply_at
+    return lambda _offset: result.apply()
 
 
 def _apply_all(results: Iterable[CoordinatorResult[None]]) -> None:

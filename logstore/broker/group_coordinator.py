@@ -95,12 +95,13 @@ class GroupCoordinatorService:
                                   lambda shard, now: txn_offsets.txn_offset_commit(
                                       shard, req, now))
 
-    def complete_txn(self, partition: int, producer_id: int, committed: bool) -> int:
-        """A marker of ``producer_id`` is in ``partition``'s log: apply or drop its pending
-        offsets; how many were decided."""
+    def complete_txn(self, partition: int, producer_id: int, committed: bool,
+                     marker_offset: int) -> int:
+        """A marker of ``producer_id`` is at ``marker_offset`` in ``partition``'s log: apply
+        or drop the offsets it staged before the marker; how many were decided."""
         return self.runtime.update(partition, ("txn", producer_id),
                                    lambda shard, now: txn_offsets.complete_txn(
-                                       shard, producer_id, committed, now))
+                                       shard, producer_id, committed, marker_offset, now))
 
     def offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         return self.runtime.read(self.partition(req.group_id),

@@ -9,7 +9,9 @@ none), then reports the job done so the coordinator writes CompleteCommit/Comple
 whose coordinator was fenced or moved is dropped (the new coordinator owns it). And
 ``MarkerWriter``, the partition leader's side: append each marker with acks=all, clear the
 producer's verified partitions, and tell the group coordinator when the partition is one of
-``__consumer_offsets`` (its pending transactional offsets are applied or dropped). Must not:
+``__consumer_offsets`` (the pending transactional offsets the producer staged before the
+marker's offset are applied or dropped; what it staged after belongs to its next transaction,
+so a late completion cannot decide it). Must not:
 decide anything about a transaction (``transactions/`` does) or touch the transport (peer
 connections come from ``cluster.py``).
 """
@@ -60,10 +62,11 @@ class MarkerWriter:
     """Writes the markers a coordinator sends to partitions this broker leads."""
 
     def __init__(self, replicas: ReplicaManager,
-                 complete_offsets: Callable[[int, int, bool], int],
+                 complete_offsets: Callable[[int, int, bool, int], int],
                  on_marker: Callable[[TopicPartition, int], None]) -> None:
         self._replicas = replicas
-        self._complete_offsets = complete_offsets  # (partition, producer id, committed)
+        # (partition, producer id, committed, the marker's offset)
+        self._complete_offsets = complete_offsets
         self._on_marker = on_marker  # (partition, producer id): a marker was written
 
     def write(self, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
@@ -97,20 +100,23 @@ class MarkerWriter:
                 pending.wait(MARKER_APPEND_TIMEOUT_MS)
             except ApiError as e:
                 error = e
-        if error is None:
+        if error is None and isinstance(pending, PendingAppend):
             self._on_marker(tp, marker.producer_id)
             if tp.topic == OFFSETS_TOPIC:
-                self._decide_offsets(tp.partition, marker.producer_id, marker.committed)
+                self._decide_offsets(tp.partition, marker.producer_id, marker.committed,
+                                     pending.info.first_offset)
         return TxnPartitionResult(topic=tp.topic, partition=tp.partition, **error_kw(error))
 
-    def _decide_offsets(self, partition: int, producer_id: int, committed: bool) -> None:
+    def _decide_offsets(self, partition: int, producer_id: int, committed: bool,
+                        marker_offset: int) -> None:
         """Tell the group coordinator, from a thread of its own: while it loads the
         partition it answers LOAD_IN_PROGRESS, and the load may have read the log before
-        the marker."""
+        the marker. However late it runs, only what the producer staged before
+        ``marker_offset`` is decided."""
         def run() -> None:
             for attempt in range(GROUP_COMPLETION_ATTEMPTS):
                 try:
-                    self._complete_offsets(partition, producer_id, committed)
+                    self._complete_offsets(partition, producer_id, committed, marker_offset)
                     return
                 except CoordinatorLoadInProgressError:
                     time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])

@@ -109,8 +109,8 @@ def check_stable(shard: GroupCoordinatorShard, group_id: str,
                  partitions: list[TopicPartition] | None) -> None:
     """UNSTABLE_OFFSET_COMMIT when a transaction's offsets for one of ``partitions`` (any of
     the group's when None) are pending."""
-    for producer_id, groups in shard.pending_txn.items():
-        pending = groups.get(group_id, {})
+    for producer_id, batches in shard.pending_txn.items():
+        pending = [tp for groups in batches.values() for tp in groups.get(group_id, {})]
         hit = next((tp for tp in pending if partitions is None or tp in partitions), None)
         if hit is not None:
             raise UnstableOffsetCommitError(

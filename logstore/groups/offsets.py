@@ -71,8 +71,30 @@ def encode_batch(rows: list[tuple[bytes, bytes | None]], now_ms: int) -> pa.Reco
 
 
 # Offsets committed inside a producer's transaction and not decided yet:
-# producer id -> group -> partition -> offset.
-PendingTxnOffsets = dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]]
+# producer id -> offset of the batch that staged them -> group -> partition -> offset.
+GroupOffsets = dict[str, dict[TopicPartition, OffsetAndMetadata]]
+PendingTxnOffsets = dict[int, dict[int, GroupOffsets]]
+
+
+def stage_txn_offsets(pending: PendingTxnOffsets, producer_id: int, batch_offset: int,
+                      offsets: GroupOffsets) -> None:
+    """Record the offsets a producer's transactional batch at ``batch_offset`` staged."""
+    staged = pending.setdefault(producer_id, {}).setdefault(batch_offset, {})
+    for group_id, by_tp in offsets.items():
+        staged.setdefault(group_id, {}).update(by_tp)
+
+
+def take_decided(pending: PendingTxnOffsets, producer_id: int, marker_offset: int
+                 ) -> list[GroupOffsets]:
+    """Remove and return, in log order, the offsets the producer's marker at
+    ``marker_offset`` decides: those its batches staged before the marker (Kafka's rule; a
+    batch after it belongs to the producer's next transaction)."""
+    batches = pending.get(producer_id, {})
+    decided = sorted(o for o in batches if o < marker_offset)
+    taken = [batches.pop(o) for o in decided]
+    if not batches:
+        pending.pop(producer_id, None)
+    return taken
 
 
 @dataclass
@@ -87,16 +109,18 @@ class LoadedGroups:
 
     def apply_logged(self, logged: LoggedBatch) -> None:
         if logged.marker is not None:
-            decided = self.pending.pop(logged.producer_id, {})
+            decided = take_decided(self.pending, logged.producer_id, logged.offset)
             if logged.marker is ControlType.COMMIT:
-                for group_id, offsets in decided.items():
-                    self.offsets.setdefault(group_id, {}).update(offsets)
+                for staged in decided:
+                    for group_id, offsets in staged.items():
+                        self.offsets.setdefault(group_id, {}).update(offsets)
         elif logged.transactional:
-            into = self.pending.setdefault(logged.producer_id, {})
+            into: GroupOffsets = {}
             for key, value in _rows(logged.records):
                 group_id, tp, om = _offset_entry(key, value)
                 if om is not None:
                     into.setdefault(group_id, {})[tp] = om
+            stage_txn_offsets(self.pending, logged.producer_id, logged.offset, into)
         else:
             self.apply_batch(logged.records)
 

@@ -4,9 +4,11 @@ partition.
 Owns: ``txn_offset_commit`` (validated as an offset commit is, per partition; the member and
 generation, when given, must be the group's current ones, so a zombie of an older generation
 is fenced; its records are appended as the producer's transactional batch, and the offsets wait
-in ``pending_txn`` until the transaction's marker reaches this partition), ``complete_txn``
-(the marker arrived: COMMIT makes the pending offsets the group's committed offsets, ABORT
-drops them; the marker itself is already in the log, so this changes memory only). An offset
+in ``pending_txn``, under the offset of the batch that staged them, until the transaction's
+marker reaches this partition), ``complete_txn`` (the marker arrived: COMMIT makes the pending
+offsets staged before the marker's offset the group's committed offsets, ABORT drops them; the
+marker itself is already in the log, so this changes memory only, and a late completion never
+touches what the producer's next transaction staged after the marker). An offset
 fetch with ``require_stable`` checks ``pending_txn`` (commits.py). Must not: do I/O, take locks or read clocks.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 from logstore.coordinator import CoordinatorResult, TxnProducer
 from logstore.groups.commits import commit_error
 from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
-from logstore.groups.offsets import offset_key, offset_value
+from logstore.groups.offsets import offset_key, offset_value, stage_txn_offsets, take_decided
 from logstore.groups.state import Group
 from logstore.messages import error_kw
 from logstore.messages.transactions import (
@@ -46,29 +48,34 @@ def txn_offset_commit(shard: GroupCoordinatorShard, req: TxnOffsetCommitRequest,
         return CoordinatorResult.answer(response)
     rows: Rows = [(offset_key(req.group_id, tp), offset_value(om)) for tp, om in valid]
 
-    def stage() -> None:
-        pending = shard.pending_txn.setdefault(req.producer_id, {})
-        pending.setdefault(req.group_id, {}).update(valid)
+    def stage(batch_offset: int) -> None:
+        stage_txn_offsets(shard.pending_txn, req.producer_id, batch_offset,
+                          {req.group_id: dict(valid)})
         known = shard.groups.get(req.group_id)
         if known is not None:
             known.touch(req.member_id, now_ms)
-    return CoordinatorResult(batch(rows, now_ms), response, stage,
-                             TxnProducer(req.producer_id, req.producer_epoch))
+    return CoordinatorResult(batch(rows, now_ms), response,
+                             producer=TxnProducer(req.producer_id, req.producer_epoch),
+                             apply_at=stage)
 
 
 def complete_txn(shard: GroupCoordinatorShard, producer_id: int, committed: bool,
-                 now_ms: int) -> CoordinatorResult[int]:
-    """The producer's marker is in the log: apply (COMMIT) or drop (ABORT) its pending
-    offsets; the response is how many offsets were decided."""
-    decided = shard.pending_txn.get(producer_id, {})
-    count = sum(len(offsets) for offsets in decided.values())
+                 marker_offset: int, now_ms: int) -> CoordinatorResult[int]:
+    """The producer's marker at ``marker_offset`` is in the log: apply (COMMIT) or drop
+    (ABORT) the offsets its batches staged before it; the response is how many offsets were
+    decided. Offsets staged after the marker (the producer's next transaction) stay pending
+    for their own marker, however late this completion runs."""
+    before = shard.pending_txn.get(producer_id, {})
+    count = sum(len(offsets) for o, staged in before.items() if o < marker_offset
+                for offsets in staged.values())
 
     def apply() -> None:
-        shard.pending_txn.pop(producer_id, None)
+        decided = take_decided(shard.pending_txn, producer_id, marker_offset)
         if not committed:
             return
-        for group_id, offsets in decided.items():
-            if group_id not in shard.groups:
-                shard.installer(Group(group_id, now_ms))()
-            shard.offsets.setdefault(group_id, {}).update(offsets)
+        for staged in decided:
+            for group_id, offsets in staged.items():
+                if group_id not in shard.groups:
+                    shard.installer(Group(group_id, now_ms))()
+                shard.offsets.setdefault(group_id, {}).update(offsets)
     return CoordinatorResult.answer(count, apply)

@@ -67,7 +67,7 @@ class MemoryOffsetsLog:
         return self.epochs[partition]
 
     def append(self, partition: int, batch: pa.RecordBatch,
-               producer: TxnProducer | None = None) -> None:
+               producer: TxnProducer | None = None) -> int:
         gate = self.gates.get(partition)
         if gate is not None:
             gate.entered.set()
@@ -78,14 +78,20 @@ class MemoryOffsetsLog:
             raise NotLeaderOrFollowerError(f"not the leader of partition {partition}")
         with self._lock:
             self.batches[partition].append(batch)
+            offset = len(self.logged[partition])  # one offset per batch is enough here
             self.logged[partition].append(LoggedBatch(
-                batch, -1 if producer is None else producer.producer_id, producer is not None))
+                batch, -1 if producer is None else producer.producer_id, producer is not None,
+                offset=offset))
+            return offset
 
-    def append_marker(self, partition: int, producer_id: int, marker: ControlType) -> None:
-        """A transaction marker, as a partition leader's write_txn_markers appends it."""
+    def append_marker(self, partition: int, producer_id: int, marker: ControlType) -> int:
+        """A transaction marker, as a partition leader's write_txn_markers appends it; its
+        offset."""
         with self._lock:
+            offset = len(self.logged[partition])
             self.logged[partition].append(LoggedBatch(
-                encode_rows([], 0), producer_id, True, marker))
+                encode_rows([], 0), producer_id, True, marker, offset))
+            return offset
 
     def read(self, partition: int) -> Iterator[LoggedBatch]:
         if self.epochs[partition] is None:

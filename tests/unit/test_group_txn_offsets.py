@@ -51,8 +51,9 @@ def txn_commit(coord: GroupCoordinatorService, offset: int, member: str = "",
 def marker(coord: GroupCoordinatorService, log: MemoryOffsetsLog, committed_: bool,
            group: str = "g") -> None:
     partition = coord.partition(group)
-    log.append_marker(partition, PID, ControlType.COMMIT if committed_ else ControlType.ABORT)
-    coord.complete_txn(partition, PID, committed_)
+    offset = log.append_marker(partition, PID,
+                               ControlType.COMMIT if committed_ else ControlType.ABORT)
+    coord.complete_txn(partition, PID, committed_, offset)
 
 
 def fetch_stable(coord: GroupCoordinatorService) -> None:
@@ -99,3 +100,50 @@ def test_a_member_of_an_older_generation_is_fenced(offsets_log: MemoryOffsetsLog
     txn_commit(coord, 3, member, generation)
     with pytest.raises(IllegalGenerationError, match="stale"):
         txn_commit(coord, 4, member, generation - 1)
+
+
+def test_a_late_commit_completion_leaves_the_next_transactions_offsets_pending(
+        offsets_log: MemoryOffsetsLog) -> None:
+    """The marker's completion runs on a thread of its own (retried while the partition
+    loads), so it may run after the producer's next transaction staged offsets: it decides
+    only what was staged before the marker, as a replay of the same log does."""
+    coord = coordinator(offsets_log)
+    partition = coord.partition("g")
+    txn_commit(coord, 5)  # T1
+    t1_marker = offsets_log.append_marker(partition, PID, ControlType.COMMIT)
+    txn_commit(coord, 9)  # T2, staged before T1's completion ran
+    assert coord.complete_txn(partition, PID, True, t1_marker) == 1
+    assert committed(coord)[TP].offset == 5
+    with pytest.raises(UnstableOffsetCommitError):
+        fetch_stable(coord)  # T2's offset is still pending
+    marker(coord, offsets_log, False)  # T2 is aborted
+    assert committed(coord)[TP].offset == 5
+    assert committed(coordinator(offsets_log))[TP].offset == 5  # the replay agrees
+
+
+def test_a_late_abort_completion_keeps_the_next_transactions_offsets(
+        offsets_log: MemoryOffsetsLog) -> None:
+    coord = coordinator(offsets_log)
+    partition = coord.partition("g")
+    txn_commit(coord, 5)  # T1
+    t1_marker = offsets_log.append_marker(partition, PID, ControlType.ABORT)
+    txn_commit(coord, 9)  # T2
+    assert coord.complete_txn(partition, PID, False, t1_marker) == 1
+    marker(coord, offsets_log, True)  # T2 commits
+    assert committed(coord)[TP].offset == 9
+    assert committed(coordinator(offsets_log))[TP].offset == 9
+
+
+def test_a_repeated_completion_decides_nothing_more(offsets_log: MemoryOffsetsLog) -> None:
+    """A marker retried by its sender is written again; the first copy's completion, run
+    after the producer's next transaction staged offsets, leaves them pending."""
+    coord = coordinator(offsets_log)
+    partition = coord.partition("g")
+    txn_commit(coord, 5)
+    first = offsets_log.append_marker(partition, PID, ControlType.COMMIT)
+    assert coord.complete_txn(partition, PID, True, first) == 1
+    txn_commit(coord, 9)
+    assert coord.complete_txn(partition, PID, True, first) == 0
+    assert committed(coord)[TP].offset == 5
+    with pytest.raises(UnstableOffsetCommitError):
+        fetch_stable(coord)
