@@ -161,11 +161,17 @@ class Producer:
     def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
         """Two-phase participation: flush, and leave the transaction Prepared for another
         party to decide (``complete_transaction`` on a new instance, or a
-        ``commit_transaction(with_prepared=[...])``). The returned state is picklable."""
+        ``commit_transaction(with_prepared=[...])``). The returned state is picklable and names
+        this transaction alone: preparing bumps the producer's epoch, so a state kept from an
+        earlier transaction of this producer can never decide a later one (this producer goes
+        on at the new epoch, e.g. for ``abort_transaction``)."""
         txn = self._transactional("prepare_transaction")
         txn.check(TxnState.IN_TRANSACTION, action="prepare")
         self._flush_transaction(txn, timeout)
-        return txn.prepare()
+        state = txn.prepare()
+        # The epoch was bumped: every partition's sequence starts again at 0.
+        self._sender.set_producer(state.producer_id, state.producer_epoch)
+        return state
 
     def complete_transaction(self, state: PreparedTxnState) -> bool:
         """After ``init_transactions(keep_prepared_txn=True)``: commit the transaction the

@@ -59,8 +59,8 @@ WITH_PREPARED = "with_prepared:"
 @dataclass(frozen=True, slots=True)
 class PreparedTxnState:
     """A transaction prepared for an external decision: which transactional id, and the
-    producer id and epoch it was prepared under. Picklable (it travels in Spark commit
-    messages)."""
+    producer id and epoch it was prepared under (prepare bumps the epoch, so the state names
+    exactly one transaction of the id). Picklable (it travels in Spark commit messages)."""
 
     transactional_id: str
     producer_id: int
@@ -270,10 +270,17 @@ class TransactionManager:
         if not self.two_phase:
             raise InvalidTxnStateError(f"{self._what()}: prepare_transaction needs "
                                        "Producer(transaction_two_phase_commit=True)")
-        self._call_or_fail(PrepareTxnRequest(
-            transactional_id=self.transactional_id, producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch))
+        try:
+            response = self._coordinator.call(PrepareTxnRequest(
+                transactional_id=self.transactional_id, producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch))
+        except ApiError as e:
+            raise self.fail(e) from None
         with self._lock:
+            # Prepare bumps the epoch: the state names this transaction alone, and the
+            # producer goes on (abort, its next transaction) at the new epoch.
+            self.producer_id, self.producer_epoch = response.producer_id, \
+                response.producer_epoch
             self.state = TxnState.PREPARED
             return PreparedTxnState(self.transactional_id, self.producer_id,
                                     self.producer_epoch)

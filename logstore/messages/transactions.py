@@ -150,6 +150,9 @@ class EndTxnRequest(Request[EndTxnResponse], frozen=True, kw_only=True, tag=0):
 
 
 class PrepareTxnResponse(ErrorFields, frozen=True, kw_only=True):
+    """The producer id and the new epoch (prepare bumps it) the transaction is prepared
+    under: what a ``PreparedTxn`` names, and the epoch the producer goes on with."""
+
     producer_id: int = -1
     producer_epoch: int = -1
 

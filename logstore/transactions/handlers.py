@@ -40,6 +40,7 @@ from logstore.transactions.coordinator import TxnCoordinatorShard
 from logstore.transactions.state import (
     DECIDING,
     IDLE,
+    MAX_PRODUCER_EPOCH,
     TransactionMetadata,
     TxnState,
     bumped,
@@ -169,24 +170,40 @@ def verify(shard: TxnCoordinatorShard, req: AddPartitionsToTxnRequest
 def prepare_txn(shard: TxnCoordinatorShard, req: PrepareTxnRequest, now_ms: int
                 ) -> CoordinatorResult[PrepareTxnResponse]:
     """Two-phase participation: the producer's writes are done; its transaction waits,
-    Prepared, for a decision (an empty transaction may be prepared too)."""
+    Prepared, for a decision (an empty transaction may be prepared too). Preparing bumps the
+    epoch (KIP-890 part 2's per-transaction bump, at prepare as in KIP-939), and the response
+    is the (producer id, epoch) the transaction is prepared under: it names this transaction
+    alone, so a stale state can never decide a later transaction of the same producer, and
+    the producer goes on at the new epoch. A retry at the epoch it prepared from gets the
+    same answer."""
     meta = shard.get(req.transactional_id)
-    meta.check_producer(req.producer_id, req.producer_epoch)
     tid = req.transactional_id
+    if meta.state == TxnState.PREPARED and req.producer_id == meta.producer_id and \
+            meta.prepared == (req.producer_id, req.producer_epoch + 1) == \
+            (meta.producer_id, meta.producer_epoch):
+        return CoordinatorResult.answer(PrepareTxnResponse(  # a retry
+            producer_id=meta.producer_id, producer_epoch=meta.producer_epoch))
+    meta.check_producer(req.producer_id, req.producer_epoch)
     if not meta.two_phase:
         raise InvalidTxnStateError(f"transactional id {tid} was not initialised with "
                                    "enable_two_phase_commit; it cannot prepare")
-    response = PrepareTxnResponse(producer_id=meta.producer_id,
-                                  producer_epoch=meta.producer_epoch)
     if meta.state == TxnState.PREPARED:
-        return CoordinatorResult.answer(response)  # a retry
+        raise InvalidTxnStateError(f"transactional id {tid}: its transaction is already "
+                                   f"Prepared (producer {meta.producer_id} epoch "
+                                   f"{meta.producer_epoch})")
     if meta.state in DECIDING:
         raise InvalidTxnStateError(f"transactional id {tid}: its transaction is already "
                                    f"decided ({meta.state})")
+    if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
+        raise ProducerFencedError(
+            f"transactional id {tid}: producer {meta.producer_id} has used up its epochs "
+            f"({meta.producer_epoch}); init_transactions again for a new producer id")
+    epoch = meta.producer_epoch + 1
     start = meta.txn_start_ms if meta.state == TxnState.ONGOING else now_ms
     prepared = meta.moved(TxnState.PREPARED, now_ms, txn_start_ms=start,
-                          prepared=(meta.producer_id, meta.producer_epoch))
-    return shard.changed([prepared], now_ms, response)
+                          producer_epoch=epoch, prepared=(meta.producer_id, epoch))
+    return shard.changed([prepared], now_ms, PrepareTxnResponse(
+        producer_id=meta.producer_id, producer_epoch=epoch))
 
 
 # -- end -------------------------------------------------------------------------------------

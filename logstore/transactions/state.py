@@ -91,7 +91,8 @@ class TransactionMetadata:
     last_update_ms: int = -1
     two_phase: bool = False
     # While Prepared (and once decided from Prepared): the producer id and epoch the
-    # transaction was prepared under, which a new instance's PreparedTxnState must match.
+    # transaction was prepared under (prepare bumps the epoch, so they name one transaction),
+    # which a new instance's PreparedTxnState must match.
     prepared: tuple[int, int] | None = None
 
     def moved(self, state: TxnState, now_ms: int, **changes: object) -> TransactionMetadata:

@@ -129,3 +129,37 @@ def test_fence_producers_aborts_a_prepared_transaction(pbroker: BrokerProcess,
         (d,) = admin.describe_transactions([a])
     assert d.state in ("CompleteAbort", "Empty")
     assert read_values(pbroker.bootstrap, topic, [0]) == {0: []}
+
+
+def test_a_producer_goes_on_at_the_epoch_its_prepare_returned(
+        pbroker: BrokerProcess, topic: str) -> None:
+    """Goal: prepare bumps the epoch, so each prepared state names one transaction; the same
+    producer aborts at the new epoch and writes its next transaction (sequences from 0 at
+    that epoch), whose state differs from the first one's, and the first state cannot commit
+    it. Method: one producer prepares, aborts, writes again and prepares; a driver tries the
+    old state, then the new one."""
+    sink, (a,) = sink_ids(pbroker, 1)
+    with Producer(pbroker.bootstrap, transactional_id=a,
+                  transaction_two_phase_commit=True) as task:
+        task.init_transactions()
+        task.begin_transaction()
+        task.send(topic, value=b"first", partition=0)
+        first = task.prepare_transaction()
+        task.abort_transaction()
+        task.begin_transaction()
+        task.send(topic, value=b"second", partition=0)
+        task.send(topic, value=b"second", partition=1)
+        second = task.prepare_transaction()
+    assert (second.producer_id, second.producer_epoch) == \
+        (first.producer_id, first.producer_epoch + 1)
+    with Producer(pbroker.bootstrap, transactional_id=sink) as driver:
+        driver.init_transactions()
+        driver.begin_transaction()
+        with pytest.raises(ProducerFencedError, match=a):
+            driver.commit_transaction(with_prepared=[first])
+        driver.abort_transaction()
+        assert read_values(pbroker.bootstrap, topic, range(2)) == {0: [], 1: []}
+        driver.begin_transaction()
+        driver.commit_transaction(with_prepared=[second])
+    assert read_values(pbroker.bootstrap, topic, range(2)) == {0: [b"second"],
+                                                               1: [b"second"]}

@@ -218,10 +218,10 @@ def test_prepare_needs_two_phase_commit_and_blocks_further_adds(h: Harness) -> N
         h.prepare("a", ids.producer_id, 0)
     two = h.init("b", two_phase=True)
     h.add("b", two.producer_id, 0)
-    h.prepare("b", two.producer_id, 0)
+    prepared = h.prepare("b", two.producer_id, 0)
     assert h.state("b") == "Prepared"
     with pytest.raises(errors.InvalidTxnStateError, match="Prepared"):
-        h.add("b", two.producer_id, 0, T1)
+        h.add("b", two.producer_id, prepared.producer_epoch, T1)
 
 
 def test_a_prepared_transaction_waits_for_its_own_longer_timeout(h: Harness) -> None:
@@ -230,13 +230,13 @@ def test_a_prepared_transaction_waits_for_its_own_longer_timeout(h: Harness) -> 
     past one, then the other."""
     ids = h.init("a", timeout_ms=1000, two_phase=True)
     h.add("a", ids.producer_id, 0)
-    h.prepare("a", ids.producer_id, 0)
+    h.prepare("a", ids.producer_id, 0)  # epoch 1
     h.clock.advance(h.config.transaction_prepared_timeout_ms - 1)
     h.tick()
     assert h.state("a") == "Prepared"
     h.clock.advance(1)
     h.tick()
-    assert h.state("a") == "PrepareAbort" and h.describe("a").producer_epoch == 1
+    assert h.state("a") == "PrepareAbort" and h.describe("a").producer_epoch == 2
 
 
 def test_keep_prepared_returns_the_prepared_producer_and_the_new_instance_completes_it(
@@ -246,10 +246,11 @@ def test_keep_prepared_returns_the_prepared_producer_and_the_new_instance_comple
     Method: prepare, re-init with keep_prepared, end_txn as the new instance."""
     ids = h.init("a", two_phase=True)
     h.add("a", ids.producer_id, 0)
-    h.prepare("a", ids.producer_id, 0)
+    prepared = h.prepare("a", ids.producer_id, 0)
+    assert (prepared.producer_id, prepared.producer_epoch) == (ids.producer_id, 1)
     kept = h.init("a", two_phase=True, keep_prepared=True)
     assert (kept.producer_epoch, kept.prepared_producer_id, kept.prepared_producer_epoch) == \
-        (1, ids.producer_id, 0)
+        (2, ids.producer_id, 1)
     assert h.state("a") == "Prepared"
     h.end("a", kept.producer_id, kept.producer_epoch)
     h.write_markers()
@@ -269,9 +270,7 @@ def test_with_prepared_decides_every_transaction_in_one_append(h: Harness) -> No
     for tid in (a, b):
         ids = h.init(tid, two_phase=True)
         h.add(tid, ids.producer_id, 0, T0)
-        h.prepare(tid, ids.producer_id, 0)
-        staged.append(PreparedTxn(transactional_id=tid, producer_id=ids.producer_id,
-                                  producer_epoch=0))
+        staged.append(h.prepare(tid, ids.producer_id, 0))
     me = h.init(caller)
     h.add(caller, me.producer_id, 0, T1)
     partition = h.coord.partition(caller)
@@ -295,12 +294,13 @@ def test_with_prepared_fails_whole_and_decides_nothing(h: Harness, fault: str) -
     for tid in (good, bad):
         ids = h.init(tid, two_phase=True)
         h.add(tid, ids.producer_id, 0)
-        if not (tid == bad and fault == "state"):
-            h.prepare(tid, ids.producer_id, 0)
-        entries.append(PreparedTxn(transactional_id=tid, producer_id=ids.producer_id,
-                                   producer_epoch=0))
+        if tid == bad and fault == "state":
+            entries.append(PreparedTxn(transactional_id=tid, producer_id=ids.producer_id,
+                                       producer_epoch=0))
+        else:
+            entries.append(h.prepare(tid, ids.producer_id, 0))
     if fault == "epoch":
-        h.init(bad, two_phase=True, keep_prepared=True)  # a new instance: epoch 1
+        h.init(bad, two_phase=True, keep_prepared=True)  # a new instance: epoch 2
     elif fault == "elsewhere":
         entries[1] = PreparedTxn(transactional_id=id_elsewhere(caller), producer_id=1,
                                  producer_epoch=0)
@@ -315,3 +315,52 @@ def test_with_prepared_fails_whole_and_decides_nothing(h: Harness, fault: str) -
         h.end(caller, me.producer_id, 0, with_prepared=entries)
     assert {p: len(b) for p, b in h.log.logged.items()} == before and not h.jobs
     assert h.state(good) == "Prepared" and h.state(caller) == "Ongoing"
+
+
+def test_a_stale_prepared_state_never_decides_a_later_transaction(h: Harness) -> None:
+    """Goal: a prepared state names one transaction. Spark may call commit(N) again after a
+    restart; by then the task's producer may have prepared batch N+1's transaction, which the
+    retried with_prepared of batch N must not commit. Method: prepare T1 and commit it with
+    the driver's transaction; the same producer (no init between) prepares T2; the driver
+    retries T1's decision."""
+    driver, task = ids_on_one_partition(2)
+    d = h.init(driver)
+    t = h.init(task, two_phase=True)
+    h.add(task, t.producer_id, t.producer_epoch, T0)
+    s1 = h.prepare(task, t.producer_id, t.producer_epoch)
+    assert s1.producer_epoch == t.producer_epoch + 1  # prepare bumps the epoch
+    h.add(driver, d.producer_id, d.producer_epoch, T1)
+    h.end(driver, d.producer_id, d.producer_epoch, True, [s1])
+    h.write_markers()
+    assert h.state(task) == "CompleteCommit"
+    h.add(driver, d.producer_id, d.producer_epoch, T1)  # the driver's next transaction
+    retried = h.end(driver, d.producer_id, d.producer_epoch, True, [s1])  # T1: already done
+    h.write_markers()
+    assert retried.result(1) is None
+    h.add(task, s1.producer_id, s1.producer_epoch, T0)  # batch N+1, same producer
+    s2 = h.prepare(task, s1.producer_id, s1.producer_epoch)
+    assert s2 != s1 and h.state(task) == "Prepared"
+    h.add(driver, d.producer_id, d.producer_epoch, T1)
+    with pytest.raises(errors.ProducerFencedError, match=task):
+        h.end(driver, d.producer_id, d.producer_epoch, True, [s1])
+    assert h.state(task) == "Prepared"
+    h.end(driver, d.producer_id, d.producer_epoch, True, [s2])
+    h.write_markers()
+    assert h.state(task) == "CompleteCommit"
+
+
+def test_a_retried_prepare_gets_the_same_state(h: Harness) -> None:
+    """Goal: a prepare whose answer was lost is retried at the epoch it was sent with; it
+    gets the state the first one returned, and nothing more is written. A prepare at the new
+    epoch (the transaction is already Prepared) is INVALID_TXN_STATE."""
+    t = h.init("a", two_phase=True)
+    h.add("a", t.producer_id, 0)
+    first = h.prepare("a", t.producer_id, 0)
+    written = len(h.log.logged[h.coord.partition("a")])
+    assert h.prepare("a", t.producer_id, 0) == first
+    assert len(h.log.logged[h.coord.partition("a")]) == written
+    with pytest.raises(errors.InvalidTxnStateError, match="already Prepared"):
+        h.prepare("a", first.producer_id, first.producer_epoch)
+    h.init("a", two_phase=True, keep_prepared=True)  # a new instance fences the old one
+    with pytest.raises(errors.ProducerFencedError):
+        h.prepare("a", t.producer_id, 0)

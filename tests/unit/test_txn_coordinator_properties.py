@@ -10,6 +10,9 @@ its log) or the markers land, the coordinator keeps Kafka's invariants:
 - a decided transaction is never aborted: PrepareCommit only ever moves to CompleteCommit, and
   PrepareAbort only to CompleteAbort;
 - a with_prepared commit decides all of its transactions or none;
+- a prepared state names one transaction: no two prepares of an id return the same state, and
+  a with_prepared commit only ever decides the transaction its state was returned for (a
+  stale state, kept from an earlier transaction, decides nothing);
 - once the markers are written, no transaction is left in PrepareX (every PrepareX ends in
   its CompleteX), also after a failover;
 - a replay rebuilds exactly the state in memory.
@@ -43,6 +46,7 @@ class TxnCoordinatorMachine(RuleBasedStateMachine):
         super().__init__()
         self.h = Harness()
         self.producers: dict[str, list[tuple[int, int]]] = {tid: [] for tid in IDS}
+        self.prepared: dict[str, list[PreparedTxn]] = {tid: [] for tid in IDS}
         self.before = self._states()
 
     # -- what the producers do --
@@ -63,7 +67,14 @@ class TxnCoordinatorMachine(RuleBasedStateMachine):
 
     @rule(tid=ID, stale=st.booleans())
     def prepare(self, tid: str, stale: bool) -> None:
-        self._call(lambda pid, epoch: self.h.prepare(tid, pid, epoch), tid, stale)
+        def prepare(pid: int, epoch: int) -> None:
+            state = self.h.prepare(tid, pid, epoch)
+            if state not in self.prepared[tid]:  # else a retry: the same answer
+                self.producers[tid].append((state.producer_id, state.producer_epoch))
+                self.prepared[tid].append(state)
+            elif (pid, epoch) != (state.producer_id, state.producer_epoch - 1):
+                raise AssertionError(f"{tid}: prepare returned an earlier state {state}")
+        self._call(prepare, tid, stale)
 
     @rule(tid=ID, committed=st.booleans(), stale=st.booleans())
     def end(self, tid: str, committed: bool, stale: bool) -> None:
@@ -71,9 +82,10 @@ class TxnCoordinatorMachine(RuleBasedStateMachine):
 
     @rule(tid=ID, others=st.lists(ID, max_size=2, unique=True), stale=st.booleans())
     def commit_with_prepared(self, tid: str, others: list[str], stale: bool) -> None:
-        entries = [PreparedTxn(transactional_id=o, producer_id=p[0], producer_epoch=p[1])
-                   for o in others if o != tid and (p := self._producer(o, stale))]
+        entries = [self.prepared[o][0 if stale else -1] for o in others
+                   if o != tid and self.prepared[o]]
         before = self._states()
+        named = {e.transactional_id: self._prepared_as(e.transactional_id) for e in entries}
         opened = before[tid] in (TxnState.ONGOING, TxnState.PREPARED)
         decided = {*(e.transactional_id for e in entries), *([tid] if opened else [])}
         ok = self._call(lambda pid, epoch: self.h.end(tid, pid, epoch, True, entries), tid,
@@ -82,6 +94,10 @@ class TxnCoordinatorMachine(RuleBasedStateMachine):
         if ok and entries:
             assert all(after[t] in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
                        for t in decided), (before, after)
+            for e in entries:
+                if before[e.transactional_id] == TxnState.PREPARED:
+                    assert named[e.transactional_id] == (e.producer_id, e.producer_epoch), \
+                        f"{e} decided the transaction prepared as {named[e.transactional_id]}"
         elif not ok:
             assert after == before, "a refused with_prepared changed something"
 
@@ -129,6 +145,11 @@ class TxnCoordinatorMachine(RuleBasedStateMachine):
             out[tid] = None if meta is None else meta.state
         return out
 
+    def _prepared_as(self, tid: str) -> tuple[int, int] | None:
+        meta = self.h.coord.runtime.read(self.h.coord.partition(tid),
+                                         lambda shard: shard.txns.get(tid))
+        return None if meta is None else meta.prepared
+
     def _epochs(self) -> dict[str, tuple[int, int] | None]:
         out: dict[str, tuple[int, int] | None] = {}
         for tid in IDS:
@@ -151,6 +172,11 @@ class TxnCoordinatorMachine(RuleBasedStateMachine):
             if old in DECIDED:
                 assert new == DECIDED[old], f"{tid}: decided {old}, then {new}"
         self.before = after
+
+    @invariant()
+    def prepared_states_are_unique(self) -> None:
+        for tid, states in self.prepared.items():
+            assert len(set(states)) == len(states), f"{tid}: a prepared state repeats"
 
     @invariant()
     def epochs_never_go_back(self) -> None:

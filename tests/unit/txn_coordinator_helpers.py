@@ -83,9 +83,13 @@ class Harness:
             transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=committed,
             with_prepared=with_prepared or []))
 
-    def prepare(self, tid: str, pid: int, epoch: int) -> None:
-        self.coord.prepare(PrepareTxnRequest(transactional_id=tid, producer_id=pid,
-                                             producer_epoch=epoch))
+    def prepare(self, tid: str, pid: int, epoch: int) -> PreparedTxn:
+        """Prepare; the state it returns (prepare bumps the epoch: the producer goes on at
+        the returned one)."""
+        response = self.coord.prepare(PrepareTxnRequest(transactional_id=tid, producer_id=pid,
+                                                        producer_epoch=epoch))
+        return PreparedTxn(transactional_id=tid, producer_id=response.producer_id,
+                           producer_epoch=response.producer_epoch)
 
     def describe(self, tid: str) -> TransactionDescription:
         return self.coord.describe(tid)
