@@ -100,6 +100,7 @@ from logstore.replication.partition import PendingAppend
 from logstore.security.access import Access, Permissions, authorize
 from logstore.security.sasl import CredentialLookup
 from logstore.segments.format import SEGMENT_SUFFIX
+from logstore.segments.producer_state import VerificationGuard
 from logstore.tiering.metadata import RemoteLogSegmentMetadata
 from logstore.tiering.naming import segment_key
 
@@ -385,31 +386,39 @@ class RequestHandlers:
         try:
             self.authorize_stream(req, permissions)
             batch = conform_batch(batch, self.topic_schema(req.topic), f"topic-partition {tp}")
-            flags = self._transactional_flags(req, meta, tp)
+            flags, guard = self._transactional_flags(req, meta, tp)
             pending = self._replicas.append_records(
                 tp, batch, req.acks, producer_id=meta.producer_id,
                 producer_epoch=meta.producer_epoch, base_sequence=meta.base_sequence,
-                flags=flags, current_leader_epoch=meta.leader_epoch)
+                flags=flags, current_leader_epoch=meta.leader_epoch,
+                verify=bool(flags) and self.txn_verifier is not None, guard=guard)
         except ApiError as e:
             return PendingProduce(meta.seq, meta.partition, None, e)
         return PendingProduce(meta.seq, meta.partition, pending, None)
 
     def _transactional_flags(self, req: ProduceRequest, meta: ProduceBatchMetadata,
-                             tp: TopicPartition) -> int:
-        """FLAG_TRANSACTIONAL for a transactional batch, once its producer's first write of
-        the transaction to ``tp`` is verified with the coordinator (KIP-890 part 1)."""
+                             tp: TopicPartition) -> tuple[int, VerificationGuard | None]:
+        """FLAG_TRANSACTIONAL for a transactional batch, and unless its producer's
+        transaction is open on ``tp`` at its epoch, the guard of its verification with the
+        coordinator (KIP-890 part 1). The append checks the guard under the log's lock: a
+        marker written since the verification cleared it, and the batch is refused rather
+        than opening a transaction nobody would end."""
         if not meta.transactional:
-            return 0
+            return 0, None
         if not req.transactional_id or meta.producer_id < 0 or meta.base_sequence < 0:
             raise InvalidRequestError(
                 f"{tp}: a transactional batch needs the stream's transactional_id and a "
                 f"producer id, epoch and sequence (got transactional_id "
                 f"{req.transactional_id!r}, producer {meta.producer_id})")
-        if self.txn_verifier is not None and \
-                not self._replicas.has_open_transaction(tp, meta.producer_id):
-            self.txn_verifier.verify(req.transactional_id, meta.producer_id,
-                                     meta.producer_epoch, tp)
-        return FLAG_TRANSACTIONAL
+        guard = None
+        if self.txn_verifier is not None:
+            guard = self._replicas.verification_guard(tp, meta.producer_id,
+                                                      meta.producer_epoch)
+            if guard is not None and not guard.verified:
+                self.txn_verifier.verify(req.transactional_id, meta.producer_id,
+                                         meta.producer_epoch, tp)
+                guard.verified = True
+        return FLAG_TRANSACTIONAL, guard
 
     # -- fetch -------------------------------------------------------------------------------
 

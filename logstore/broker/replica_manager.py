@@ -38,7 +38,7 @@ from logstore.records import ControlType, StoredBatch
 from logstore.replication.partition import IsrProposer, Partition, PendingAppend
 from logstore.segments.log import Log
 from logstore.segments.log_manager import LogManager
-from logstore.segments.producer_state import ProducerEntry
+from logstore.segments.producer_state import ProducerEntry, VerificationGuard
 from logstore.tiering.remote_reader import RemoteFetchRequest
 from logstore.txn_filter import AbortedTxn, IsolationLevel
 
@@ -173,14 +173,23 @@ class ReplicaManager:
     def append_records(self, tp: TopicPartition, batch: pa.RecordBatch, required_acks: int,
                        producer_id: int = -1, producer_epoch: int = -1,
                        base_sequence: int = -1, flags: int = 0,
-                       current_leader_epoch: int = -1) -> PendingAppend:
+                       current_leader_epoch: int = -1, verify: bool = False,
+                       guard: VerificationGuard | None = None) -> PendingAppend:
         """Append now; ``wait(timeout_ms)`` on the result gives the acknowledgement.
-        ``current_leader_epoch`` (-1: unchecked) is checked against the partition's."""
+        ``current_leader_epoch`` (-1: unchecked) is checked against the partition's. With
+        ``verify``, a transactional batch needs its open transaction here or a verified
+        ``guard`` (``verification_guard``)."""
         if required_acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {required_acks}")
         return self.partition(tp).append_records_to_leader(
-            batch, required_acks, current_leader_epoch, producer_id=producer_id,
+            batch, required_acks, current_leader_epoch, verify, guard, producer_id=producer_id,
             producer_epoch=producer_epoch, base_sequence=base_sequence, flags=flags)
+
+    def verification_guard(self, tp: TopicPartition, producer_id: int, producer_epoch: int
+                           ) -> VerificationGuard | None:
+        """None if the producer's transaction is open on ``tp`` at ``producer_epoch``; else
+        the guard its verification with the coordinator must carry into the append."""
+        return self.partition(tp).log.verification_guard(producer_id, producer_epoch)
 
     def write_txn_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
                          committed: bool, coordinator_epoch: int) -> PendingAppend:

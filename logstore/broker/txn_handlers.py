@@ -103,8 +103,7 @@ class TxnHandlers:
             clock, producer_ids, self._on_decided)
         self.verifier = CoordinatorVerifier(config.broker_id, store, self.add_partitions_to_txn,
                                             peers)
-        self.writer = MarkerWriter(replicas, groups.coordinator.complete_txn,
-                                   self.verifier.forget)
+        self.writer = MarkerWriter(replicas, groups.coordinator.complete_txn)
         self.markers = TxnMarkerSender(config.broker_id, store, self.writer, peers,
                                        self.service.complete)
         self._cleanup_ms = config.transaction_abort_timed_out_transaction_cleanup_interval_ms

@@ -7,8 +7,8 @@ broker's own partitions without a network hop), in parallel per leader, retrying
 until every partition has its marker (leaders may move; a partition of a deleted topic needs
 none), then reports the job done so the coordinator writes CompleteCommit/CompleteAbort; a job
 whose coordinator was fenced or moved is dropped (the new coordinator owns it). And
-``MarkerWriter``, the partition leader's side: append each marker with acks=all, clear the
-producer's verified partitions, and tell the group coordinator when the partition is one of
+``MarkerWriter``, the partition leader's side: append each marker with acks=all (the append
+itself clears the producer's verification on the partition), and tell the group coordinator when the partition is one of
 ``__consumer_offsets`` (the pending transactional offsets the producer staged before the
 marker's offset are applied or dropped; what it staged after belongs to its next transaction,
 so a late completion cannot decide it). Must not:
@@ -62,12 +62,10 @@ class MarkerWriter:
     """Writes the markers a coordinator sends to partitions this broker leads."""
 
     def __init__(self, replicas: ReplicaManager,
-                 complete_offsets: Callable[[int, int, bool, int], int],
-                 on_marker: Callable[[TopicPartition, int], None]) -> None:
+                 complete_offsets: Callable[[int, int, bool, int], int]) -> None:
         self._replicas = replicas
         # (partition, producer id, committed, the marker's offset)
         self._complete_offsets = complete_offsets
-        self._on_marker = on_marker  # (partition, producer id): a marker was written
 
     def write(self, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
         """Append every marker first, then wait for each acknowledgement: the appends
@@ -100,11 +98,9 @@ class MarkerWriter:
                 pending.wait(MARKER_APPEND_TIMEOUT_MS)
             except ApiError as e:
                 error = e
-        if error is None and isinstance(pending, PendingAppend):
-            self._on_marker(tp, marker.producer_id)
-            if tp.topic == OFFSETS_TOPIC:
-                self._decide_offsets(tp.partition, marker.producer_id, marker.committed,
-                                     pending.info.first_offset)
+        if error is None and isinstance(pending, PendingAppend) and tp.topic == OFFSETS_TOPIC:
+            self._decide_offsets(tp.partition, marker.producer_id, marker.committed,
+                                 pending.info.first_offset)
         return TxnPartitionResult(topic=tp.topic, partition=tp.partition, **error_kw(error))
 
     def _decide_offsets(self, partition: int, producer_id: int, committed: bool,

@@ -6,15 +6,15 @@ the id's ``__transaction_state`` partition) whether the partition is in that pro
 transaction, with ``add_partitions_to_txn`` ``verify_only``; a refusal (PRODUCER_FENCED,
 INVALID_TXN_STATE, TRANSACTION_ABORTABLE...) refuses the batch, and a coordinator that cannot
 answer now makes it NOT_ENOUGH_REPLICAS, which the producer retries (Kafka's mapping for clients
-that predate the check). Positive answers are cached per (producer id, epoch, partition) until
-a marker for the producer reaches the partition. Must not: hold transaction state or touch the
-transport (peer connections are injected).
+that predate the check). It keeps no cache: a positive answer lives in the partition's
+producer state as a verified guard, which a marker of the producer clears under the log's lock
+(``segments/producer_state.py``), so an answer can never outlive its transaction. Must not:
+hold transaction state or touch the transport (peer connections are injected).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from logstore.controller.store import MetadataStore
@@ -31,7 +31,6 @@ from logstore.replication.fetcher import Connect
 log = logging.getLogger(__name__)
 
 VERIFY_TIMEOUT_S = 10.0
-MAX_CACHED = 100_000
 
 Local = Callable[[AddPartitionsToTxnRequest], AddPartitionsToTxnResponse]
 
@@ -45,15 +44,11 @@ class CoordinatorVerifier:
         self._store = store
         self._local = local
         self._peers = peers
-        self._lock = threading.Lock()
-        self._verified: set[tuple[int, int, TopicPartition]] = set()
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
                tp: TopicPartition) -> None:
-        key = (producer_id, producer_epoch, tp)
-        with self._lock:
-            if key in self._verified:
-                return
+        """Raise the ApiError that refuses the write unless ``tp`` is in the producer's
+        ongoing transaction now."""
         request = AddPartitionsToTxnRequest(
             transactional_id=transactional_id, producer_id=producer_id,
             producer_epoch=producer_epoch, verify_only=True,
@@ -63,16 +58,6 @@ class CoordinatorVerifier:
             error = entry.error()
             if error is not None:
                 raise _refusal(error, tp, transactional_id)
-        with self._lock:
-            if len(self._verified) >= MAX_CACHED:
-                self._verified.clear()
-            self._verified.add(key)
-
-    def forget(self, tp: TopicPartition, producer_id: int) -> None:
-        """A marker of ``producer_id`` reached ``tp``: its next transaction is verified
-        anew."""
-        with self._lock:
-            self._verified = {k for k in self._verified if k[0] != producer_id or k[2] != tp}
 
     def _ask(self, request: AddPartitionsToTxnRequest, tp: TopicPartition
              ) -> AddPartitionsToTxnResponse:

@@ -33,6 +33,7 @@ from logstore.model import TopicPartition
 from logstore.records import ControlType, StoredBatch
 from logstore.replication.epoch_cache import LeaderEpochCache
 from logstore.segments.log import Log
+from logstore.segments.producer_state import VerificationGuard
 from logstore.segments.results import AppendInfo
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,8 @@ class Partition:
     # -- the leader's side of produce ----------------------------------------------------------
 
     def append_records_to_leader(self, batch: pa.RecordBatch, required_acks: int,
-                                 current_leader_epoch: int = -1, **producer: int
+                                 current_leader_epoch: int = -1, verify: bool = False,
+                                 guard: VerificationGuard | None = None, **producer: int
                                  ) -> PendingAppend:
         """Append as leader now; the returned PendingAppend waits for the acknowledgement that
         ``required_acks`` asks for (durability with flush_ms=0, the ISR for acks=all), so a
@@ -147,7 +149,8 @@ class Partition:
                     f"{self.tp}: isr {sorted(self.isr)} is smaller than min_insync_replicas "
                     f"{self.log.config.min_insync_replicas}")
             epoch = self.leader_epoch
-        info = self.log.append_as_leader(batch, leader_epoch=epoch, **producer)
+        info = self.log.append_as_leader(batch, leader_epoch=epoch, verify=verify, guard=guard,
+                                         **producer)
         with self._lock:
             self._maybe_advance_high_watermark()
             followers = bool(self._followers)

@@ -54,7 +54,11 @@ from logstore.records import (
 from logstore.segments.batches import LeaderBatches, follower_bytes, follower_marker
 from logstore.segments.flusher import FlushPlan, LogFlusher, flush_range, take_dirty
 from logstore.segments.log_loader import LoadedSegments, load_segments, replay_producer_state
-from logstore.segments.producer_state import BatchMetadata, ProducerStateManager
+from logstore.segments.producer_state import (
+    BatchMetadata,
+    ProducerStateManager,
+    VerificationGuard,
+)
 from logstore.segments.reads import SegmentList, read_log, search_time
 from logstore.segments.results import AppendInfo, FetchData
 from logstore.segments.retention import deletable_segments
@@ -203,11 +207,21 @@ class Log:
 
     # -- appending -------------------------------------------------------------------------
 
+    def verification_guard(self, producer_id: int, epoch: int) -> VerificationGuard | None:
+        """The guard a transactional write of the producer must carry (None: its transaction
+        is open here at ``epoch``); see ``ProducerStateManager.verification_guard``."""
+        with self._lock:
+            return self._producers.verification_guard(producer_id, epoch)
+
     def append_as_leader(self, batch: pa.RecordBatch, leader_epoch: int = 0,
                          producer_id: int = -1, producer_epoch: int = -1,
-                         base_sequence: int = -1, flags: int = 0) -> AppendInfo:
+                         base_sequence: int = -1, flags: int = 0, verify: bool = False,
+                         guard: VerificationGuard | None = None) -> AppendInfo:
         """Assign offsets LEO..LEO+n-1 to ``batch`` and append it (see module docstring). Only
-        FLAG_TRANSACTIONAL is taken from ``flags``; a control flag is refused."""
+        FLAG_TRANSACTIONAL is taken from ``flags``; a control flag is refused. With
+        ``verify``, a transactional batch must join its producer's open transaction or carry
+        a verified ``guard`` no marker has cleared (checked under the lock, with the
+        append)."""
         now = self._clock.time_ms()
         data, header = self._encoder.producer_batch(batch, now, leader_epoch, producer_id,
                                                     producer_epoch, base_sequence, flags)
@@ -215,7 +229,8 @@ class Log:
             self._check_open()
             if producer_id >= 0:
                 duplicate = self._producers.check(producer_id, producer_epoch, base_sequence,
-                                                  header.record_count, header.is_transactional)
+                                                  header.record_count, header.is_transactional,
+                                                  verify, guard)
                 if duplicate is not None:
                     return self._duplicate_info(duplicate)
             return self._assign_and_append(data, header, now)

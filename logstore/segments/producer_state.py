@@ -18,7 +18,13 @@ Rules (``check``), for a leader batch of producer ``pid`` with ``epoch``, sequen
   returned and nothing is written); otherwise ``first`` must follow the last sequence, if one
   is known (as in Kafka, a producer whose epoch only a marker wrote, or whose batches
   retention took, may go on from any sequence);
-- a non-transactional batch from a producer with an open transaction: InvalidTxnStateError.
+- a non-transactional batch from a producer with an open transaction: InvalidTxnStateError;
+- with verification (KIP-890 part 1, ``verification_guard``): a transactional batch joins the
+  producer's transaction open on this partition at its epoch, or else must carry the guard
+  of a verification with the coordinator that no marker has cleared since: otherwise
+  TransactionAbortableError (its transaction ended meanwhile). Checked under the log's lock
+  together with the append, so a batch whose transaction was completed or aborted between its
+  check and its append never opens a transaction nobody will close (and pins the LSO).
 
 Transactions (``update``): a transactional batch of a producer with no open transaction opens
 one at its base offset; a marker (control batch) closes the open one and returns it as a
@@ -45,6 +51,7 @@ from logstore.errors import (
     InvalidRecordError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionAbortableError,
     TransactionCoordinatorFencedError,
 )
 from logstore.records import FLAG_LOG_APPEND_TIME, BatchHeader, ControlType, EndTxnMarker
@@ -101,6 +108,19 @@ class CompletedTxn:
     is_aborted: bool
 
 
+class VerificationGuard:
+    """One verification of a producer's transaction for one partition (Kafka's
+    VerificationGuard): created before the leader asks the coordinator, ``verified`` once it
+    said yes, and valid until a marker of the producer reaches the partition."""
+
+    __slots__ = ("producer_id", "epoch", "verified")
+
+    def __init__(self, producer_id: int, epoch: int) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.verified = False
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     producer_id: int
@@ -131,6 +151,7 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open txn
         self._unreplicated: deque[CompletedTxn] = deque()  # in marker order
         self._first_unstable: int | None = None
+        self._guards: dict[int, VerificationGuard] = {}  # producer id -> its verification
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -149,24 +170,53 @@ class ProducerStateManager:
         below the high watermark; None when there is none."""
         return self._first_unstable
 
+    def verification_guard(self, producer_id: int, epoch: int) -> VerificationGuard | None:
+        """(Under the log's lock.) None when the producer's transaction is open on this
+        partition at ``epoch`` (its batches join it unchecked); else the guard a
+        verification of (``producer_id``, ``epoch``) must carry: the current one, or a new
+        one (then unverified)."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and entry.txn_first_offset is not None and entry.epoch == epoch:
+            return None
+        guard = self._guards.get(producer_id)
+        if guard is None or guard.epoch != epoch:
+            guard = self._guards[producer_id] = VerificationGuard(producer_id, epoch)
+        return guard
+
     def check(self, producer_id: int, epoch: int, base_sequence: int, record_count: int,
-              transactional: bool = False) -> BatchMetadata | None:
+              transactional: bool = False, verify: bool = False,
+              guard: VerificationGuard | None = None) -> BatchMetadata | None:
         """Validate a leader append; returns the original batch when it is a duplicate. A
         transactional batch without a sequence (-1) is one a coordinator writes for the
-        producer (offsets committed in its transaction): only its epoch is checked."""
+        producer (offsets committed in its transaction): only its epoch is checked. With
+        ``verify``, a producer's transactional batch must join its open transaction or carry
+        a still valid, verified ``guard``."""
         if epoch < 0 or (base_sequence < 0 and not (transactional and base_sequence == -1)):
             raise InvalidRecordError(f"{self.tp}: producer {producer_id} sent base_sequence "
                                      f"{base_sequence} and epoch {epoch}; both must be >= 0")
         entry = self._producers.get(producer_id)
-        if entry is None:
-            return None
-        if base_sequence < 0:
+        if entry is not None and base_sequence < 0:
             self._check_epoch(entry, epoch)
             return None
-        duplicate = self._check_sequence(entry, epoch, base_sequence, record_count)
-        if duplicate is None:
+        duplicate = None if entry is None else \
+            self._check_sequence(entry, epoch, base_sequence, record_count)
+        if duplicate is None and entry is not None:
             self._check_txn_state(entry, transactional)
+        if duplicate is None and transactional and verify and base_sequence >= 0:
+            self._check_verified(entry, producer_id, epoch, guard)
         return duplicate
+
+    def _check_verified(self, entry: ProducerEntry | None, producer_id: int, epoch: int,
+                        guard: VerificationGuard | None) -> None:
+        if entry is not None and entry.txn_first_offset is not None and entry.epoch == epoch:
+            return  # it joins the transaction open here
+        current = self._guards.get(producer_id)
+        if guard is None or guard is not current or not guard.verified or \
+                guard.epoch != epoch:
+            raise TransactionAbortableError(
+                f"{self.tp}: producer {producer_id} epoch {epoch} has no transaction verified "
+                "for this partition any more (it was completed or aborted since the check); "
+                "the batch is not written: abort and retry in a new transaction")
 
     def _check_epoch(self, entry: ProducerEntry, epoch: int) -> None:
         if epoch < entry.epoch:
@@ -239,10 +289,12 @@ class ProducerStateManager:
             if marker is None:
                 raise ValueError(f"{self.tp}: control batch at offset {header.base_offset} "
                                  "given without its marker")
+            self._guards.pop(header.producer_id, None)  # its transaction ended here
             return self._end_txn(entry, header.base_offset, marker)
         if header.base_sequence >= 0:
             entry.batches.append(BatchMetadata.of(header))
         if header.is_transactional and entry.txn_first_offset is None:
+            self._guards.pop(header.producer_id, None)  # used: the transaction is open here
             entry.txn_first_offset = header.base_offset
             self._ongoing[entry.producer_id] = header.base_offset
             self._refresh_first_unstable()
@@ -294,6 +346,7 @@ class ProducerStateManager:
         self._first_unstable = min(firsts, default=None)
 
     def clear(self) -> None:
+        self._guards.clear()
         self._producers.clear()
         self._ongoing.clear()
         self._unreplicated.clear()
