@@ -23,11 +23,12 @@ from logstore.model import RecordMetadata, TopicPartition
 class RecordChunk:
     """Records sent one at a time to one topic, waiting to be turned into Arrow batches."""
 
-    __slots__ = ("topic", "rows", "limit", "created", "done", "partitions", "offsets",
-                 "timestamps", "error", "errors", "error_index", "_pending", "_lock")
+    __slots__ = ("topic", "rows", "limit", "generation", "created", "done", "partitions",
+                 "offsets", "timestamps", "error", "errors", "error_index", "_pending", "_lock")
 
-    def __init__(self, topic: str, limit: int = 1000) -> None:
+    def __init__(self, topic: str, limit: int = 1000, generation: int = 0) -> None:
         self.topic = topic
+        self.generation = generation  # the sender's generation when the chunk was started
         self.rows: list[tuple[Any, ...]] = []
         self.limit = limit  # rows that make about batch_size bytes, learnt from earlier chunks
         self.created = time.monotonic()
@@ -168,6 +169,7 @@ class ProducerBatch:
     not_before: float = 0.0
     sent_at: float = 0.0
     nbytes: int = field(default=0)
+    generation: int = 0  # the sender's generation it was queued in (an abort moves it on)
 
     def __post_init__(self) -> None:
         self.nbytes = self.batch.nbytes

@@ -7,7 +7,9 @@ stream per (broker, topic). Idempotence (producer id, epoch, per-partition seque
 broker drop duplicates and reject gaps, so retried batches keep their partition's order. With a
 ``transactional_id`` (``client/transactions.py``) records are sent inside transactions: the
 partitions a chunk or a ``send_batch`` reaches are added to the transaction before its
-batches go, and commit, abort and prepare flush first.
+batches go, and commit, abort and prepare flush first. An abort fails whatever of its
+transaction is still unacknowledged (records not yet sent, batches queued or in flight) with
+TRANSACTION_ABORTABLE, so nothing of it can be sent later into the next transaction.
 Must not: reach into broker internals.
 """
 
@@ -44,6 +46,7 @@ from logstore.errors import (
     InvalidTxnStateError,
     MessageTooLargeError,
     RequestTimedOutError,
+    TransactionAbortableError,
 )
 from logstore.model import OffsetAndMetadata, TopicPartition
 from logstore.records import HEADERS_TYPE, TIMESTAMP_TYPE, conform_batch, value_columns
@@ -148,15 +151,41 @@ class Producer:
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the transaction: its records never become visible to read_committed
-        readers. After a failed write the epoch is bumped too (its sequences had a hole)."""
+        readers. Records of it not acknowledged within ``timeout`` (not yet sent, queued or
+        in flight) fail with TRANSACTION_ABORTABLE and are never sent into a later
+        transaction. After a failed write, or when the abort failed batches, the epoch is
+        bumped too (their sequences left a hole, and a batch still on its way to a broker
+        must not join the next transaction)."""
         txn = self._transactional("abort_transaction")
         txn.check(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.PREPARED,
                   action="abort")
         with contextlib.suppress(ApiError):  # the batches' own errors: the abort goes on
             self.flush(timeout)
+        if self._fail_unacknowledged(TransactionAbortableError(
+                f"transactional id {txn.transactional_id}: the transaction was aborted before "
+                "this record was acknowledged; it is in no transaction (send it again in a "
+                "new one)")):
+            txn.needs_epoch_bump = True
         txn.end(False)
         if txn.needs_epoch_bump:
             self._sender.set_producer(*txn.bump_epoch())
+
+    def _fail_unacknowledged(self, error: ApiError) -> int:
+        """Fail every record of the transaction being aborted that is not acknowledged yet,
+        and start new chunks for the next transaction; how many batches and chunks failed
+        (the drainer fails a chunk it is splitting when it finds the sender moved on)."""
+        failed = self._sender.abort_pending(error)
+        generation = self._sender.generation
+        with self._lock:
+            stale = [c for c in self._chunks.values() if c.rows]
+            stale.extend(self._ready_chunks)
+            self._ready_chunks = []
+            for topic in self._chunks:
+                self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000),
+                                                  generation)
+        for chunk in stale:
+            chunk.fail(error)
+        return failed + len(stale)
 
     def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
         """Two-phase participation: flush, and leave the transaction Prepared for another
@@ -244,6 +273,7 @@ class Producer:
         if partition is not None and partition not in info.partitions:
             raise InvalidRecordError(f"topic {topic!r} has no partition {partition} "
                                      f"(it has {info.num_partitions})")
+        generation = self._sender.generation
         batch = self._prepare_columns(topic, info, data)
         pieces, _ = self._split(topic, info, batch, partition)
         if self._txn is not None:
@@ -251,7 +281,7 @@ class Producer:
         future = FutureBatchMetadata(topic, len(pieces))
         for pb in pieces:
             pb.batch_future = future
-        self._sender.enqueue(pieces)
+        self._sender.enqueue(pieces, generation=generation if self._txn is not None else None)
         return future
 
     def flush(self, timeout: float | None = None) -> None:
@@ -317,13 +347,15 @@ class Producer:
         self._topic_info(topic)
         with self._lock:
             if topic not in self._chunks:
-                self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000))
+                self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000),
+                                                  self._sender.generation)
             return self._chunks[topic]
 
     def _swap_chunk(self, topic: str) -> None:
         """Hand the topic's full chunk to the drainer (caller holds ``self._lock``)."""
         full = self._chunks[topic]
-        self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000))
+        self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000),
+                                          full.generation)
         self._ready_chunks.append(full)
         self._wake.set()
 
@@ -360,10 +392,14 @@ class Producer:
                     raise InvalidRecordError(f"topic {chunk.topic!r} has no partition "
                                              f"{int(bad[0])} (it has {info.num_partitions})")
             pieces, partitions = self._split(chunk.topic, info, batch, None, explicit, chunk)
+            generation = None
             if self._txn is not None:
+                generation = chunk.generation
+                if generation != self._sender.generation:  # its transaction was aborted
+                    raise self._sender.aborted_error()
                 self._txn.add_partitions(pb.tp for pb in pieces)
             chunk.expect(len(pieces), partitions, timestamps)
-            self._sender.enqueue(pieces)
+            self._sender.enqueue(pieces, generation=generation)
         except Exception as e:  # a bad chunk fails its own futures, never the producer
             err = e if isinstance(e, InvalidRecordError | MessageTooLargeError) else e if \
                 isinstance(e, ApiError) and self._txn is not None else \

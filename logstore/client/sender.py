@@ -12,8 +12,11 @@ sequence has a hole, so that partition moves to a fresh producer id once its in-
 have come back, and its queued batches are numbered again in their original order (Kafka bumps
 the epoch for the same reason). A transactional producer's batches all carry the id and epoch
 its transaction manager set, are flagged transactional, and a batch that fails for good makes
-the transaction abortable instead (the epoch bump comes with the abort). Must not: build
-batches (``producer.py`` does that).
+the transaction abortable instead (the epoch bump comes with the abort). An abort
+(``abort_pending``) fails every batch of the aborted transaction not yet acknowledged, queued
+or in flight, and moves the sender to a new generation: a batch of an earlier generation is
+refused at ``enqueue``, never sent or retried, and its failure does not touch the next
+transaction. Must not: build batches (``producer.py`` does that).
 """
 
 from __future__ import annotations
@@ -134,6 +137,8 @@ class Sender:
         self._ids_refused: ApiError | None = None
         self._queued_bytes = 0
         self._outstanding: set[int] = set()  # orders of batches not yet done
+        self._generation = 0  # moved on by each abort_pending
+        self._aborted: ApiError | None = None  # the error of the last abort
         self._refresh: set[str] = set()
         self._refresh_via: str | None = None  # a broker that just answered: ask it first
         self._closed = False
@@ -143,19 +148,34 @@ class Sender:
 
     # -- called by the producer --------------------------------------------------------------
 
-    def enqueue(self, batches: list[ProducerBatch], max_block_s: float = 60.0) -> None:
+    @property
+    def generation(self) -> int:
+        """The current generation (a transaction's batches are queued in the generation
+        that was current when its records were sent)."""
+        with self._cond:
+            return self._generation
+
+    def enqueue(self, batches: list[ProducerBatch], max_block_s: float = 60.0,
+                generation: int | None = None) -> None:
+        """Queue ``batches``; with ``generation``, refused with the abort's error if an
+        abort moved the sender past it (the records belong to an aborted transaction)."""
         size = sum(b.nbytes for b in batches)
         deadline = time.monotonic() + max_block_s
         with self._cond:
-            while self._closed or (self._queued_bytes > 0 and
-                                   self._queued_bytes + size > self._buffer_memory):
+            while True:
                 if self._closed:
                     raise RequestTimedOutError("the producer was closed before this record "
                                                "could be sent")
+                if generation is not None and generation != self._generation:
+                    raise self.aborted_error()
+                if self._queued_bytes == 0 or \
+                        self._queued_bytes + size <= self._buffer_memory:
+                    break
                 if not self._cond.wait(deadline - time.monotonic()):
                     raise RequestTimedOutError(
                         f"buffer_memory {self._buffer_memory} full for {max_block_s} s")
             for b in batches:
+                b.generation = self._generation
                 self._insert(b)
                 self._outstanding.add(b.order)
             self._queued_bytes += size
@@ -177,6 +197,35 @@ class Sender:
                 if remaining is not None and remaining <= 0:
                     raise RequestTimedOutError(f"flush did not finish within {timeout} s")
                 self._cond.wait(remaining)
+
+    def abort_pending(self, error: ApiError) -> int:
+        """A transaction is being aborted: move to a new generation and fail, with
+        ``error``, every batch not yet acknowledged (queued ones and those in flight, whose
+        streams are closed: the broker may still write them, but only into the aborted
+        transaction). How many batches were failed."""
+        with self._cond:
+            self._generation += 1
+            self._aborted = error
+            queued = [b for queue in self._ready.values() for b in queue]
+            self._ready.clear()
+            streams = list(self._streams.values())
+            self._cond.notify_all()
+        failed = len(queued)
+        for stream in streams:
+            with stream.lock:
+                in_flight = len(stream.inflight)
+            if in_flight:
+                failed += in_flight
+                self._break_stream(stream, error, retry=False)
+        for batch in queued:
+            self._finish(batch, -1, error)
+        return failed
+
+    def aborted_error(self) -> ApiError:
+        """The error of records whose transaction was aborted (a fresh copy)."""
+        with self._cond:
+            error = self._aborted or RequestTimedOutError("the transaction was aborted")
+            return type(error)(error.message)
 
     def close(self, error: ApiError) -> None:
         """Stop; batches not yet acknowledged fail with ``error``."""
@@ -282,17 +331,22 @@ class Sender:
             self._cond.notify_all()
 
     def _send(self, batch: ProducerBatch) -> None:
+        stale = False
         try:
             if self._idempotent and not self._sequences.has_default():
                 self._fetch_ids()
                 if not self._sequences.has_default():
                     raise self._ids_refused or NetworkError("no producer id yet")
             stream, leader_epoch = self._stream_for(batch)
-            if self._idempotent:
-                with self._cond:
+            with self._cond:
+                stale = batch.generation != self._generation
+                if self._idempotent and not stale:
                     self._sequences.assign(batch)
         except ApiError as e:
             self._on_error(batch, e)
+            return
+        if stale:  # its transaction was aborted while it waited: never sent
+            self._complete(batch, -1, self.aborted_error())
             return
         meta = ProduceBatchMetadata(
             seq=batch.order, partition=batch.tp.partition, producer_id=batch.producer_id,
@@ -302,12 +356,20 @@ class Sender:
             with stream.lock:
                 if stream.broken:  # its reader gave up on it a moment ago
                     raise NetworkError(f"produce stream to {stream.key[0]} broke")
+                # An abort moves the generation on before it closes the streams with batches
+                # in flight: a batch is either in flight here (and failed by the abort) or
+                # found stale now, never sent after its transaction ended.
+                stale = batch.generation != self._generation
+                if stale:
+                    raise NetworkError(f"{batch.tp}: the batch's transaction was aborted")
                 if self._acks != 0:
                     batch.sent_at = time.monotonic()
                     stream.inflight.append(batch)
                 stream.stream.send(batch.batch, meta)
         except ApiError as e:
-            if self._acks != 0 and batch in stream.inflight:
+            if stale:
+                self._complete(batch, -1, self.aborted_error())
+            elif self._acks != 0 and batch in stream.inflight:
                 self._break_stream(stream, e)  # the batch is in flight: it is retried there
             else:
                 self._on_error(batch, e)
@@ -420,6 +482,8 @@ class Sender:
             # must not fail a retries=0 producer), still within delivery_timeout_ms.
             stale_epoch = isinstance(error, FencedLeaderEpochError | UnknownLeaderEpochError)
             retries_left = stale_epoch or batch.attempts - batch.epoch_refusals < self._retries
+            if batch.generation != self._generation:  # its transaction was aborted
+                retries_left, error = False, self.aborted_error()
             if error.retriable and retries_left and now < batch.deadline and not self._closed:
                 batch.attempts += 1
                 batch.epoch_refusals += stale_epoch
@@ -446,7 +510,11 @@ class Sender:
 
     def _failed_for_good(self, batch: ProducerBatch, error: ApiError) -> ApiError:
         """Its partition's sequence has a hole; the error its futures get (a transactional
-        producer's transaction manager may restate it)."""
+        producer's transaction manager may restate it; a batch of an aborted transaction
+        fails alone: the abort already ended its transaction)."""
+        with self._cond:
+            if batch.generation != self._generation:
+                return error
         if self._on_failure is not None:
             restated = self._on_failure(error)
             return restated if isinstance(restated, ApiError) else error

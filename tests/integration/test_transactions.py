@@ -17,6 +17,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
@@ -28,6 +29,7 @@ from logstore.errors import (
     ErrorCode,
     InvalidTxnStateError,
     ProducerFencedError,
+    TransactionAbortableError,
     UnstableOffsetCommitError,
 )
 from logstore.messages.groups import KEY_TYPE_GROUP, GroupPartition, OffsetFetchRequest
@@ -213,3 +215,34 @@ def test_a_producer_that_dies_mid_transaction_is_aborted_after_its_timeout(
     with pytest.raises(ProducerFencedError):
         producer.commit_transaction()
     producer.close()
+
+
+def test_an_abort_fails_its_unacknowledged_records_and_none_joins_the_next_transaction(
+        tbroker: BrokerProcess) -> None:
+    """Goal: ``abort_transaction(timeout)`` fails the records of the aborted transaction the
+    broker has not acknowledged with TRANSACTION_ABORTABLE; none of them is sent later, into
+    the next transaction or into none (where it would pin the LSO). Method: a topic whose
+    min_insync_replicas the single broker cannot meet, so its batch is retried, unwritten,
+    until the abort fails it; then the topic is made writable (the abort's marker needs the
+    ISR too, so the abort completes only then) and the same producer commits a second
+    transaction to it; read_committed and read_uncommitted hold only the second one's record
+    and the LSO is the high watermark."""
+    with Admin(tbroker.bootstrap) as admin:
+        stuck = new_topic(admin, 1, min_insync_replicas=2)
+    with txn_producer(tbroker) as producer, ThreadPoolExecutor(1) as pool:
+        producer.begin_transaction()
+        late = producer.send(stuck, value=b"aborted", partition=0)
+        aborting = pool.submit(producer.abort_transaction, 0.5)
+        with pytest.raises(TransactionAbortableError, match="aborted before this record"):
+            late.result(30)
+        with Admin(tbroker.bootstrap) as admin:
+            admin.alter_configs({stuck: {"min_insync_replicas": 1}})
+        aborting.result(60)
+        producer.begin_transaction()
+        producer.send(stuck, value=b"next", partition=0).result(30)
+        producer.commit_transaction()
+    assert read_values(tbroker.bootstrap, stuck, range(1)) == {0: [b"next"]}
+    assert read_values(tbroker.bootstrap, stuck, range(1), "read_uncommitted") == \
+        {0: [b"next"]}
+    assert end_offsets(tbroker.bootstrap, stuck, [0]) == \
+        end_offsets(tbroker.bootstrap, stuck, [0], "read_uncommitted")
