@@ -71,7 +71,7 @@ def test_default_topic_round_trip_resumes_exactly_once(spark: Any, broker: Broke
     _produce(broker.bootstrap, topic, 300, 200)
     second = run_archive(spark, *argv)
     assert (first.totals.records, second.totals.records) == (300, 200)
-    assert run_archive(spark, *argv).totals.commits == 0  # nothing new: no empty snapshot
+    assert run_archive(spark, *argv).totals.commits == 0  # nothing new: no data commit
     table = load_table(where, "ns.events")
     assert table_rows(table) == consumer_rows(broker.bootstrap, topic)
     ends = _ends(broker.bootstrap, topic, 3)
