@@ -21,8 +21,16 @@ snapshot it planned from, so it fails (``ArchiveOwnerError``, naming the table a
 and can never reference a file the new run deleted. Orphan removal lists the files first and
 checks ownership after, so a stale run deletes nothing the new owner writes.
 
-The group offsets are a copy for ``logstore groups describe`` (lag), committed after each
-table commit and again at start (in case a run died between the two).
+The group offsets are only a copy, for ``logstore groups describe`` (lag), and nothing reads
+them back: a run always resumes from the table's current snapshot. They are committed after
+each table commit and are not atomic with it: the table lives in a catalog and an object
+store, the group on the brokers, and no commit spans both (a transactional offset commit
+would make them atomic with produced records, not with an Iceberg commit, so the job uses a
+plain one). A run that dies between the two leaves the group behind the table until the next
+run, which copies the table's offsets at start; a run that lost the table stops copying, but
+a copy it had already sent can land after the new owner's and show an older position until
+the new owner's next commit. Lag from the group can therefore be overstated, never hide
+records that are not archived: the group never runs ahead of the table.
 """
 
 from __future__ import annotations
@@ -304,8 +312,16 @@ class Archiver:
 
     def commit_group_offsets(self, coverage: dict[TopicPartition, Coverage]) -> None:
         """The table's offsets, copied to group ``archive.<table>`` (for lag); a failure is
-        logged, not fatal: the table stays the source of truth and the next commit repeats."""
+        logged, not fatal: the table stays the source of truth and the next commit (or the
+        next run's start) repeats. Skipped once another run owns the table, so that a stale
+        run's copy does not move the group back behind the new owner's (a narrow window
+        remains: the copy is not atomic with the table; see the module's docstring)."""
         if not coverage:
+            return
+        try:
+            check_owner(self.table.refresh(), self.run_id)
+        except ArchiveOwnerError as e:
+            log.warning("not copying offsets to group %s: %s", self.config.group, e)
             return
         try:
             with Admin(self.config.bootstrap) as admin:
