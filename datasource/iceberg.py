@@ -269,7 +269,8 @@ def _without_retries(table: Table) -> Table:
     of another run's commit. The override lives only in this copy, never in the catalog."""
     metadata = table.metadata.model_copy(update={"properties": {
         **table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}})
-    return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog)
+    return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog,
+                 table.config)
 
 
 def owner(table: Table) -> str | None:
