@@ -151,6 +151,8 @@ def test_taking_over_moves_main_and_keeps_the_coverage(settings: CatalogSettings
     assert owner(b.table) == "runB" and summary(b.table)[OWNER_SUMMARY] == "runB"
     assert coverage_of(summary(b.table))[TP].end == 10
     assert len(referenced_files(b.table)) == 1  # no file added, none dropped
+    stored = _load(settings).properties  # the no-retry override never reaches the catalog
+    assert stored == {"logstore.archive.owner": "runB"}
 
 
 def test_racing_takeovers_leave_one_owner(settings: CatalogSettings) -> None:
