@@ -75,13 +75,26 @@ def _open(task: ArchiveTask) -> Iterator[Any]:
 
 def _row_groups(parquet: pq.ParquetFile, start: int, end: int) -> list[int]:
     """Row groups whose offset statistics meet [start, end) (all when there are none)."""
-    index = parquet.schema_arrow.get_field_index("offset")
+    index = _leaf_column(parquet.metadata, "offset")
+    if index is None:
+        return list(range(parquet.num_row_groups))
     out = []
     for i in range(parquet.num_row_groups):
         stats = parquet.metadata.row_group(i).column(index).statistics
         if stats is None or not stats.has_min_max or (stats.min < end and stats.max >= start):
             out.append(i)
     return out
+
+
+def _leaf_column(metadata: pq.FileMetaData, path: str) -> int | None:
+    """The index of the Parquet leaf column at ``path`` (a row group's statistics are per
+    leaf: a struct, list or map column before it has one leaf per nested field, so the Arrow
+    field index is not the leaf index), or None when the file has no such column."""
+    schema = metadata.schema
+    for i in range(len(schema)):
+        if schema.column(i).path == path:
+            return i
+    return None
 
 
 def _in_range(batch: pa.RecordBatch, task: ArchiveTask) -> pa.RecordBatch:

@@ -4,8 +4,9 @@ Owns: catalog properties (``key=value`` pairs or a file; by default a SQL catalo
 a local warehouse), opening or creating an archive table and checking it against the topics,
 the file IO (fsspec, so ``s3://`` works without a Spark S3 connector), turning a written
 Parquet file into an Iceberg ``DataFile`` (on executors), the one commit that appends a run's
-files together with its offsets only if the table did not change since the run planned, and
-listing the files the table references or holds. Must not: read topics, or import pyspark.
+files together with its offsets only if the table did not change since the run planned (never
+re-based by pyiceberg's retries), the commit by which a run takes a table over, and listing
+the files the table references or holds. Must not: read topics, or import pyspark.
 
 pyiceberg is reached only here and in ``iceberg_types.py`` (its types).
 """
@@ -40,7 +41,7 @@ from pyiceberg.io.pyarrow import (
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import AssertRefSnapshotId
 from pyiceberg.transforms import DayTransform, IdentityTransform
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 FSSPEC_IO = "pyiceberg.io.fsspec.FsspecFileIO"
 PARTITION_BY = ("date", "partition", "none")
 OWNER_PROPERTY = "logstore.archive.owner"
+OWNER_SUMMARY = "logstore.owner"  # in the summary of the snapshot a run took the table with
+OWNERSHIP_ATTEMPTS = 5
 CATALOG_NAME = "logstore"
 
 
@@ -62,6 +65,10 @@ class ArchiveCatalogError(LogstoreError, ValueError):
 
 class ArchiveConflictError(LogstoreError, RuntimeError):
     """The table changed between planning and commit (another run committed)."""
+
+
+class ArchiveOwnerError(ArchiveConflictError):
+    """Another run took the table over: this (stale) run must stop without committing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,12 +215,62 @@ def open_table(catalog: Catalog, name: str, arrow: pa.Schema, partition_by: str,
     return table
 
 
-def take_ownership(table: Table, run_id: str) -> Table:
-    """Mark ``run_id`` as the run archiving into ``table``; an older run still going sees it
-    before its next commit and stops (one archive run per table at a time)."""
-    with table.transaction() as tx:
+def take_ownership(table: Table, run_id: str, carried: Iterable[str]) -> Table:
+    """Make ``run_id`` the run archiving into ``table`` (one run per table at a time).
+
+    One commit sets the owner property *and* moves the main branch to a new snapshot with no
+    new files (its summary carries the current snapshot's ``carried`` keys, the coverage, and
+    names the run). Every commit of an older run asserts the main snapshot it planned from,
+    so once this returns no older run can commit again: its next commit fails, whatever it
+    wrote becomes an orphan, and the new run may delete orphans safely afterwards."""
+    keep = set(carried)
+    for _ in range(OWNERSHIP_ATTEMPTS):
+        table = table.refresh()
+        base = table.current_snapshot()
+        properties = {k: v for k, v in summary(table).items() if k in keep}
+        properties[OWNER_SUMMARY] = run_id
+        tx = _without_retries(table).transaction()
         tx.set_properties({OWNER_PROPERTY: run_id})
-    return table.refresh()
+        _assert_main(tx, None if base is None else base.snapshot_id)
+        with tx.update_snapshot(snapshot_properties=properties).fast_append():
+            pass  # no files: the snapshot exists to move main
+        try:
+            return tx.commit_transaction()
+        except CommitFailedException:
+            log.info("table %s changed while run %s took it over; trying again", table.name(),
+                     run_id)
+    raise ArchiveConflictError(f"table {_name(table)}: run {run_id} could not take it over "
+                               f"({OWNERSHIP_ATTEMPTS} attempts, other commits kept landing)")
+
+
+def check_owner(table: Table, run_id: str) -> None:
+    """Raise ``ArchiveOwnerError`` unless ``run_id`` owns ``table`` (as last loaded)."""
+    now = owner(table)
+    if now != run_id:
+        raise ArchiveOwnerError(f"table {_name(table)} is now archived by run {now}; this run "
+                                f"({run_id}) stops without committing (one archive run per "
+                                f"table at a time)")
+
+
+def _name(table: Table) -> str:
+    return repr(".".join(table.name()))
+
+
+def _assert_main(tx: Any, snapshot_id: int | None) -> None:
+    """Make ``tx`` apply only if main is still ``snapshot_id`` (None: main does not exist)."""
+    condition = AssertRefSnapshotId.model_validate({"ref": "main", "snapshot-id": snapshot_id})
+    tx._apply((), (condition,))  # pyiceberg's own appends assert only what they loaded
+
+
+def _without_retries(table: Table) -> Table:
+    """``table`` whose commits never retry. pyiceberg retries a failed snapshot commit by
+    re-basing it on the new main and dropping every main-branch assertion (table property
+    ``commit.retry.num-retries``, default 4), which would let a stale run's files land on top
+    of another run's commit. The override lives only in this copy, never in the catalog."""
+    metadata = table.metadata.model_copy(update={"properties": {
+        **table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}})
+    return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog,
+                 table.config)
 
 
 def owner(table: Table) -> str | None:
@@ -247,29 +304,40 @@ def data_file(metadata: TableMetadata, path: str, parquet: pq.FileMetaData, size
 
 
 def commit_files(table: Table, files: list[DataFile], properties: dict[str, str],
-                 expected_snapshot_id: int | None) -> Table:
+                 expected_snapshot_id: int | None, run_id: str) -> Table:
     """Append ``files`` as one snapshot whose summary carries ``properties``, only if the
     table's current snapshot is still ``expected_snapshot_id``: the catalog applies it
-    atomically (compare-and-swap of the metadata location) or not at all."""
-    tx = table.transaction()
-    condition = AssertRefSnapshotId.model_validate(
-        {"ref": "main", "snapshot-id": expected_snapshot_id})
-    tx._apply((), (condition,))  # pyiceberg's own appends assert nothing about the base
+    atomically (compare-and-swap of the metadata location) or not at all, never re-based.
+    When it does not apply because another run took the table over (``take_ownership``),
+    ``ArchiveOwnerError`` names that run."""
+    tx = _without_retries(table).transaction()
+    _assert_main(tx, expected_snapshot_id)
     with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
         for f in files:
             append.append_data_file(f)
     try:
         return tx.commit_transaction()
     except CommitFailedException as e:
-        raise ArchiveConflictError(f"table {table.name()}: another commit landed since this run "
-                                   f"planned ({e}); nothing of this run was committed") from None
+        failure = str(e)
+    check_owner(table.refresh(), run_id)
+    raise ArchiveConflictError(f"table {_name(table)}: another commit landed since run {run_id} "
+                               f"planned ({failure}); nothing of this run was committed")
 
 
 def referenced_files(table: Table) -> set[str]:
-    """Every data file any snapshot of ``table`` references."""
-    if table.current_snapshot() is None:
-        return set()
-    return set(table.inspect.all_files().column("file_path").to_pylist())
+    """Every data file any snapshot of ``table`` references (read from the manifests:
+    ``inspect.all_files`` fails on a table whose snapshots have none, as when a run took an
+    empty table over)."""
+    paths: set[str] = set()
+    seen: set[str] = set()
+    for snapshot in table.snapshots():
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            paths.update(entry.data_file.file_path for entry in
+                         manifest.fetch_manifest_entry(table.io, discard_deleted=False))
+    return paths
 
 
 def stored_files(settings: CatalogSettings, location: str) -> list[str]:

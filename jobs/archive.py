@@ -14,10 +14,23 @@ the one the micro-batch planned from. So a micro-batch is in the table entirely 
 and the next one (in this run, or in a run after a crash at any point) starts where the table
 says. Files of a micro-batch that never committed are orphans: at start, and after a failed
 micro-batch, every archive file under the table's ``data/`` that no snapshot references is
-deleted. One run per table at a time: a run marks the table as its own (a table property)
-before it removes orphans, and a run that finds another's mark stops before its next commit.
-The group offsets are a copy for ``logstore groups describe`` (lag), committed after each
-table commit and again at start (in case a run died between the two).
+deleted. One run per table at a time: a run takes the table over with a commit of its own
+(the owner property and an empty snapshot that moves the main branch, carrying the coverage)
+*before* it removes orphans. Every commit of an older run that is still going asserts the main
+snapshot it planned from, so it fails (``ArchiveOwnerError``, naming the table and both runs)
+and can never reference a file the new run deleted. Orphan removal lists the files first and
+checks ownership after, so a stale run deletes nothing the new owner writes.
+
+The group offsets are only a copy, for ``logstore groups describe`` (lag), and nothing reads
+them back: a run always resumes from the table's current snapshot. They are committed after
+each table commit and are not atomic with it: the table lives in a catalog and an object
+store, the group on the brokers, and no commit spans both (a transactional offset commit
+would make them atomic with produced records, not with an Iceberg commit, so the job uses a
+plain one). A run that dies between the two leaves the group behind the table until the next
+run, which copies the table's offsets at start; a run that lost the table stops copying, but
+a copy it had already sent can land after the new owner's and show an older position until
+the new owner's next commit. Lag from the group can therefore be overstated, never hide
+records that are not archived: the group never runs ahead of the table.
 """
 
 from __future__ import annotations
@@ -47,8 +60,10 @@ from datasource.archive_offsets import (
 )
 from datasource.iceberg import (
     ArchiveCatalogError,
+    ArchiveOwnerError,
     CatalogSettings,
     catalog_settings,
+    check_owner,
     check_warehouse,
     commit_files,
     data_file,
@@ -56,7 +71,6 @@ from datasource.iceberg import (
     filesystem,
     open_catalog,
     open_table,
-    owner,
     referenced_files,
     stored_files,
     summary,
@@ -143,6 +157,25 @@ def end_offset(info: PartitionInfo, isolation_level: str) -> int:
     return info.high_watermark
 
 
+def remove_orphans(settings: CatalogSettings, table: Any, run_id: str) -> int:
+    """Delete the archive files under ``table``'s ``data/`` that no snapshot references, as
+    run ``run_id``, which must own the table. The listing comes first and the ownership check
+    after it: a file listed was written before the check, and a run that takes the table over
+    later writes only after that, so a run that lost the table deletes nothing of the new
+    owner's (it raises ``ArchiveOwnerError`` instead). Files the listing holds cannot be
+    committed any more: only the owner commits, and it is here, between micro-batches."""
+    stored = stored_files(settings, table.location())
+    table = table.refresh()
+    check_owner(table, run_id)
+    referenced = referenced_files(table)
+    orphans = [p for p in stored if run_id_of(p) is not None and p not in referenced]
+    for path in orphans:
+        delete_file(settings, path)
+    if orphans:
+        log.warning("removed %d orphan file(s) of runs that did not commit", len(orphans))
+    return len(orphans)
+
+
 # -- the driver --------------------------------------------------------------------------------
 
 
@@ -170,7 +203,7 @@ class Archiver:
         check_warehouse(self.config.catalog)
         catalog = open_catalog(self.config.catalog)
         table = open_table(catalog, self.config.table, arrow, self.config.partition_by, topics)
-        self.table = take_ownership(table, self.run_id)
+        self.table = take_ownership(table, self.run_id, (ARCHIVED_KEY,))
         fs, _ = filesystem(self.config.catalog, self.table.location())
         self.job = WriteJob(self.run_id, self.table.location(), fs,
                             read_settings(self.config, arrow),
@@ -191,14 +224,7 @@ class Archiver:
 
     def remove_orphans(self) -> int:
         """Delete archive files no snapshot references (left by a run that died)."""
-        referenced = referenced_files(self.table)
-        orphans = [p for p in stored_files(self.config.catalog, self.table.location())
-                   if run_id_of(p) is not None and p not in referenced]
-        for path in orphans:
-            delete_file(self.config.catalog, path)
-        if orphans:
-            log.warning("removed %d orphan file(s) of runs that did not commit", len(orphans))
-        return len(orphans)
+        return remove_orphans(self.config.catalog, self.table, self.run_id)
 
     def cycle(self) -> int:
         """One micro-batch: plan from the table, write, commit. Records archived."""
@@ -216,9 +242,7 @@ class Archiver:
 
     def _cycle(self) -> int:
         self.table = self.table.refresh()
-        if owner(self.table) != self.run_id:
-            raise ArchiveError(f"table {self.config.table!r} is now archived by run "
-                               f"{owner(self.table)}; this run ({self.run_id}) stops")
+        check_owner(self.table, self.run_id)
         base = self.table.current_snapshot()
         coverage = coverage_of(summary(self.table))
         plan, infos = self._plan(coverage)
@@ -230,9 +254,8 @@ class Archiver:
             written = self._write(plan, infos)
         with self.totals.timed("commit"):
             files = [data_file(self.table.metadata, w.path, w.parquet, w.size) for w in written]
-            self.table = commit_files(self.table, files,
-                                      self._properties(plan), None if base is None
-                                      else base.snapshot_id)
+            self.table = commit_files(self.table, files, self._properties(plan),
+                                      None if base is None else base.snapshot_id, self.run_id)
         self._account(plan, written)
         log.info("committed snapshot %s: %d file(s)", self.totals.snapshot_id, len(written))
         with self.totals.timed("group offsets"):
@@ -289,8 +312,16 @@ class Archiver:
 
     def commit_group_offsets(self, coverage: dict[TopicPartition, Coverage]) -> None:
         """The table's offsets, copied to group ``archive.<table>`` (for lag); a failure is
-        logged, not fatal: the table stays the source of truth and the next commit repeats."""
+        logged, not fatal: the table stays the source of truth and the next commit (or the
+        next run's start) repeats. Skipped once another run owns the table, so that a stale
+        run's copy does not move the group back behind the new owner's (a narrow window
+        remains: the copy is not atomic with the table; see the module's docstring)."""
         if not coverage:
+            return
+        try:
+            check_owner(self.table.refresh(), self.run_id)
+        except ArchiveOwnerError as e:
+            log.warning("not copying offsets to group %s: %s", self.config.group, e)
             return
         try:
             with Admin(self.config.bootstrap) as admin:
@@ -368,7 +399,8 @@ def _stop_on_signal(archiver: Archiver) -> Any:
     return previous
 
 
-__all__ = ["ArchiveCatalogError", "ArchiveConfig", "ArchiveDataLossError", "Archiver", "main"]
+__all__ = ["ArchiveCatalogError", "ArchiveConfig", "ArchiveDataLossError", "ArchiveOwnerError",
+           "Archiver", "main", "remove_orphans"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,6 +9,7 @@ Consumer read (``helpers.consumer_rows``).
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import time
 from decimal import Decimal
@@ -19,6 +20,9 @@ import pyarrow as pa
 import pytest
 
 from datasource.archive_offsets import ARCHIVED_KEY, decode
+from datasource.iceberg import ArchiveOwnerError
+from jobs.archive import Archiver, config_from
+from jobs.archive_runner import SparkRunner
 from logstore import Admin, Consumer, NewTopic
 from logstore.cli.schema_spec import value_schema_arg
 from logstore.model import EARLIEST, LATEST, TopicPartition
@@ -26,6 +30,7 @@ from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer, new_to
 from tests.helpers import wait_for
 from tests.spark.archive_helpers import (
     load_table,
+    parse,
     pylist,
     run_archive,
     table_rows,
@@ -71,7 +76,7 @@ def test_default_topic_round_trip_resumes_exactly_once(spark: Any, broker: Broke
     _produce(broker.bootstrap, topic, 300, 200)
     second = run_archive(spark, *argv)
     assert (first.totals.records, second.totals.records) == (300, 200)
-    assert run_archive(spark, *argv).totals.commits == 0  # nothing new: no empty snapshot
+    assert run_archive(spark, *argv).totals.commits == 0  # nothing new: no data commit
     table = load_table(where, "ns.events")
     assert table_rows(table) == consumer_rows(broker.bootstrap, topic)
     ends = _ends(broker.bootstrap, topic, 3)
@@ -81,6 +86,33 @@ def test_default_topic_round_trip_resumes_exactly_once(spark: Any, broker: Broke
         committed = admin.list_group_offsets("archive.ns.events")
         assert "archive.ns.events" in [g.group_id for g in admin.list_groups()]
     assert {tp: om.offset for tp, om in committed.items()} == ends
+
+
+def test_a_run_taken_over_stops_with_an_error_naming_the_table_and_runs(
+        spark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
+    """Goal: one run per table: a run whose table another run took over (after it started)
+    stops before writing, naming the table and both runs, and the table still holds each
+    record once. Method: run A prepares (takes the table), run B archives everything, then A
+    runs its micro-batch; compare the table with a Consumer read."""
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, 2, prefix="owner")
+    where = warehouse_args(tmp_path)
+    argv = ["--topic", topic, "--table", "ns.owned", *where,
+            "--bootstrap-server", broker.bootstrap]
+    _produce(broker.bootstrap, topic, 0, 100)
+    stale = Archiver(config_from(parse(*argv, "--no-progress")), io.StringIO())
+    try:
+        stale.prepare()
+        fresh = run_archive(spark, *argv)
+        stale.runner = SparkRunner(spark, progress=False)
+        with pytest.raises(ArchiveOwnerError, match=(
+                rf"table 'ns.owned' is now archived by run {fresh.run_id}; this run "
+                rf"\({stale.run_id}\) stops without committing")):
+            stale.run()
+    finally:
+        stale.close()
+    assert fresh.totals.records == 100
+    assert table_rows(load_table(where, "ns.owned")) == consumer_rows(broker.bootstrap, topic)
 
 
 def _typed_table(rows: int, start: int) -> pa.Table:
