@@ -130,6 +130,35 @@ def test_wide_rows_go_a_few_to_a_piece_and_one_over_the_limit_is_refused_first(b
     _assert_exactly_once(_read_ids(broker.bootstrap, topic, 1, rows, "value")[0], rows)
 
 
+@pytest.mark.parametrize("compression", [None, "zstd"], ids=["plain", "zstd"])
+def test_one_oversized_record_among_sends_fails_alone(broker, compression: str | None) -> None:
+    """Goal: per-record send() gathers records into chunks cut the same way; a record over the
+    limit in the middle of a chunk is the only error: its future fails with MESSAGE_TOO_LARGE
+    naming the topic-partition and the limit, every other record (before and after it, in the
+    same chunk) arrives once, in order.
+
+    Method: a 1-partition topic with max_message_bytes 1 MiB; 3000 records of 300 random bytes
+    with record 1500 of 2 MiB of random bytes (incompressible, so zstd cannot save it), sent
+    with a long linger so they share chunks; then each future's outcome and a read-back."""
+    rows, bad = 3000, 1500
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, partitions=1, max_message_bytes=MiB)
+    values = _numbered_values(rows, 300, 3).to_pylist()
+    values[bad] = np.random.default_rng(4).integers(0, 256, 2 * MiB, dtype=np.uint8).tobytes()
+    with bounded_producer(broker.bootstrap, acks=1, linger_ms=200, batch_size=4 * MiB,
+                          compression_type=compression) as producer:
+        futures = [producer.send(topic, v) for v in values]
+        producer.flush(60)
+    for i, f in enumerate(futures):
+        if i == bad:
+            with pytest.raises(MessageTooLargeError, match=rf"{topic}-0.*limit {MiB}"):
+                f.result(0)
+        else:
+            f.result(0)
+    ids = _read_ids(broker.bootstrap, topic, 1, rows - 1, "value")[0]
+    assert np.array_equal(ids, np.delete(np.arange(rows), bad))
+
+
 def test_skewed_keys_land_on_their_partitions_exactly_once(broker, seed: int) -> None:
     """Goal: a table whose keys are heavily skewed (90% one key, the rest spread) is cut per
     partition and each record lands on its key's partition, once. Method: 200k rows over 6
