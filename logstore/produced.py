@@ -46,7 +46,7 @@ from logstore.records import (
     MAGIC,
     BatchHeader,
     EncodedBatch,
-    schema_message_size,
+    ipc_message,
     seal_batch,
 )
 
@@ -58,11 +58,7 @@ def encode_produced(batch: pa.RecordBatch, options: ipc.IpcWriteOptions | None =
                     ) -> pa.Buffer:
     """What a producer sends for ``batch`` (already in the topic's schema): its IPC message
     with a blank batch header, compressed as ``options`` say. One copy of the data."""
-    sink = pa.BufferOutputStream()
-    writer = ipc.new_stream(sink, batch.schema, options=options)
-    writer.write_batch(batch, custom_metadata={HEADER_KEY: BLANK_HEADER})
-    data = sink.getvalue()  # not closed: closing would append an end-of-stream marker
-    return data.slice(schema_message_size(batch.schema))
+    return pa.py_buffer(ipc_message(batch, {HEADER_KEY: BLANK_HEADER}, options))
 
 
 @dataclass(frozen=True, slots=True)

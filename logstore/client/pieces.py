@@ -141,11 +141,12 @@ def _rows_for(remaining: int, per_row: float, target: int) -> int:
 def oversized_row(batch: pa.RecordBatch, limit: int) -> tuple[int, int] | None:
     """(row, bytes) of the first record whose binary and string values alone pass ``limit``
     (a lower bound of its encoded size, found without encoding anything), or None."""
+    columns = [lengths for lengths in map(_value_lengths, batch.columns) if lengths is not None]
+    if sum(int(lengths.sum()) for lengths in columns) <= limit:
+        return None  # all the values together fit: no record can pass (the common case)
     sizes = np.zeros(batch.num_rows, dtype=np.int64)
-    for column in batch.columns:
-        lengths = _value_lengths(column)
-        if lengths is not None:
-            sizes += lengths
+    for lengths in columns:
+        sizes += lengths
     over = np.flatnonzero(sizes > limit)
     return None if not len(over) else (int(over[0]), int(sizes[over[0]]))
 
