@@ -141,17 +141,18 @@ def _rows_for(remaining: int, per_row: float, target: int) -> int:
 def oversized_row(batch: pa.RecordBatch, limit: int) -> tuple[int, int] | None:
     """(row, bytes) of the first record whose binary and string values alone pass ``limit``
     (a lower bound of its encoded size, found without encoding anything), or None."""
-    columns = [lengths for lengths in map(_value_lengths, batch.columns) if lengths is not None]
-    if sum(int(lengths.sum()) for lengths in columns) <= limit:
+    columns = [offsets for offsets in map(_value_offsets, batch.columns) if offsets is not None]
+    if sum(int(offsets[-1] - offsets[0]) for offsets in columns) <= limit:
         return None  # all the values together fit: no record can pass (the common case)
     sizes = np.zeros(batch.num_rows, dtype=np.int64)
-    for lengths in columns:
-        sizes += lengths
+    for offsets in columns:
+        sizes += np.diff(offsets)
     over = np.flatnonzero(sizes > limit)
     return None if not len(over) else (int(over[0]), int(sizes[over[0]]))
 
 
-def _value_lengths(column: pa.Array) -> np.ndarray | None:
+def _value_offsets(column: pa.Array) -> np.ndarray | None:
+    """The offsets of a binary or string column's values (one more than its rows), else None."""
     t = column.type
     width: np.dtype[Any]
     if pa.types.is_binary(t) or pa.types.is_string(t):
@@ -162,9 +163,8 @@ def _value_lengths(column: pa.Array) -> np.ndarray | None:
         return None
     if column.buffers()[1] is None:
         return None
-    offsets = np.frombuffer(column.buffers()[1], dtype=width, count=len(column) + 1,
-                            offset=column.offset * width.itemsize)
-    return np.diff(offsets)
+    return np.frombuffer(column.buffers()[1], dtype=width, count=len(column) + 1,
+                         offset=column.offset * width.itemsize)
 
 
 def by_partition(parts: np.ndarray) -> list[tuple[int, np.ndarray]]:

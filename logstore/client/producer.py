@@ -309,12 +309,12 @@ class Producer:
                      future: FutureBatchMetadata) -> None:
         """Cut one window of a send_batch and queue each piece as soon as it is encoded."""
         n = batch.num_rows
-        parts = np.full(n, partition, dtype=np.int32) if partition is not None else \
-            self._partitions(topic, info, batch, None)
+        groups = [(partition, None)] if partition is not None else \
+            by_partition(self._partitions(topic, info, batch, None))
         deadline = time.monotonic() + self.delivery_timeout_s
-        for p, rows in by_partition(parts):
+        for p, rows in groups:
             tp = TopicPartition(topic, p)
-            sub = batch if len(rows) == n else batch.take(pa.array(rows))
+            sub = batch if rows is None or len(rows) == n else batch.take(pa.array(rows))
             for lo, hi, message in cut(tp, sub, limits):
                 if isinstance(message, MessageTooLargeError):
                     raise message  # what went before is sent; checked first where it can be
