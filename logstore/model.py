@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -57,13 +58,15 @@ class RecordMetadata(NamedTuple):
 
 
 class ConsumerRecord(NamedTuple):
+    """One record as ``Consumer.poll`` returns it; ``headers`` is ``()`` when it has none."""
+
     topic: str
     partition: int
     offset: int
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    headers: Sequence[tuple[str, bytes]]
 
 
 def validate_topic_name(name: object) -> str:

@@ -87,13 +87,16 @@ from logstore.messages.topics import (
     TopicResults,
 )
 from logstore.model import NewTopic, TopicPartition
+from logstore.produced import ProducerData, read_produced
 from logstore.records import (
     DEFAULT_SCHEMA,
     FLAG_TRANSACTIONAL,
+    STORED_MESSAGE_SCHEMA,
     StoredBatch,
     conform_batch,
     decode_schema,
     encode_schema,
+    stored_message_bytes,
     topic_schema,
 )
 from logstore.replication.partition import PendingAppend
@@ -216,9 +219,11 @@ class RequestHandlers:
             partitions.append(PartitionMetadata(
                 partition=p, replicas=list(replicas), leader=st.leader if st else -1,
                 leader_epoch=st.leader_epoch if st else -1, isr=list(st.isr) if st else []))
+        config = self._controller.topic_config(name)
         return TopicMetadata(name=name, internal=record.internal,
                              value_schema=encode_schema(record.value_schema),
-                             partitions=partitions)
+                             partitions=partitions, max_message_bytes=config.max_message_bytes,
+                             compression_type=config.compression_type)
 
     def create_topics(self, req: CreateTopicsRequest) -> TopicResults:
         return TopicResults(topics=[_topic_result(t.name, self._create_topic, t)
@@ -385,16 +390,32 @@ class RequestHandlers:
         tp = TopicPartition(req.topic, meta.partition)
         try:
             self.authorize_stream(req, permissions)
-            batch = conform_batch(batch, self.topic_schema(req.topic), f"topic-partition {tp}")
+            data = self._producer_data(req, batch, tp)
             flags, guard = self._transactional_flags(req, meta, tp)
             pending = self._replicas.append_records(
-                tp, batch, req.acks, producer_id=meta.producer_id,
+                tp, data, req.acks, producer_id=meta.producer_id,
                 producer_epoch=meta.producer_epoch, base_sequence=meta.base_sequence,
                 flags=flags, current_leader_epoch=meta.leader_epoch,
                 verify=bool(flags) and self.txn_verifier is not None, guard=guard)
         except ApiError as e:
             return PendingProduce(meta.seq, meta.partition, None, e)
         return PendingProduce(meta.seq, meta.partition, pending, None)
+
+    def _producer_data(self, req: ProduceRequest, batch: pa.RecordBatch, tp: TopicPartition
+                       ) -> ProducerData:
+        """What to append: the records in the topic's schema, or, on a stream of encoded
+        batches (``req.messages``), the produced message the row holds (produced.py)."""
+        where = f"topic-partition {tp}"
+        schema = self.topic_schema(req.topic)
+        if not req.messages:
+            return conform_batch(batch, schema, where)
+        if not batch.schema.equals(STORED_MESSAGE_SCHEMA) or batch.num_rows != 1 or \
+                batch.column(0).null_count:
+            raise InvalidRequestError(
+                f"{where}: a stream of encoded batches carries each one in one row of "
+                f"{STORED_MESSAGE_SCHEMA.names}; got {batch.num_rows} row(s) of "
+                f"{batch.schema.names}")
+        return read_produced(stored_message_bytes(batch), where)
 
     def _transactional_flags(self, req: ProduceRequest, meta: ProduceBatchMetadata,
                              tp: TopicPartition) -> tuple[int, VerificationGuard | None]:

@@ -34,6 +34,7 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.model import EARLIEST, LATEST, TopicPartition
+from logstore.produced import ProducerData
 from logstore.records import ControlType, StoredBatch
 from logstore.replication.partition import IsrProposer, Partition, PendingAppend
 from logstore.segments.log import Log
@@ -170,7 +171,7 @@ class ReplicaManager:
 
     # -- produce -----------------------------------------------------------------------------
 
-    def append_records(self, tp: TopicPartition, batch: pa.RecordBatch, required_acks: int,
+    def append_records(self, tp: TopicPartition, batch: ProducerData, required_acks: int,
                        producer_id: int = -1, producer_epoch: int = -1,
                        base_sequence: int = -1, flags: int = 0,
                        current_leader_epoch: int = -1, verify: bool = False,

@@ -1,9 +1,11 @@
 """The producer's units of work: records gathered by ``send()`` and batches on the wire.
 
-A ``RecordChunk`` collects per-record sends for one topic as plain tuples (the cheapest thing
-Python can append); the sender turns a whole chunk into Arrow arrays at once and splits it into
-one ``ProducerBatch`` per partition. A future is a two-slot object pointing into its chunk, so
-``send()`` costs a tuple append and one small object. Must not: do I/O.
+A ``RecordChunk`` collects per-record sends for one topic as two growing lists, keys and values
+(a list append is the cheapest thing Python can do per record; no per-record tuple); the rarer
+fields (partition, timestamp, headers) go to a side table keyed by row, only for the records
+that set them. The drainer turns a whole chunk into Arrow arrays at once (``record_arrays.py``)
+and cuts it into ``ProducerBatch`` es, each one partition's records encoded as the message sent
+(``pieces.py``). A future is a two-slot object pointing into its chunk. Must not: do I/O.
 """
 
 from __future__ import annotations
@@ -23,13 +25,17 @@ from logstore.model import RecordMetadata, TopicPartition
 class RecordChunk:
     """Records sent one at a time to one topic, waiting to be turned into Arrow batches."""
 
-    __slots__ = ("topic", "rows", "limit", "generation", "created", "done", "partitions",
+    __slots__ = ("topic", "keys", "values", "extras", "limit", "generation", "created", "done",
+                 "partitions",
                  "offsets", "timestamps", "error", "errors", "error_index", "_pending", "_lock")
 
     def __init__(self, topic: str, limit: int = 1000, generation: int = 0) -> None:
         self.topic = topic
         self.generation = generation  # the sender's generation when the chunk was started
-        self.rows: list[tuple[Any, ...]] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[Any] = []
+        # row -> (partition, timestamp_ms, headers), for the records that set any of them
+        self.extras: dict[int, tuple[int | None, int | None, Any]] = {}
         self.limit = limit  # rows that make about batch_size bytes, learnt from earlier chunks
         self.created = time.monotonic()
         self.done = threading.Event()
@@ -114,17 +120,27 @@ class BatchRecordMetadata:
 
 
 class FutureBatchMetadata:
-    """The outcome of one ``send_batch()``: a list of BatchRecordMetadata, one per piece."""
+    """The outcome of one ``send_batch()``: a list of BatchRecordMetadata, one per piece. Pieces
+    are added while the batch is cut (``add_piece``); ``seal`` says there are no more."""
 
-    def __init__(self, topic: str, pieces: int) -> None:
+    def __init__(self, topic: str) -> None:
         self.topic = topic
-        self._pending = pieces
+        self._pending = 0
+        self._sealed = False
         self._results: list[BatchRecordMetadata] = []
         self._error: ApiError | None = None
         self._done = threading.Event()
         self._lock = threading.Lock()
-        if pieces == 0:
-            self._done.set()
+
+    def add_piece(self) -> None:
+        with self._lock:
+            self._pending += 1
+
+    def seal(self) -> None:
+        with self._lock:
+            self._sealed = True
+            if self._pending <= 0:
+                self._done.set()
 
     def piece_done(self, partition: int, base_offset: int, count: int,
                    error: ApiError | None) -> None:
@@ -135,7 +151,7 @@ class FutureBatchMetadata:
                 self._results.append(BatchRecordMetadata(self.topic, partition, base_offset,
                                                          count))
             self._pending -= 1
-            if self._pending <= 0:
+            if self._sealed and self._pending <= 0:
                 self._done.set()
 
     def done(self) -> bool:
@@ -152,10 +168,12 @@ class FutureBatchMetadata:
 
 @dataclass(eq=False)
 class ProducerBatch:
-    """One partition's records on their way to the leader; retried whole, in order."""
+    """One partition's records on their way to the leader, as the encoded message sent
+    (``produced.encode_produced``); retried whole, in order."""
 
     tp: TopicPartition
-    batch: pa.RecordBatch
+    message: pa.Buffer
+    record_count: int
     order: int
     deadline: float
     chunk: RecordChunk | None = None
@@ -172,11 +190,7 @@ class ProducerBatch:
     generation: int = 0  # the sender's generation it was queued in (an abort moves it on)
 
     def __post_init__(self) -> None:
-        self.nbytes = self.batch.nbytes
-
-    @property
-    def record_count(self) -> int:
-        return int(self.batch.num_rows)
+        self.nbytes = int(self.message.size)
 
     def complete(self, base_offset: int, error: ApiError | None = None) -> None:
         if self.chunk is not None and self.rows is not None:

@@ -2,8 +2,9 @@
 
 Fetching is the fetcher's (``client/fetcher.py``): one request per (leader, topic), the next
 sent as soon as one returns, so decoding overlaps the network. ``poll`` returns
-ConsumerRecords; ``poll_arrow`` returns one pyarrow Table per partition with ``offset`` and
-``partition`` columns appended, without touching records one at a time. With ``group_id``
+ConsumerRecords, built from the Arrow columns as they are read (``records_view.py``);
+``poll_arrow`` returns one pyarrow Table per partition with ``offset`` and ``partition``
+columns appended, without touching records one at a time. With ``group_id``
 and ``subscribe``, the partitions come from the group (``client/group.py``): rebalances run
 inside ``poll()`` (eager strategies revoke everything first; cooperative-sticky revokes only what
 moves and rejoins), with the listener's callbacks and auto-commit on this thread, and committed
@@ -24,9 +25,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from logstore.client.fetcher import FetchConfig, Fetcher, MiB, to_records
+from logstore.client.fetcher import FetchConfig, Fetcher, MiB
 from logstore.client.group import REJOIN_CODES, GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
+from logstore.client.records_view import RecordsView
 from logstore.client.transactions import ConsumerGroupMetadata
 from logstore.errors import (
     ApiError,
@@ -207,10 +209,12 @@ class Consumer:
     # -- polling -----------------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None
-             ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Records from assigned partitions, at most ``max_poll_records`` in all."""
+             ) -> dict[TopicPartition, RecordsView]:
+        """Records from assigned partitions, at most ``max_poll_records`` in all: per
+        partition a Sequence of ConsumerRecords, built from the Arrow columns as they are read
+        (``records_view.py``)."""
         limit = max_records or self.max_poll_records
-        return {tp: to_records(tp, table) for tp, table in self._poll(timeout_ms, limit).items()}
+        return {tp: RecordsView(tp, table) for tp, table in self._poll(timeout_ms, limit).items()}
 
     def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None
                    ) -> dict[TopicPartition, pa.Table]:

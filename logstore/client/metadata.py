@@ -23,7 +23,7 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.messages import Message, Request
-from logstore.messages.topics import MetadataRequest, TopicMetadata
+from logstore.messages.topics import DEFAULT_MAX_MESSAGE_BYTES, MetadataRequest, TopicMetadata
 from logstore.model import TopicPartition
 from logstore.records import decode_schema, topic_schema
 from logstore.rpc.client import BrokerConnection
@@ -51,6 +51,8 @@ class TopicInfo:
     schema: pa.Schema
     value_schema: pa.Schema | None
     internal: bool = False
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # the topic's, for cutting batches
+    compression_type: str = "none"  # the topic's: how its leaders store batches
 
     @property
     def num_partitions(self) -> int:
@@ -197,4 +199,5 @@ def _topic_info(t: TopicMetadata) -> TopicInfo:
     parts = {p.partition: PartitionInfo(p.partition, p.leader, p.leader_epoch,
                                         tuple(p.replicas), tuple(p.isr))
              for p in t.partitions}
-    return TopicInfo(t.name, parts, topic_schema(value_schema), value_schema, t.internal)
+    return TopicInfo(t.name, parts, topic_schema(value_schema), value_schema, t.internal,
+                     t.max_message_bytes, t.compression_type)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logstore.client.batches import (
     FutureBatchMetadata,
@@ -33,6 +34,15 @@ from logstore.client.batches import (
 )
 from logstore.client.metadata import ClusterMetadata, TopicInfo
 from logstore.client.partitioner import StickyPartitioner, assign_partitions
+from logstore.client.pieces import (
+    PieceLimits,
+    by_partition,
+    check_record_sizes,
+    cut,
+    piece_limits,
+    windows,
+)
+from logstore.client.record_arrays import chunk_arrays
 from logstore.client.sender import Sender
 from logstore.client.transactions import (
     ConsumerGroupMetadata,
@@ -49,13 +59,14 @@ from logstore.errors import (
     TransactionAbortableError,
 )
 from logstore.model import OffsetAndMetadata, TopicPartition
-from logstore.records import HEADERS_TYPE, TIMESTAMP_TYPE, conform_batch, value_columns
+from logstore.records import TIMESTAMP_TYPE, conform_batch, value_columns
 from logstore.security.config import client_security
 from logstore.transactions.state import validate_transactional_id
 
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
+WINDOW_BYTES = 64 * MiB  # send_batch cuts a table this much at a time (memory stays bounded)
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
 
 
@@ -88,8 +99,10 @@ class Producer:
         self.batch_size = batch_size
         self.max_request_size = max_request_size
         self.delivery_timeout_s = delivery_timeout_ms / 1000.0
-        compression = None if compression_type in (None, "none") else compression_type
-        self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms, compression,
+        self.max_block_s = max_block_ms / 1000.0
+        # Pieces are compressed when encoded (pieces.py), never again by Flight.
+        self._codec = None if compression_type in (None, "none") else compression_type
+        self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms, None,
                                          metadata_max_age_ms,
                                          client_security(security, "Producer"))
         idempotent = self.acks != 0 if enable_idempotence is None else enable_idempotence
@@ -177,7 +190,7 @@ class Producer:
         failed = self._sender.abort_pending(error)
         generation = self._sender.generation
         with self._lock:
-            stale = [c for c in self._chunks.values() if c.rows]
+            stale = [c for c in self._chunks.values() if c.values]
             stale.extend(self._ready_chunks)
             self._ready_chunks = []
             for topic in self._chunks:
@@ -239,7 +252,32 @@ class Producer:
     def send(self, topic: str, value: Any = None, key: bytes | None = None,
              partition: int | None = None, timestamp_ms: int | None = None,
              headers: list[tuple[str, bytes]] | None = None) -> FutureRecordMetadata:
-        """Queue one record; the future's ``result(timeout)`` is its RecordMetadata."""
+        """Queue one record; the future's ``result(timeout)`` is its RecordMetadata. Blocks
+        while ``buffer_memory`` is full, up to ``max_block_ms``."""
+        # The common record (bytes value, bytes or no key, nothing else) costs two list
+        # appends under the lock; everything else takes _send_any.
+        if type(value) is not bytes or key is not None and type(key) is not bytes or \
+                partition is not None or timestamp_ms is not None or headers is not None or \
+                self._txn is not None:
+            return self._send_any(topic, value, key, partition, timestamp_ms, headers)
+        with self._lock:
+            chunk = self._chunks.get(topic)
+            if chunk is not None:
+                values = chunk.values
+                values.append(value)
+                chunk.keys.append(key)
+                index = len(values) - 1
+                if index >= chunk.limit:
+                    self._swap_chunk(topic)
+                elif index == 0 and self.linger_s == 0:
+                    self._wake.set()  # linger_ms=0: go now, with whatever gathers meanwhile
+                return FutureRecordMetadata(chunk, index)
+        return self._send_any(topic, value, key, partition, timestamp_ms, headers)
+
+    def _send_any(self, topic: str, value: Any, key: Any, partition: int | None,
+                  timestamp_ms: int | None, headers: list[tuple[str, bytes]] | None
+                  ) -> FutureRecordMetadata:
+        """send() for any record: checked, and its rarer fields kept in the side table."""
         if self._txn is not None:
             self._check_sending()
         if key is not None and type(key) is not bytes:
@@ -248,41 +286,82 @@ class Producer:
             value = _as_bytes(value, "value", topic)
         if partition is not None or type(value) is dict:
             self._check_record(topic, partition, value)
-        with self._lock:
-            chunk = self._chunks.get(topic)
-            if chunk is not None:
-                rows = chunk.rows
-                rows.append((key, value, partition, timestamp_ms, headers))
-                index = len(rows) - 1
-                if index >= chunk.limit:
-                    self._swap_chunk(topic)
-                elif index == 0 and self.linger_s == 0:
-                    self._wake.set()  # linger_ms=0: go now, with whatever gathers meanwhile
-                return FutureRecordMetadata(chunk, index)
-        self._start_topic(topic)
-        return self.send(topic, value, key, partition, timestamp_ms, headers)
+        extra = None if partition is None and timestamp_ms is None and headers is None else \
+            (partition, timestamp_ms, headers)
+        while True:
+            with self._lock:
+                chunk = self._chunks.get(topic)
+                if chunk is not None:
+                    return self._append(topic, chunk, key, value, extra)
+            self._start_topic(topic)
+
+    def _append(self, topic: str, chunk: RecordChunk, key: bytes | None, value: Any,
+                extra: tuple[int | None, int | None, Any] | None) -> FutureRecordMetadata:
+        """Add one record to ``chunk`` (caller holds ``self._lock``)."""
+        chunk.values.append(value)
+        chunk.keys.append(key)
+        index = len(chunk.values) - 1
+        if extra is not None:
+            chunk.extras[index] = extra
+        if index >= chunk.limit:
+            self._swap_chunk(topic)
+        elif index == 0 and self.linger_s == 0:
+            self._wake.set()
+        return FutureRecordMetadata(chunk, index)
 
     def send_batch(self, topic: str, data: pa.Table | pa.RecordBatch,
                    partition: int | None = None) -> FutureBatchMetadata:
         """Send a whole Arrow table or batch with ``key``/``value`` columns (and optional
         ``timestamp``, ``headers``; a typed topic's value columns in place of ``value``),
-        partitioned and split without any per-record Python work."""
+        partitioned and split without any per-record Python work. A table of any size is
+        streamed: cut into pieces the leader accepts (``pieces.py``), each queued as it is
+        encoded, blocking while ``buffer_memory`` is full (up to ``max_block_ms``, then
+        REQUEST_TIMED_OUT). A record larger than the limit is MESSAGE_TOO_LARGE, raised
+        before anything is sent when its binary values alone pass the limit."""
         self._check_open()
         self._check_sending()
         info = self._topic_info(topic)
         if partition is not None and partition not in info.partitions:
             raise InvalidRecordError(f"topic {topic!r} has no partition {partition} "
                                      f"(it has {info.num_partitions})")
-        generation = self._sender.generation
-        batch = self._prepare_columns(topic, info, data)
-        pieces, _ = self._split(topic, info, batch, partition)
-        if self._txn is not None:
-            self._txn.add_partitions(pb.tp for pb in pieces)
-        future = FutureBatchMetadata(topic, len(pieces))
-        for pb in pieces:
-            pb.batch_future = future
-        self._sender.enqueue(pieces, generation=generation if self._txn is not None else None)
+        if not isinstance(data, pa.Table | pa.RecordBatch):
+            raise InvalidRecordError(f"send_batch to {topic!r}: expected a pyarrow Table or "
+                                     f"RecordBatch, got {type(data).__name__}")
+        limits = self._limits(info, self.max_request_size)
+        check_record_sizes(f"send_batch to topic {topic!r}" + (
+            "" if partition is None else f" partition {partition}"), data, limits)
+        # A transaction's pieces belong to the sender's generation now: an abort meanwhile
+        # fails the rest instead of sending them into the next transaction.
+        generation = self._sender.generation if self._txn is not None else None
+        future = FutureBatchMetadata(topic)
+        try:
+            for window in windows(data, max(4 * limits.target, WINDOW_BYTES)):
+                self._send_window(topic, info, self._prepare_columns(topic, info, window),
+                                  partition, limits, future, generation)
+        finally:
+            future.seal()
         return future
+
+    def _send_window(self, topic: str, info: TopicInfo, batch: pa.RecordBatch,
+                     partition: int | None, limits: PieceLimits,
+                     future: FutureBatchMetadata, generation: int | None) -> None:
+        """Cut one window of a send_batch and queue each piece as soon as it is encoded."""
+        n = batch.num_rows
+        groups = [(partition, None)] if partition is not None else \
+            by_partition(self._partitions(topic, info, batch, None))
+        deadline = time.monotonic() + self.delivery_timeout_s
+        for p, rows in groups:
+            tp = TopicPartition(topic, p)
+            sub = batch if rows is None or len(rows) == n else batch.take(pa.array(rows))
+            for lo, hi, message in cut(tp, sub, limits):
+                if isinstance(message, MessageTooLargeError):
+                    raise message  # what went before is sent; checked first where it can be
+                piece = self._new_batch(tp, message, hi - lo, deadline, None, None)
+                piece.batch_future = future
+                future.add_piece()
+                if self._txn is not None:
+                    self._txn.add_partitions([tp])
+                self._sender.enqueue([piece], self.max_block_s, generation=generation)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every record sent before this call and wait until each is acknowledged (or
@@ -291,7 +370,7 @@ class Producer:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             for topic in list(self._chunks):
-                if self._chunks[topic].rows:
+                if self._chunks[topic].values:
                     self._swap_chunk(topic)
             chunks = [*self._ready_chunks, *self._draining_chunks]
             marker = self._order  # every send_batch piece so far is numbered at or below it
@@ -342,20 +421,29 @@ class Producer:
             raise InvalidRecordError(f"send to {topic!r}: a dict value needs a typed topic; "
                                      "this topic's values are bytes")
 
-    def _start_topic(self, topic: str) -> RecordChunk:
+    def _start_topic(self, topic: str) -> None:
+        """Give ``topic`` a chunk, once ``buffer_memory`` has room (the wait is send()'s
+        block, as in Kafka: at most ``max_block_ms``)."""
         self._check_open()
         self._topic_info(topic)
+        if not self._sender.wait_for_room(self.max_block_s):
+            raise RequestTimedOutError(
+                f"send to {topic!r}: buffer_memory {self._sender.buffer_memory} bytes stayed "
+                f"full for max_block_ms {self.max_block_s * 1000:.0f} ms (records are sent "
+                "faster than the brokers take them); the record was not sent")
         with self._lock:
             if topic not in self._chunks:
                 self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000),
                                                   self._sender.generation)
-            return self._chunks[topic]
 
     def _swap_chunk(self, topic: str) -> None:
-        """Hand the topic's full chunk to the drainer (caller holds ``self._lock``)."""
-        full = self._chunks[topic]
-        self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000),
-                                          full.generation)
+        """Hand the topic's full chunk to the drainer (caller holds ``self._lock``). While
+        ``buffer_memory`` is full the topic gets no new chunk, so its next send() waits in
+        ``_start_topic``: what send() holds stays bounded."""
+        full = self._chunks.pop(topic)
+        if self._sender.has_room():
+            self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000),
+                                              full.generation)
         self._ready_chunks.append(full)
         self._wake.set()
 
@@ -366,7 +454,7 @@ class Producer:
             with self._lock:
                 now = time.monotonic()
                 for topic, chunk in list(self._chunks.items()):
-                    if chunk.rows and now - chunk.created >= self.linger_s:
+                    if chunk.values and now - chunk.created >= self.linger_s:
                         self._swap_chunk(topic)
                 ready, self._ready_chunks = self._ready_chunks, []
                 self._draining_chunks = ready
@@ -380,120 +468,87 @@ class Producer:
     def _drain_chunk(self, chunk: RecordChunk) -> None:
         try:
             info = self._topic_info(chunk.topic)
-            keys, values, parts, stamps, headers = zip(*chunk.rows, strict=False)
-            batch, timestamps = self._rows_to_batch(info, keys, values, stamps, headers)
+            arrays = chunk_arrays(chunk, info, time.time_ns() // 1_000_000)
+            batch = arrays.batch
             self._rows_limit[chunk.topic] = max(
                 1, min(1_000_000, int(self.batch_size * batch.num_rows / max(batch.nbytes, 1))))
-            explicit = None
-            if parts.count(None) != len(parts):
-                explicit = pa.array(parts, pa.int32()).fill_null(-1).to_numpy()
-                bad = explicit[(explicit >= info.num_partitions) | (explicit < -1)]
-                if len(bad):
-                    raise InvalidRecordError(f"topic {chunk.topic!r} has no partition "
-                                             f"{int(bad[0])} (it has {info.num_partitions})")
-            pieces, partitions = self._split(chunk.topic, info, batch, None, explicit, chunk)
+            parts = self._partitions(chunk.topic, info, batch, arrays.partitions)
+            pieces, too_large = self._chunk_pieces(chunk, info, batch, parts)
             generation = None
             if self._txn is not None:
                 generation = chunk.generation
                 if generation != self._sender.generation:  # its transaction was aborted
                     raise self._sender.aborted_error()
                 self._txn.add_partitions(pb.tp for pb in pieces)
-            chunk.expect(len(pieces), partitions, timestamps)
-            self._sender.enqueue(pieces, generation=generation)
+            chunk.expect(len(pieces) + len(too_large), parts, arrays.timestamps)
+            for rows, error in too_large:  # a record over the limit fails alone
+                chunk.batch_done(rows, -1, error)
+            self._sender.enqueue(pieces, self.max_block_s, generation=generation)
         except Exception as e:  # a bad chunk fails its own futures, never the producer
             err = e if isinstance(e, InvalidRecordError | MessageTooLargeError) else e if \
-                isinstance(e, ApiError) and self._txn is not None else \
+                isinstance(e, ApiError) and (self._txn is not None or
+                                             isinstance(e, RequestTimedOutError)) else \
                 InvalidRecordError(f"topic {chunk.topic!r}: {type(e).__name__}: {e}")
             chunk.fail(err)
 
-    def _rows_to_batch(self, info: TopicInfo, keys: tuple[Any, ...], values: tuple[Any, ...],
-                       stamps: tuple[Any, ...], headers: tuple[Any, ...]) -> tuple[pa.RecordBatch, np.ndarray]:
-        n = len(keys)
-        now = time.time_ns() // 1_000_000
-        ts = pa.array(stamps, pa.int64()).fill_null(now) if stamps.count(None) != n else \
-            pa.array(np.full(n, now, dtype=np.int64))
-        hdrs = pa.nulls(n, HEADERS_TYPE) if headers.count(None) == n else \
-            pa.array(headers, HEADERS_TYPE)
-        columns: dict[str, pa.Array] = {"key": pa.array(keys, pa.binary())}
-        if info.value_schema is None:
-            columns["value"] = pa.array(values, pa.binary())
-        else:
-            struct = pa.array(values, pa.struct(list(info.value_schema)))
-            for name in info.value_schema.names:
-                columns[name] = struct.field(name)
-        columns["timestamp"] = ts.cast(TIMESTAMP_TYPE)
-        columns["headers"] = hdrs
-        batch = pa.RecordBatch.from_pydict(columns, schema=info.schema)
-        return batch, ts.to_numpy(zero_copy_only=False)
+    def _chunk_pieces(self, chunk: RecordChunk, info: TopicInfo, batch: pa.RecordBatch,
+                      parts: np.ndarray
+                      ) -> tuple[list[ProducerBatch], list[tuple[np.ndarray, ApiError]]]:
+        """The chunk's records cut into pieces of about batch_size, per partition, and the
+        records over the limit (rows in the chunk, error)."""
+        limits = self._limits(info, self.batch_size)
+        deadline = time.monotonic() + self.delivery_timeout_s
+        pieces: list[ProducerBatch] = []
+        too_large: list[tuple[np.ndarray, ApiError]] = []
+        for p, rows in by_partition(parts):
+            tp = TopicPartition(chunk.topic, p)
+            sub = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
+            for lo, hi, message in cut(tp, sub, limits):
+                if isinstance(message, MessageTooLargeError):
+                    too_large.append((rows[lo:hi], message))
+                else:
+                    pieces.append(self._new_batch(tp, message, hi - lo, deadline, chunk,
+                                                  rows[lo:hi]))
+        return pieces, too_large
 
     # -- columnar path -----------------------------------------------------------------------
 
-    def _prepare_columns(self, topic: str, info: TopicInfo, data: pa.Table | pa.RecordBatch
+    def _limits(self, info: TopicInfo, target: int) -> PieceLimits:
+        return piece_limits(target, self.max_request_size, info.max_message_bytes,
+                            self._codec, info.compression_type)
+
+    def _partitions(self, topic: str, info: TopicInfo, batch: pa.RecordBatch,
+                    explicit: np.ndarray | None) -> np.ndarray:
+        """The partition of every record: named, else by key, else sticky."""
+        block = max(1, int(self.batch_size / max(batch.nbytes / max(batch.num_rows, 1), 1)))
+        return assign_partitions(batch.column(0), explicit, topic, info.num_partitions,
+                                 self._sticky, block)
+
+    def _prepare_columns(self, topic: str, info: TopicInfo, data: pa.RecordBatch
                          ) -> pa.RecordBatch:
-        if isinstance(data, pa.Table):
-            data = data.combine_chunks().to_batches()[0] if data.num_rows else \
-                pa.RecordBatch.from_pylist([], schema=data.schema)
-        if not isinstance(data, pa.RecordBatch):
-            raise InvalidRecordError(f"send_batch to {topic!r}: expected a pyarrow Table or "
-                                     f"RecordBatch, got {type(data).__name__}")
+        """``data`` in the topic's schema, every timestamp set (so the leader stores the
+        encoded piece as it comes)."""
         missing = [c for c in value_columns(info.schema) if c not in data.schema.names]
         if missing:
             raise InvalidRecordError(f"send_batch to {topic!r}: missing column(s) {missing}")
+        now = time.time_ns() // 1_000_000
         if "timestamp" not in data.schema.names:
-            now = np.full(data.num_rows, time.time_ns() // 1_000_000, dtype=np.int64)
-            data = data.append_column("timestamp", pa.array(now).cast(TIMESTAMP_TYPE))
-        return conform_batch(data, info.schema, f"send_batch to {topic!r}")
+            stamps = np.full(data.num_rows, now, dtype=np.int64)
+            data = data.append_column("timestamp", pa.array(stamps).cast(TIMESTAMP_TYPE))
+        data = conform_batch(data, info.schema, f"send_batch to {topic!r}")
+        i = data.schema.get_field_index("timestamp")
+        if data.column(i).null_count:
+            filled = pc.fill_null(data.column(i), pa.scalar(now, TIMESTAMP_TYPE))
+            data = data.set_column(i, data.schema.field(i), filled)
+        return data
 
-    def _split(self, topic: str, info: TopicInfo, batch: pa.RecordBatch,
-               partition: int | None, explicit: np.ndarray | None = None,
-               chunk: RecordChunk | None = None) -> tuple[list[ProducerBatch], np.ndarray]:
-        """One ProducerBatch per partition (and per size limit), in record order, and the
-        partition of every record."""
-        n = batch.num_rows
-        if partition is not None:
-            parts = np.full(n, partition, dtype=np.int32)
-        else:
-            block = max(1, int(self.batch_size / max(batch.nbytes / max(n, 1), 1)))
-            parts = assign_partitions(batch.column(0), explicit, topic, info.num_partitions,
-                                      self._sticky, block)
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-        pieces: list[ProducerBatch] = []
-        deadline = time.monotonic() + self.delivery_timeout_s
-        for rows in np.split(order, bounds) if n else []:
-            p = int(parts[rows[0]])
-            sub = batch.take(pa.array(rows)) if len(rows) != n else batch
-            # A caller's own columnar batch goes whole up to max_request_size; records
-            # gathered by send() are cut at batch_size.
-            limit = self.batch_size if chunk is not None else self.max_request_size
-            for lo, hi in self._size_slices(topic, sub, limit):
-                pieces.append(self._new_batch(topic, p, sub.slice(lo, hi - lo), deadline,
-                                              chunk, rows[lo:hi]))
-        return pieces, parts
-
-    def _size_slices(self, topic: str, batch: pa.RecordBatch, limit: int
-                     ) -> list[tuple[int, int]]:
-        """Row ranges of ``batch`` of at most ``limit`` bytes each (a single record larger
-        than max_request_size is an error)."""
-        # The encoded size, not nbytes: IPC padding and an all-null headers column make the
-        # message about a tenth larger than the arrays in memory; keep 5% for the header.
-        n, size = batch.num_rows, int(pa.ipc.get_record_batch_size(batch) * 1.05) + 1024
-        if size <= limit or n <= 1:
-            if size > self.max_request_size:
-                raise MessageTooLargeError(f"a record to {topic!r} is {size} bytes, more than "
-                                           f"max_request_size {self.max_request_size}")
-            return [(0, n)]
-        rows = max(1, int(n * limit / size))
-        return [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
-
-    def _new_batch(self, topic: str, partition: int, batch: pa.RecordBatch, deadline: float,
-                   chunk: RecordChunk | None, rows: np.ndarray) -> ProducerBatch:
+    def _new_batch(self, tp: TopicPartition, message: pa.Buffer, records: int,
+                   deadline: float, chunk: RecordChunk | None, rows: np.ndarray | None
+                   ) -> ProducerBatch:
         with self._lock:
             self._order += 1
             order = self._order
-        return ProducerBatch(TopicPartition(topic, partition), batch, order, deadline, chunk,
-                             rows if chunk is not None else None)
+        return ProducerBatch(tp, message, records, order, deadline, chunk, rows)
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -1,6 +1,8 @@
 """The producer's sender: ordered, pipelined, retried delivery of ProducerBatches.
 
-Per partition, batches leave in creation order and only the head of a partition's queue may
+Each batch travels already encoded (``produced.py``), as one row of STORED_MESSAGE_SCHEMA on a
+stream that declares ``messages``, so the leader stores it as it came. Per partition, batches
+leave in creation order and only the head of a partition's queue may
 wait for a retry, so a retry never lets a later batch overtake an earlier one. Batches travel on
 one DoPut stream per (broker, topic) with up to ``max_in_flight`` unacknowledged; a reader
 thread per stream matches acknowledgements to batches in order, and a watchdog breaks a stream
@@ -44,6 +46,7 @@ from logstore.messages.produce import (
     ProduceRequest,
 )
 from logstore.model import TopicPartition
+from logstore.records import STORED_MESSAGE_SCHEMA, message_batch
 from logstore.rpc.client import ProduceStream
 
 log = logging.getLogger(__name__)
@@ -155,10 +158,30 @@ class Sender:
         with self._cond:
             return self._generation
 
+    @property
+    def buffer_memory(self) -> int:
+        return self._buffer_memory
+
+    def has_room(self) -> bool:
+        """Whether queued batches leave room in buffer_memory (read without the lock: a
+        hint for the producer, which waits in ``wait_for_room``)."""
+        return self._queued_bytes < self._buffer_memory
+
+    def wait_for_room(self, max_block_s: float) -> bool:
+        """Wait up to ``max_block_s`` until queued batches leave room in buffer_memory."""
+        deadline = time.monotonic() + max_block_s
+        with self._cond:
+            while self._queued_bytes >= self._buffer_memory and not self._closed:
+                if not self._cond.wait(deadline - time.monotonic()):
+                    return False
+        return True
+
     def enqueue(self, batches: list[ProducerBatch], max_block_s: float = 60.0,
                 generation: int | None = None) -> None:
-        """Queue ``batches``; with ``generation``, refused with the abort's error if an
-        abort moved the sender past it (the records belong to an aborted transaction)."""
+        """Queue ``batches``, waiting (at most ``max_block_s``) while they would overflow
+        buffer_memory; a batch larger than it all goes alone, once the queue is empty. With
+        ``generation``, refused with the abort's error if an abort moved the sender past it
+        (the records belong to an aborted transaction)."""
         size = sum(b.nbytes for b in batches)
         deadline = time.monotonic() + max_block_s
         with self._cond:
@@ -173,7 +196,10 @@ class Sender:
                     break
                 if not self._cond.wait(deadline - time.monotonic()):
                     raise RequestTimedOutError(
-                        f"buffer_memory {self._buffer_memory} full for {max_block_s} s")
+                        f"{batches[0].tp}: buffer_memory {self._buffer_memory} bytes stayed "
+                        f"full for max_block_ms {max_block_s * 1000:.0f} ms (records come "
+                        f"faster than the brokers take them); {len(batches)} batch(es) of "
+                        f"{size} bytes were not sent")
             for b in batches:
                 b.generation = self._generation
                 self._insert(b)
@@ -365,7 +391,7 @@ class Sender:
                 if self._acks != 0:
                     batch.sent_at = time.monotonic()
                     stream.inflight.append(batch)
-                stream.stream.send(batch.batch, meta)
+                stream.stream.send(message_batch(batch.message), meta)
         except ApiError as e:
             if stale:
                 self._complete(batch, -1, self.aborted_error())
@@ -391,7 +417,7 @@ class Sender:
             produce = conn.open_produce(ProduceRequest(
                 topic=batch.tp.topic, acks=self._acks,
                 timeout_ms=max(1, int(self._timeout_ms * 0.9)),
-                transactional_id=self._transactional_id), batch.batch.schema)
+                transactional_id=self._transactional_id, messages=True), STORED_MESSAGE_SCHEMA)
             stream = _Stream(produce, key)
             with self._cond:
                 self._streams[key] = stream

@@ -81,6 +81,10 @@ class ProduceRequest(Request[ProduceAck], frozen=True, kw_only=True, tag=0):
     # belongs to an ongoing transaction (KIP-890 part 1), and with ACLs on it needs WRITE on
     # the transactional id as well as on the topic.
     transactional_id: str | None = None
+    # Each batch is one row of records.STORED_MESSAGE_SCHEMA holding the batch already encoded
+    # as an IPC message with a blank header (produced.py), which the leader stores as it came
+    # when it can: the data is copied once, into the segment file. False: topic records.
+    messages: bool = False
 
 
 class ProduceBatchMetadata(Message, frozen=True, kw_only=True):

@@ -18,6 +18,8 @@ from logstore.messages.base import (
     Request,
 )
 
+DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # TopicConfig's default
+
 # -- metadata -------------------------------------------------------------------------------
 
 
@@ -41,6 +43,10 @@ class TopicMetadata(ErrorFields, frozen=True, kw_only=True):
     internal: bool = False
     value_schema: str | None = None  # records.encode_schema of a typed topic's value schema
     partitions: list[PartitionMetadata] = []
+    # What producers need to cut batches the leaders accept (client/pieces.py); the defaults
+    # are the broker's defaults, for an answer that does not carry them.
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    compression_type: str = "none"
 
 
 class MetadataResponse(Message, frozen=True, kw_only=True):

@@ -18,8 +18,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import pyarrow as pa
-
 from logstore.clock import Clock
 from logstore.errors import (
     FencedLeaderEpochError,
@@ -30,6 +28,7 @@ from logstore.errors import (
     UnknownLeaderEpochError,
 )
 from logstore.model import TopicPartition
+from logstore.produced import ProducerData
 from logstore.records import ControlType, StoredBatch
 from logstore.replication.epoch_cache import LeaderEpochCache
 from logstore.segments.log import Log
@@ -130,7 +129,7 @@ class Partition:
 
     # -- the leader's side of produce ----------------------------------------------------------
 
-    def append_records_to_leader(self, batch: pa.RecordBatch, required_acks: int,
+    def append_records_to_leader(self, batch: ProducerData, required_acks: int,
                                  current_leader_epoch: int = -1, verify: bool = False,
                                  guard: VerificationGuard | None = None, **producer: int
                                  ) -> PendingAppend:

@@ -1,6 +1,8 @@
 """Preparing batches for the log: checking a producer batch against the topic, stamping its
 timestamps, choosing the IPC write options, encoding what a leader appends (producer batches and
-transaction markers), and checking a replicated batch.
+transaction markers), and checking a replicated batch. A batch the producer sent encoded
+(``produced.py``) is stored as it came when its codec is the topic's and stamping changes
+nothing; otherwise it is decoded and encoded again like any other.
 
 Owns: the per-batch rules of an append (schema match, non-empty, keys on compacted topics,
 timestamps, LogAppendTime, which flags a producer may set), all vectorised with
@@ -10,18 +12,24 @@ the log's state.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from logstore.config import TopicConfig
 from logstore.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
+from logstore.produced import ProducedMessage
+from logstore.produced import ProducerData as ProducerData  # the log appends these
 from logstore.records import (
     FLAG_CONTROL,
     FLAG_LOG_APPEND_TIME,
     FLAG_TRANSACTIONAL,
     NO_SEQUENCE,
     BatchHeader,
+    Encoded,
+    EncodedBatch,
     EndTxnMarker,
     StoredBatch,
     control_batch,
@@ -29,6 +37,8 @@ from logstore.records import (
     decode_message,
     encode_batch,
 )
+
+E = TypeVar("E", memoryview, EncodedBatch)
 
 
 def write_options(config: TopicConfig) -> ipc.IpcWriteOptions | None:
@@ -130,20 +140,28 @@ class LeaderBatches:
         self._schema = schema
         self._config = config
         self._options = write_options(config)
+        self._codec = None if self._options is None else config.compression_type
 
-    def producer_batch(self, batch: pa.RecordBatch, now: int, leader_epoch: int,
-                       producer_id: int, producer_epoch: int, base_sequence: int,
-                       flags: int) -> tuple[memoryview, BatchHeader]:
+    def producer_batch(self, batch: pa.RecordBatch | ProducedMessage, now: int,
+                       leader_epoch: int, producer_id: int, producer_epoch: int,
+                       base_sequence: int, flags: int) -> tuple[Encoded, BatchHeader]:
         """A producer's batch, checked and stamped; of ``flags`` only FLAG_TRANSACTIONAL is
-        taken (a control flag is refused)."""
+        taken (a control flag is refused). A produced message whose stamping changes nothing
+        and whose codec is the topic's is stored as it came (one copy: into the file)."""
+        received = batch if isinstance(batch, ProducedMessage) else None
+        if received is not None:
+            batch = received.record_batch(self._schema, self._tp)
+        assert isinstance(batch, pa.RecordBatch)
         validate_batch(self._tp, batch, self._schema, self._config)
         check_producer_flags(self._tp, flags, producer_id)
-        batch, first_ts, max_ts, flags = stamp_timestamps(batch, now, self._config,
-                                                          flags & FLAG_TRANSACTIONAL)
+        stamped, first_ts, max_ts, flags = stamp_timestamps(batch, now, self._config,
+                                                            flags & FLAG_TRANSACTIONAL)
         n = batch.num_rows
         header = BatchHeader(0, n - 1, n, first_ts, max_ts, producer_id, producer_epoch,
                              base_sequence, leader_epoch, flags)
-        return self._encode(batch, header), header
+        if received is not None and stamped is batch and received.codec == self._codec:
+            return self._checked(received.seal(header)), header
+        return self._encode(stamped, header), header
 
     def marker_batch(self, now: int, producer_id: int, producer_epoch: int,
                      marker: EndTxnMarker, leader_epoch: int) -> tuple[memoryview, BatchHeader]:
@@ -156,7 +174,9 @@ class LeaderBatches:
         return self._encode(batch, header), header
 
     def _encode(self, batch: pa.RecordBatch, header: BatchHeader) -> memoryview:
-        data = encode_batch(batch, header, options=self._options)
+        return self._checked(encode_batch(batch, header, options=self._options))
+
+    def _checked(self, data: E) -> E:
         if len(data) > self._config.max_message_bytes:
             raise MessageTooLargeError(
                 f"{self._tp}: batch of {len(data)} bytes exceeds max_message_bytes "

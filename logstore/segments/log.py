@@ -46,12 +46,13 @@ from logstore.records import (
     FLAG_LOG_APPEND_TIME,
     BatchHeader,
     ControlType,
+    Encoded,
     EndTxnMarker,
     StoredBatch,
     patch_base_offset,
     schema_message,
 )
-from logstore.segments.batches import LeaderBatches, follower_bytes, follower_marker
+from logstore.segments.batches import LeaderBatches, ProducerData, follower_bytes, follower_marker
 from logstore.segments.flusher import FlushPlan, LogFlusher, flush_range, take_dirty
 from logstore.segments.log_loader import LoadedSegments, load_segments, replay_producer_state
 from logstore.segments.producer_state import (
@@ -213,7 +214,7 @@ class Log:
         with self._lock:
             return self._producers.verification_guard(producer_id, epoch)
 
-    def append_as_leader(self, batch: pa.RecordBatch, leader_epoch: int = 0,
+    def append_as_leader(self, batch: ProducerData, leader_epoch: int = 0,
                          producer_id: int = -1, producer_epoch: int = -1,
                          base_sequence: int = -1, flags: int = 0, verify: bool = False,
                          guard: VerificationGuard | None = None) -> AppendInfo:
@@ -249,7 +250,7 @@ class Log:
             self._producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
             return self._assign_and_append(data, header, now, end)
 
-    def _assign_and_append(self, data: memoryview, header: BatchHeader, now: int,
+    def _assign_and_append(self, data: Encoded, header: BatchHeader, now: int,
                            marker: EndTxnMarker | None = None) -> AppendInfo:
         """Under the lock: give the encoded batch the log end offset and append it."""
         base = self._log_end_offset
@@ -269,7 +270,7 @@ class Log:
         if self._closed:
             raise KafkaStorageError(f"{self._tp}: the log is closed")
 
-    def _append_locked(self, data: Bytes, header: BatchHeader, now: int,
+    def _append_locked(self, data: Bytes | Encoded, header: BatchHeader, now: int,
                        marker: EndTxnMarker | None = None) -> None:
         segment = self._maybe_roll(len(data), header, now)
         segment.append(data, header, self._config.index_interval_bytes, now)
@@ -552,9 +553,8 @@ class Log:
         return compact_log(self, self._clock.time_ms() if now_ms is None else now_ms)
 
     def cleanable_segments(self, now_ms: int) -> tuple[list[LogSegment], int]:
-        """For the cleaner: the sealed segments wholly below the last stable offset whose
-        records are all older than min_compaction_lag_ms, each acquired (release them), and the
-        truncation generation."""
+        """For the cleaner: the sealed segments below the last stable offset whose records are
+        all older than min_compaction_lag_ms, acquired (release them); the truncation generation."""
         horizon = now_ms - self._config.min_compaction_lag_ms
         with self._lock:
             if self._closed:

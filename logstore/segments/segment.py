@@ -26,7 +26,13 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from logstore.errors import ApiError, CorruptRecordError, LogstoreError
-from logstore.records import BatchHeader, StoredBatch, decode_message, iter_messages
+from logstore.records import (
+    BatchHeader,
+    EncodedBatch,
+    StoredBatch,
+    decode_message,
+    iter_messages,
+)
 from logstore.segments.format import (
     INDEX_SUFFIX,
     PREFIX_SIZE,
@@ -154,11 +160,19 @@ class LogSegment:
             raise SegmentClosedError(str(self.path))
         return fd
 
-    def _write_at(self, data: Bytes, position: int) -> None:
-        fd, view = self._require_fd(), memoryview(data)
-        while view:
-            written = os.pwrite(fd, view, position)
-            view, position = view[written:], position + written
+    def _write_at(self, data: Bytes | EncodedBatch, position: int) -> None:
+        """Write ``data`` at ``position``; an EncodedBatch's two parts with one pwritev."""
+        fd = self._require_fd()
+        parts = [memoryview(data.prefix), memoryview(data.body)] if isinstance(
+            data, EncodedBatch) else [memoryview(data)]
+        while parts:
+            written = os.pwritev(fd, parts, position)
+            position += written
+            while parts and written >= len(parts[0]):
+                written -= len(parts[0])
+                parts.pop(0)
+            if parts:
+                parts[0] = parts[0][written:]
 
     def read_at(self, position: int, length: int) -> bytes:
         """Up to ``length`` bytes at ``position`` (fewer only at the end of the file)."""
@@ -199,7 +213,7 @@ class LogSegment:
 
     # -- appending and indexing ------------------------------------------------------------
 
-    def append(self, data: Bytes, header: BatchHeader, index_interval_bytes: int,
+    def append(self, data: Bytes | EncodedBatch, header: BatchHeader, index_interval_bytes: int,
                now_ms: int) -> None:
         """Write one encoded batch at the end of the file and index it."""
         position = self.size

@@ -28,17 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from logstore.errors import ApiError, CorruptRecordError
-from logstore.records import (
-    DELTAS_MAGIC,
-    FLAG_HAS_OFFSET_DELTAS,
-    HEADER_SIZE,
-    MAGIC,
-    BatchHeader,
-    decode_message,
-)
-from logstore.segments.format import INDEX_SUFFIX, PREFIX_SIZE, SEGMENT_SUFFIX
-from logstore.tiering.arrow_message import (
+from logstore.arrow_message import (
     BufferSpec,
     FieldNode,
     MessageFormatError,
@@ -50,6 +40,16 @@ from logstore.tiering.arrow_message import (
     message_prefix,
     parse_record_batch,
 )
+from logstore.errors import ApiError, CorruptRecordError
+from logstore.records import (
+    DELTAS_MAGIC,
+    FLAG_HAS_OFFSET_DELTAS,
+    HEADER_SIZE,
+    MAGIC,
+    BatchHeader,
+    decode_message,
+)
+from logstore.segments.format import INDEX_SUFFIX, PREFIX_SIZE, SEGMENT_SUFFIX
 from logstore.tiering.metadata import RemoteLogSegmentMetadata
 from logstore.tiering.naming import segment_key
 from logstore.tiering.remote_cache import locate, parse_offset_index

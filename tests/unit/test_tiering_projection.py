@@ -1,4 +1,4 @@
-"""Projected reads of remote segments (tiering/projection.py, arrow_message.py): only the
+"""Projected reads of remote segments (tiering/projection.py, logstore/arrow_message.py): only the
 projected columns' buffers are fetched, and the batches built from them equal the full
 decode's columns, for nested types, nulls and compressed bodies."""
 
@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from logstore.arrow_message import MessageFormatError, message_prefix, parse_record_batch
 from logstore.errors import CorruptRecordError
 from logstore.records import TIMESTAMP_TYPE, topic_schema
-from logstore.tiering.arrow_message import MessageFormatError, message_prefix, parse_record_batch
 from logstore.tiering.naming import segment_key
 from logstore.tiering.projection import ProjectedSegmentReader
 from tests.unit.tiering_helpers import TP, CountingStore, Tiered, tiered

@@ -1,10 +1,11 @@
 """A small reader of the Arrow IPC ``Message`` flatbuffer: what a record-batch message says
-about where each column's buffers lie in its body. pyarrow does not expose this (and the
-``flatbuffers`` package is not a dependency), so the few fields needed are read by hand.
+about where each column's buffers lie in its body, its compression, and where its custom
+metadata lies. pyarrow does not expose this (and the ``flatbuffers`` package is not a
+dependency), so the few fields needed are read by hand.
 
-Owns: parsing the encapsulated message prefix and the Message/RecordBatch/BodyCompression
-tables, and the IPC rule of how many buffers and child nodes each Arrow type has. Must not: do
-I/O or build arrays (``projection.py`` does).
+Owns: parsing the encapsulated message prefix and the Message/RecordBatch/BodyCompression/
+KeyValue tables, and the IPC rule of how many buffers and child nodes each Arrow type has.
+Must not: do I/O or build arrays (``tiering/projection.py`` and ``produced.py`` use it).
 
 Encapsulated message (Arrow columnar format, "IPC streaming format"):
 
@@ -27,7 +28,7 @@ offset relative to the field's own position; a vector is a uint32 count then its
 |                       | header_type (1)           | uint8 (3 = RecordBatch) | checked          |
 |                       | header (2)                | offset to table      | RecordBatch         |
 |                       | bodyLength (3)            | int64                | batch size          |
-|                       | custom_metadata (4)       | [KeyValue]           | (searched as bytes) |
+|                       | custom_metadata (4)       | [KeyValue]           | produced batches    |
 | RecordBatch           | length (0)                | int64                | rows                |
 |                       | nodes (1)                 | [FieldNode]          | per field, pre-order |
 |                       | buffers (2)               | [Buffer]             | per buffer, pre-order |
@@ -37,6 +38,9 @@ offset relative to the field's own position; a vector is a uint32 count then its
 | Buffer (struct 16)    | offset, length            | int64, int64         | relative to the body |
 | BodyCompression       | codec (0)                 | int8: 0 LZ4_FRAME, 1 ZSTD (default 0) |      |
 |                       | method (1)                | int8: 0 BUFFER       | checked             |
+| KeyValue              | key (0), value (1)        | string, string       | the batch header    |
+
+A string is a uint32 byte count, the bytes, then a NUL.
 
 With body compression each non-empty buffer is an int64 uncompressed length (-1: stored
 uncompressed) followed by the codec's frame.
@@ -75,6 +79,15 @@ class BufferSpec:
 
     offset: int
     length: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValueSpan:
+    """One custom-metadata entry: its key, and where its value's bytes lie in the flatbuffer."""
+
+    key: bytes
+    value_at: int
+    value_length: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,32 +156,84 @@ class _Flat:
         vector = self.target(table, index)
         return 0 if vector is None else self._unpack("<I", vector)
 
+    def tables(self, table: int, index: int) -> list[int]:
+        """The positions of the tables a vector of tables (field ``index``) references."""
+        vector = self.target(table, index)
+        if vector is None:
+            return []
+        count = self._unpack("<I", vector)
+        if vector + 4 + 4 * count > len(self.data):
+            raise MessageFormatError(f"vector of {count} tables runs past the flatbuffer")
+        slots = [vector + 4 + 4 * i for i in range(count)]
+        return [at + self._unpack("<I", at) for at in slots]
+
+    def string(self, table: int, index: int) -> tuple[int, int]:
+        """(position, byte count) of string field ``index``; (0, 0) when absent."""
+        at = self.target(table, index)
+        if at is None:
+            return 0, 0
+        length = self._unpack("<I", at)
+        if at + 4 + length > len(self.data):
+            raise MessageFormatError(f"string of {length} bytes runs past the flatbuffer")
+        return at + 4, length
+
 
 def parse_record_batch(metadata: bytes) -> RecordBatchLayout:
     """The layout of a record-batch message from its flatbuffer ``metadata``. Raises
     MessageFormatError for anything else or anything malformed."""
     flat = _Flat(metadata)
+    message, batch = _record_batch(flat)
+    if flat.vector_length(batch, 4):
+        raise UnsupportedLayoutError("variadic buffers (view types)")
+    return RecordBatchLayout(
+        flat.scalar(batch, 0, "<q"),
+        tuple(FieldNode(n, c) for n, c in flat.structs(batch, 1)),
+        tuple(BufferSpec(o, n) for o, n in flat.structs(batch, 2)),
+        _codec(flat, batch), flat.scalar(message, 3, "<q"))
+
+
+def message_summary(metadata: bytes) -> tuple[int, str | None, int]:
+    """(rows, codec, body length) of a record-batch message's flatbuffer ``metadata``, any
+    column types. Raises MessageFormatError for anything else or anything malformed."""
+    flat = _Flat(metadata)
+    message, batch = _record_batch(flat)
+    return flat.scalar(batch, 0, "<q"), _codec(flat, batch), flat.scalar(message, 3, "<q")
+
+
+def _record_batch(flat: _Flat) -> tuple[int, int]:
+    """The Message table and its RecordBatch table."""
     message = flat.root()
     if flat.scalar(message, 1, "<B") != RECORD_BATCH:
         raise MessageFormatError("not a record batch message")
     batch = flat.target(message, 2)
     if batch is None:
         raise MessageFormatError("record batch message without its header")
-    if flat.vector_length(batch, 4):
-        raise UnsupportedLayoutError("variadic buffers (view types)")
-    codec = None
+    return message, batch
+
+
+def _codec(flat: _Flat, batch: int) -> str | None:
     compression = flat.target(batch, 3)
-    if compression is not None:
-        if flat.scalar(compression, 1, "<b") != 0:
-            raise UnsupportedLayoutError("body compression other than per buffer")
-        codec = CODECS.get(flat.scalar(compression, 0, "<b"))
-        if codec is None:
-            raise MessageFormatError("unknown body compression codec")
-    return RecordBatchLayout(
-        flat.scalar(batch, 0, "<q"),
-        tuple(FieldNode(n, c) for n, c in flat.structs(batch, 1)),
-        tuple(BufferSpec(o, n) for o, n in flat.structs(batch, 2)),
-        codec, flat.scalar(message, 3, "<q"))
+    if compression is None:
+        return None
+    if flat.scalar(compression, 1, "<b") != 0:
+        raise UnsupportedLayoutError("body compression other than per buffer")
+    codec = CODECS.get(flat.scalar(compression, 0, "<b"))
+    if codec is None:
+        raise MessageFormatError("unknown body compression codec")
+    return codec
+
+
+def custom_metadata(metadata: bytes) -> tuple[KeyValueSpan, ...]:
+    """The custom-metadata entries of a message's flatbuffer ``metadata``, in order. Raises
+    MessageFormatError when malformed."""
+    flat = _Flat(metadata)
+    entries = []
+    for table in flat.tables(flat.root(), 4):
+        key_at, key_length = flat.string(table, 0)
+        value_at, value_length = flat.string(table, 1)
+        entries.append(KeyValueSpan(metadata[key_at: key_at + key_length], value_at,
+                                    value_length))
+    return tuple(entries)
 
 
 def buffer_count(type_: pa.DataType) -> int:
