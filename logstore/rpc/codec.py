@@ -11,12 +11,34 @@ The wire protocol (bodies are the JSON of the message types in ``logstore/messag
 |          | ``ProduceAck`` as metadata, in order (messages/produce.py)                        |
 | DoGet    | fetch: ticket = ``FetchRequest``; the stream's batches carry BATCH metadata, then |
 |          | one empty batch carries the SUMMARY (``FetchSummary``, messages/fetch.py)         |
+| DoExchange | fetch session: descriptor command = ``FetchSessionRequest``; then frames both   |
+|          | ways as the table below says (messages/fetch_session.py)                          |
 
 Fetch metadata is binary for speed: ``b"B"`` + int32 partition + the 74-byte batch header
 (records.py) + optional int32 offset deltas; or ``b"S"`` + the JSON ``FetchSummary``. A
 replica's fetch (``replica_id`` >= 0) streams ``records.STORED_MESSAGE_SCHEMA`` instead of the
 topic's: each batch is one row holding a stored IPC message's exact bytes, so the follower
 appends what the leader stored without decoding and encoding it again.
+
+A fetch session's frames: each is one FlightData whose app_metadata starts with a tag byte.
+The broker begins its side with the schema of the batches it pushes (the topic's; a
+replica's: ``STORED_MESSAGE_SCHEMA``); the client sends metadata-only frames, no schema.
+
+| from   | tag    | app_metadata after the tag                    | data                          |
+|--------|--------|-----------------------------------------------|-------------------------------|
+| broker | ``P``  | JSON ``FetchSessionPartitionState``: a        | none                          |
+|        |        | partition's watermarks and ``batches``, the   |                               |
+|        |        | number of its B frames that follow at once    |                               |
+| broker | ``B``  | as DoGet's BATCH: int32 partition, the 74-byte| the batch (a replica's: one   |
+|        |        | header, optional int32 offset deltas          | row, the stored message)      |
+| broker | ``U``  | JSON ``FetchSessionUpdated``: update ``seq``  | none                          |
+|        |        | is applied; later frames are from the new     |                               |
+|        |        | positions                                     |                               |
+| broker | ``E``  | JSON ``FetchSessionPartitionEnd``: a partition| none                          |
+|        |        | left the session on its error                 |                               |
+| client | ``C``  | JSON ``FetchSessionCredit``: bytes granted,   | none                          |
+|        |        | a follower's log end offsets                  |                               |
+| client | ``U``  | JSON ``FetchSessionUpdate``: add, move, remove| none                          |
 
 Request-level errors travel as a FlightServerError whose ``extra_info`` is the JSON of
 ``ErrorFields`` (``{"error_code", "error_message"}``). Must not: contain business logic.
@@ -26,13 +48,37 @@ from __future__ import annotations
 
 import re
 import struct
+from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.flight as flight
 
-from logstore.errors import ApiError, ErrorCode, NetworkError, UnknownServerError, error_class
-from logstore.messages import ErrorFields, decode_message, decode_response, encode, error_kw
+from logstore.errors import (
+    ApiError,
+    ErrorCode,
+    InvalidRequestError,
+    NetworkError,
+    UnknownServerError,
+    error_class,
+)
+from logstore.messages import (
+    ErrorFields,
+    Message,
+    decode_message,
+    decode_response,
+    decode_versioned,
+    encode,
+    error_kw,
+)
 from logstore.messages.fetch import FetchSummary
+from logstore.messages.fetch_session import (
+    FetchSessionCredit,
+    FetchSessionPartitionEnd,
+    FetchSessionPartitionState,
+    FetchSessionUpdate,
+    FetchSessionUpdated,
+)
 from logstore.records import HEADER_SIZE, BatchHeader, StoredBatch
 
 # "[SASL_AUTHENTICATION_FAILED] authentication failed ... . Detail: ..." (auth handler errors
@@ -40,6 +86,11 @@ from logstore.records import HEADER_SIZE, BatchHeader, StoredBatch
 _CODED_MESSAGE = re.compile(r"\[([A-Z_]+)\] (.*?)(?:\. Detail:|$)", re.DOTALL)
 BATCH_TAG = b"B"
 SUMMARY_TAG = b"S"
+STATE_TAG = b"P"
+UPDATED_TAG = b"U"
+END_TAG = b"E"
+CREDIT_TAG = b"C"
+UPDATE_TAG = b"U"
 _PARTITION = struct.Struct("<i")
 
 
@@ -65,6 +116,22 @@ def from_flight_error(e: flight.FlightError, where: str) -> ApiError:
     return UnknownServerError(f"{where}: {e}")
 
 
+@dataclass(slots=True)
+class FetchedBatch:
+    """A batch a client received (fetch or session), with its partition and header."""
+
+    partition: int
+    header: BatchHeader
+    offset_deltas: np.ndarray | None
+    batch: pa.RecordBatch
+
+    def offsets(self) -> np.ndarray:
+        base = self.header.base_offset
+        if self.offset_deltas is not None:
+            return base + self.offset_deltas.astype(np.int64)
+        return np.arange(base, base + self.header.record_count, dtype=np.int64)
+
+
 def encode_batch_metadata(partition: int, stored: StoredBatch) -> bytes:
     out = BATCH_TAG + _PARTITION.pack(partition) + stored.header.pack()
     if stored.offset_deltas is not None:
@@ -87,3 +154,48 @@ def encode_summary(summary: FetchSummary) -> bytes:
 def decode_summary(data: bytes, where: str) -> FetchSummary:
     """The summary that ends a fetch stream (``data`` starts with SUMMARY_TAG)."""
     return decode_response(FetchSummary, data[1:], where)
+
+
+# -- fetch session frames ----------------------------------------------------------------------
+
+ClientFrame = FetchSessionCredit | FetchSessionUpdate
+BrokerFrame = FetchSessionPartitionState | FetchSessionUpdated | FetchSessionPartitionEnd
+_CLIENT_FRAMES: dict[bytes, type[Message]] = {CREDIT_TAG: FetchSessionCredit,
+                                              UPDATE_TAG: FetchSessionUpdate}
+_BROKER_FRAMES: dict[bytes, type[Message]] = {STATE_TAG: FetchSessionPartitionState,
+                                              UPDATED_TAG: FetchSessionUpdated,
+                                              END_TAG: FetchSessionPartitionEnd}
+_BROKER_TAGS = {cls: tag for tag, cls in _BROKER_FRAMES.items()}
+
+
+def encode_client_frame(frame: ClientFrame) -> bytes:
+    return (CREDIT_TAG if isinstance(frame, FetchSessionCredit) else UPDATE_TAG) + encode(frame)
+
+
+def decode_client_frame(data: bytes, where: str) -> ClientFrame:
+    """A client's frame on a fetch session; INVALID_REQUEST when it is none of them."""
+    cls = _CLIENT_FRAMES.get(data[:1])
+    if cls is None:
+        raise InvalidRequestError(f"{where}: a client frame tagged {data[:1]!r}")
+    frame = decode_versioned(cls, data[1:], f"{where}: {cls.__name__}")
+    assert isinstance(frame, FetchSessionCredit | FetchSessionUpdate)
+    return frame
+
+
+def encode_broker_frame(frame: BrokerFrame) -> bytes:
+    return _BROKER_TAGS[type(frame)] + encode(frame)
+
+
+def decode_broker_frame(data: bytes, where: str) -> BrokerFrame:
+    """A broker's metadata-only frame on a fetch session (a malformed one is the broker's
+    fault: UNKNOWN_SERVER_ERROR)."""
+    cls = _BROKER_FRAMES.get(data[:1])
+    if cls is None:
+        raise UnknownServerError(f"{where}: a broker frame tagged {data[:1]!r}")
+    try:
+        frame = decode_versioned(cls, data[1:], f"{where}: {cls.__name__}")
+    except InvalidRequestError as e:
+        raise UnknownServerError(e.message) from None
+    assert isinstance(frame, FetchSessionPartitionState | FetchSessionUpdated
+                      | FetchSessionPartitionEnd)
+    return frame

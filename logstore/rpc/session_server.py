@@ -1,0 +1,106 @@
+"""The broker's end of a fetch session's DoExchange (frames: ``codec.py``'s table).
+
+Owns: running one session's stream: the pushes ``broker/fetch_session.py`` produces are
+written here, on the call's own thread, while a second thread reads the client's frames
+(credit, a follower's acknowledgements, updates, each update re-authorized first) and hands
+them to the session. Must not: contain business logic, or buffer: a push is written as it is
+made, and the next one is not made before the client's credit allows it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from logstore.broker.fetch_session import FetchSession, Push
+from logstore.errors import ApiError, CorruptRecordError, UnknownServerError
+from logstore.messages.fetch_session import FetchSessionUpdate, FetchSessionUpdated
+from logstore.records import StoredBatch, stored_message_batch
+from logstore.rpc.codec import decode_client_frame, encode_batch_metadata, encode_broker_frame
+
+log = logging.getLogger(__name__)
+
+_GONE = (flight.FlightError, pa.ArrowException, OSError)  # the client went away
+
+
+def serve_fetch_session(session: FetchSession, schema: pa.Schema,
+                        reader: flight.MetadataRecordBatchReader,
+                        writer: flight.MetadataRecordBatchWriter,
+                        authorize: Callable[[], None]) -> None:
+    """Serve ``session`` until it ends. ``authorize`` runs before each update (the
+    connection's SASL session and ACLs now). Raises the ApiError that ended the session,
+    for the client; returns when the client ended it or went away."""
+    writer.begin(schema)
+    reading = threading.Thread(target=_read_frames, args=(session, reader, authorize),
+                               name=f"fetch-session-{session.topic}", daemon=True)
+    reading.start()
+    try:
+        while (push := session.next_push()) is not None:
+            _write(writer, push, schema, session.is_replica)
+    except _GONE as e:
+        log.debug("fetch session on %r: the client went away (%s)", session.topic, e)
+        session.close()
+    except ApiError as e:
+        session.close(e)
+    if session.error is not None:
+        raise session.error
+
+
+def _write(writer: flight.MetadataRecordBatchWriter, push: Push, schema: pa.Schema,
+           replica: bool) -> None:
+    for seq in push.updated:
+        writer.write_metadata(pa.py_buffer(encode_broker_frame(FetchSessionUpdated(seq=seq))))
+    for end in push.ended:
+        writer.write_metadata(pa.py_buffer(encode_broker_frame(end)))
+    for p in push.partitions:
+        writer.write_metadata(pa.py_buffer(encode_broker_frame(p.state)))
+        partition = p.state.partition
+        for stored in p.batches:
+            writer.write_with_metadata(_batch(stored, schema, replica, partition),
+                                       pa.py_buffer(encode_batch_metadata(partition, stored)))
+
+
+def _batch(stored: StoredBatch, schema: pa.Schema, replica: bool, partition: int
+           ) -> pa.RecordBatch:
+    """What a B frame carries: the stored message itself for a replica, else the batch
+    decoded (zero-copy) under the topic's schema."""
+    if replica:
+        return stored_message_batch(stored)
+    try:
+        return stored.record_batch(schema)
+    except pa.ArrowInvalid as e:
+        raise CorruptRecordError(f"partition {partition}: the stored batch at offset "
+                                 f"{stored.header.base_offset} could not be decoded: {e}"
+                                 ) from None
+
+
+def _read_frames(session: FetchSession, reader: flight.MetadataRecordBatchReader,
+                 authorize: Callable[[], None]) -> None:
+    """The client's frames, until it stops writing or goes away; an ApiError (a refused
+    update, a malformed frame) ends the session with it."""
+    where = f"fetch session on {session.topic!r}"
+    error: ApiError | None = None
+    try:
+        while True:
+            chunk = reader.read_chunk()
+            meta = chunk.app_metadata
+            frame = decode_client_frame(meta.to_pybytes() if meta is not None else b"", where)
+            if isinstance(frame, FetchSessionUpdate):
+                authorize()
+                session.update(frame)
+            else:
+                session.grant(frame)
+    except StopIteration:
+        pass
+    except ApiError as e:
+        error = e
+    except _GONE as e:
+        log.debug("%s: the client's side ended (%s)", where, e)
+    except Exception as e:  # boundary: logged, and the session ends with it
+        log.exception("%s: reading the client's frames failed", where)
+        error = UnknownServerError(f"{where}: {type(e).__name__}: {e}")
+    session.close(error)
