@@ -77,7 +77,7 @@ class FetchSession:
         self._cond = threading.Condition()
         self._credit = request.credit_bytes
         self._updates: deque[FetchSessionUpdate] = deque()
-        self._dirty = True
+        self._dirty: set[int] = set()  # partitions that may have news
         self._closed = False
         self.error: ApiError | None = None  # why the session ended, if not by the client
         self._subs: dict[int, _Subscription] = {}  # the writing thread's alone
@@ -124,7 +124,7 @@ class FetchSession:
 
     def _wake(self, tp: TopicPartition) -> None:
         with self._cond:
-            self._dirty = True
+            self._dirty.add(tp.partition)
             self._cond.notify()
 
     # -- the writing thread ----------------------------------------------------------------
@@ -144,11 +144,10 @@ class FetchSession:
             updates = list(self._updates)
             self._updates.clear()
             credit = self._credit
-            if credit > 0:
-                self._dirty = False
+            dirty, self._dirty = (self._dirty, set()) if credit > 0 else (set(), self._dirty)
         push = Push(updated=[self._apply(u) for u in updates])
         if credit > 0:
-            self._read(push, credit)
+            self._read(push, credit, dirty)
         return push
 
     def end(self) -> None:
@@ -161,8 +160,6 @@ class FetchSession:
         for p in update.remove:
             self._drop(p)
         self._add(update.add)
-        with self._cond:
-            self._dirty = True
         return update.seq
 
     def _add(self, partitions: list[FetchPartitionMessage]) -> None:
@@ -175,30 +172,37 @@ class FetchSession:
                 else fp.max_bytes, fp.current_leader_epoch, fp.end_offset))
             if self.is_replica:  # a follower (re)starts at its log end offset
                 self._replicas.acknowledge_follower(tp, self.replica_id, fp.offset)
+            with self._cond:
+                self._dirty.add(fp.partition)
 
     def _drop(self, partition: int) -> None:
         if self._subs.pop(partition, None) is not None:
             self._replicas.unwatch(TopicPartition(self.topic, partition), self._wake)
 
-    def _read(self, push: Push, credit: int) -> None:
-        """Read every subscribed partition once, from a rotating first one (so a busy partition
-        cannot starve the rest), within the credit and ``max_bytes``."""
-        order = sorted(self._subs)
+    def _read(self, push: Push, credit: int, dirty: set[int]) -> None:
+        """Read the partitions that may have news once, from a rotating first one (so a busy
+        partition cannot starve the rest), within the credit and ``max_bytes``. Those that
+        sent batches, and all of them when the budget ran out, may have more."""
+        order = sorted(p for p in dirty if p in self._subs)
         if not order:
             return
         self._rotation = (self._rotation + 1) % len(order)
         order = order[self._rotation:] + order[:self._rotation]
-        results = self._replicas.read([self._subs[p].fetch for p in order],
-                                      min(credit, self.request.max_bytes),
+        budget = min(credit, self.request.max_bytes)
+        results = self._replicas.read([self._subs[p].fetch for p in order], budget,
                                       self.request.isolation_level, self.replica_id)
-        pushed = 0
+        pushed, again = 0, set()
         for result in results:
-            pushed += self._take(push, result)
+            sent = self._take(push, result)
+            pushed += sent
+            if sent:
+                again.add(result.tp.partition)
+        if pushed >= budget:
+            again.update(p for p in order if p in self._subs)
         with self._cond:
             self._credit -= pushed
             self.pushed_bytes += pushed
-            if pushed:
-                self._dirty = True  # there may be more than one push's worth
+            self._dirty |= again
 
     def _take(self, push: Push, r: PartitionFetchResult) -> int:
         """Add one partition's read to ``push``; the bytes it pushes."""
