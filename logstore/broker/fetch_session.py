@@ -246,6 +246,7 @@ class SessionRegistry:
         self._open: set[FetchSession] = set()
         self._closed = False
         self._ended_pushed_bytes = 0
+        self._opened = 0
 
     def add(self, session: FetchSession) -> None:
         with self._lock:
@@ -253,6 +254,7 @@ class SessionRegistry:
                 raise BrokerNotAvailableError(
                     f"fetch session on {session.topic!r}: this broker is stopping")
             self._open.add(session)
+            self._opened += 1
 
     def remove(self, session: FetchSession) -> None:
         with self._lock:
@@ -270,11 +272,20 @@ class SessionRegistry:
             s.close(BrokerNotAvailableError(f"fetch session on {s.topic!r}: broker "
                                             f"{broker_id} is stopping"))
 
-    def stats(self) -> tuple[int, int, int]:
-        """(open sessions, bytes pushed by every session so far, bytes pushed and not yet
-        granted back over the open sessions)."""
+    def stats(self) -> SessionStats:
         with self._lock:
             sessions = list(self._open)
-            ended = self._ended_pushed_bytes
-        return (len(sessions), ended + sum(s.pushed_bytes for s in sessions),
-                sum(s.unacknowledged_bytes for s in sessions))
+            ended, opened = self._ended_pushed_bytes, self._opened
+        return SessionStats(len(sessions), opened,
+                            ended + sum(s.pushed_bytes for s in sessions),
+                            sum(s.unacknowledged_bytes for s in sessions))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStats:
+    """Counters of a broker's fetch sessions (approximate under concurrency)."""
+
+    open: int
+    opened: int  # since the broker started
+    pushed_bytes: int  # by every session since the broker started
+    unacknowledged_bytes: int  # pushed and not yet granted back, over the open sessions

@@ -351,14 +351,16 @@ class RequestHandlers:
             for tp, hw in sorted(hws.items())])
 
     def broker_stats(self, req: BrokerStatsRequest) -> BrokerStatsResponse:
-        """Counters of this broker's fetches since it started."""
+        """Counters of this broker's fetches and fetch sessions since it started."""
         stats = self._replicas.stats
-        sessions, pushed, unacknowledged = self.sessions.stats()
-        return BrokerStatsResponse(broker_id=self.broker_id, fetch_requests=stats.requests,
-                                   fetch_batches=stats.batches, fetch_bytes=stats.bytes,
-                                   actions=dict(self._action_counts), fetch_sessions=sessions,
-                                   fetch_session_pushed_bytes=pushed,
-                                   fetch_session_unacknowledged_bytes=unacknowledged)
+        sessions = self.sessions.stats()
+        return BrokerStatsResponse(
+            broker_id=self.broker_id, fetch_requests=stats.requests,
+            fetch_batches=stats.batches, fetch_bytes=stats.bytes,
+            actions=dict(self._action_counts), fetch_sessions=sessions.open,
+            fetch_sessions_opened=sessions.opened,
+            fetch_session_pushed_bytes=sessions.pushed_bytes,
+            fetch_session_unacknowledged_bytes=sessions.unacknowledged_bytes)
 
     def init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse:
         return InitProducerIdResponse(producer_id=self._producer_ids.next_producer_id(),

@@ -201,8 +201,7 @@ class FetchSessions:
             raise error
         log.info("fetch session with broker %d on %r ended (%s); refreshing metadata",
                  session.target.leader, session.target.topic, error)
-        self._retry_at[session.target] = time.monotonic() + RETRY_BACKOFF_S
-        self._metadata.refresh([session.target.topic])
+        self._retry_later(session.target)
 
     def grant_owed(self) -> None:
         for session in list(self._sessions.values()):
@@ -229,8 +228,7 @@ class FetchSessions:
                 raise
             log.info("fetch session with broker %d on %r: %s; refreshing metadata",
                      target.leader, target.topic, e)
-            self._retry_at[target] = time.monotonic() + RETRY_BACKOFF_S
-            self._metadata.refresh([target.topic])
+            self._retry_later(target)
             return
         self._retry_at.pop(target, None)
         self._sessions[target] = ClientSession(target, stream, [tp.partition for tp in offsets],
@@ -238,6 +236,17 @@ class FetchSessions:
         for tp in offsets:
             self._where[tp] = target
             self._moved.discard(tp)
+
+    def _retry_later(self, target: FetchTarget) -> None:
+        """Open ``target``'s session again after the backoff, with fresh metadata if the
+        cluster answers (a lone broker restarting does not: the metadata is kept)."""
+        self._retry_at[target] = time.monotonic() + RETRY_BACKOFF_S
+        try:
+            self._metadata.refresh([target.topic])
+        except ApiError as e:
+            if not e.retriable:
+                raise
+            log.info("metadata refresh for %r failed (%s); retrying later", target.topic, e)
 
     def _send(self, session: ClientSession, add: dict[TopicPartition, int],
               remove: list[TopicPartition]) -> None:

@@ -18,8 +18,9 @@ level, a follower's replica id, and the bytes of credit it grants. Then, on the 
   a partition leaves the session on an error (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
   OFFSET_OUT_OF_RANGE, ...), which the client handles as after a fetch and adds it again.
 
-The session itself ends with a Flight error carrying the code (authorization, a broker
-stopping) or with the connection (a broker gone). Every message is versioned as requests are
+The session itself ends with a ``FetchSessionEnd`` frame carrying the code (a refused update,
+a broker stopping), after which the client cancels the call, or with the connection (a broker
+gone); a session refused at open is a Flight error carrying the code. Every message is versioned as requests are
 (``tag``; decode with ``decode_versioned``). Must not: do I/O.
 """
 
@@ -107,6 +108,10 @@ class FetchSessionUpdated(Message, frozen=True, kw_only=True, tag_field="version
     """Update ``seq`` is applied: frames after this one come from the new positions."""
 
     seq: int
+
+
+class FetchSessionEnd(ErrorFields, frozen=True, kw_only=True, tag_field="version", tag=0):
+    """The broker ends the session with this error; the client closes its side."""
 
 
 class FetchSessionPartitionState(Message, frozen=True, kw_only=True, tag_field="version",

@@ -22,7 +22,10 @@ appends what the leader stored without decoding and encoding it again.
 
 A fetch session's frames: each is one FlightData whose app_metadata starts with a tag byte.
 The broker begins its side with the schema of the batches it pushes (the topic's; a
-replica's: ``STORED_MESSAGE_SCHEMA``); the client sends metadata-only frames, no schema.
+replica's: ``STORED_MESSAGE_SCHEMA``); the client sends metadata-only frames, no schema. The client ends a session by cancelling the
+call (the broker then stops pushing); the broker ends one with an X frame, after which the
+client cancels: the broker's handler returns only once the client's side is closed, so no
+thread of it is left reading a finished call.
 
 | from   | tag    | app_metadata after the tag                    | data                          |
 |--------|--------|-----------------------------------------------|-------------------------------|
@@ -36,6 +39,8 @@ replica's: ``STORED_MESSAGE_SCHEMA``); the client sends metadata-only frames, no
 |        |        | positions                                     |                               |
 | broker | ``E``  | JSON ``FetchSessionPartitionEnd``: a partition| none                          |
 |        |        | left the session on its error                 |                               |
+| broker | ``X``  | JSON ``FetchSessionEnd``: the session is over | none                          |
+|        |        | (its error); the last frame                   |                               |
 | client | ``C``  | JSON ``FetchSessionCredit``: bytes granted,   | none                          |
 |        |        | a follower's log end offsets                  |                               |
 | client | ``U``  | JSON ``FetchSessionUpdate``: add, move, remove| none                          |
@@ -74,6 +79,7 @@ from logstore.messages import (
 from logstore.messages.fetch import FetchSummary
 from logstore.messages.fetch_session import (
     FetchSessionCredit,
+    FetchSessionEnd,
     FetchSessionPartitionEnd,
     FetchSessionPartitionState,
     FetchSessionUpdate,
@@ -89,6 +95,7 @@ SUMMARY_TAG = b"S"
 STATE_TAG = b"P"
 UPDATED_TAG = b"U"
 END_TAG = b"E"
+SESSION_END_TAG = b"X"
 CREDIT_TAG = b"C"
 UPDATE_TAG = b"U"
 _PARTITION = struct.Struct("<i")
@@ -159,12 +166,14 @@ def decode_summary(data: bytes, where: str) -> FetchSummary:
 # -- fetch session frames ----------------------------------------------------------------------
 
 ClientFrame = FetchSessionCredit | FetchSessionUpdate
-BrokerFrame = FetchSessionPartitionState | FetchSessionUpdated | FetchSessionPartitionEnd
+BrokerFrame = (FetchSessionPartitionState | FetchSessionUpdated | FetchSessionPartitionEnd
+               | FetchSessionEnd)
 _CLIENT_FRAMES: dict[bytes, type[Message]] = {CREDIT_TAG: FetchSessionCredit,
                                               UPDATE_TAG: FetchSessionUpdate}
 _BROKER_FRAMES: dict[bytes, type[Message]] = {STATE_TAG: FetchSessionPartitionState,
                                               UPDATED_TAG: FetchSessionUpdated,
-                                              END_TAG: FetchSessionPartitionEnd}
+                                              END_TAG: FetchSessionPartitionEnd,
+                                              SESSION_END_TAG: FetchSessionEnd}
 _BROKER_TAGS = {cls: tag for tag, cls in _BROKER_FRAMES.items()}
 
 
@@ -197,5 +206,5 @@ def decode_broker_frame(data: bytes, where: str) -> BrokerFrame:
     except InvalidRequestError as e:
         raise UnknownServerError(e.message) from None
     assert isinstance(frame, FetchSessionPartitionState | FetchSessionUpdated
-                      | FetchSessionPartitionEnd)
+                      | FetchSessionPartitionEnd | FetchSessionEnd)
     return frame

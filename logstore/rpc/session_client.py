@@ -22,6 +22,7 @@ import pyarrow.flight as flight
 from logstore.errors import ApiError, IllegalSaslStateError, NetworkError, UnknownServerError
 from logstore.messages.fetch_session import (
     FetchSessionCredit,
+    FetchSessionEnd,
     FetchSessionPartitionEnd,
     FetchSessionPartitionState,
     FetchSessionUpdate,
@@ -61,7 +62,8 @@ class FetchSessionStream:
         self._reader = reader
         self.where = where
         self.session_lost = session_lost
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one frame at a time
+        self._closing = threading.Lock()
         self._closed = False
 
     @property
@@ -89,12 +91,16 @@ class FetchSessionStream:
             raise NetworkError(f"{self.where}: {e}") from None
 
     def read(self) -> SessionFrame | None:
-        """The next frame (a state with its batches as one), None when the broker ended the
-        session without an error (which it does only once the client closed it)."""
+        """The next frame (a state with its batches as one); the broker's end of the session
+        raises its error; None when the call ended without one (the client closed it)."""
         chunk = self._next()
         if chunk is None:
             return None
         frame = decode_broker_frame(_metadata(chunk), self.where)
+        if isinstance(frame, FetchSessionEnd):
+            self.close()  # the broker waits for our side to close
+            frame.raise_error(self.where)
+            raise UnknownServerError(f"{self.where}: ended without an error code")
         if not isinstance(frame, FetchSessionPartitionState):
             return frame
         batches = []
@@ -112,15 +118,18 @@ class FetchSessionStream:
         try:
             return self._reader.read_chunk()
         except StopIteration:
+            self.close()
             return None
         except flight.FlightError as e:
+            self.close()
             raise self._error(e) from None
         except (pa.ArrowException, OSError) as e:
+            self.close()
             raise NetworkError(f"{self.where}: {e}") from None
 
     def close(self) -> None:
         """Cancel the call (a pushing broker sees the client gone) and release it."""
-        with self._lock:
+        with self._closing:
             if self._closed:
                 return
             self._closed = True

@@ -1,14 +1,17 @@
 """The broker's end of a fetch session's DoExchange (frames: ``codec.py``'s table).
 
-Owns: running one session's stream: the pushes ``broker/fetch_session.py`` produces are
-written here, on the call's own thread, while a second thread reads the client's frames
-(credit, a follower's acknowledgements, updates, each update re-authorized first) and hands
-them to the session. Must not: contain business logic, or buffer: a push is written as it is
-made, and the next one is not made before the client's credit allows it.
+Owns: running one session's stream. The call's own thread reads the client's frames (credit,
+a follower's acknowledgements, updates, each update re-authorized first) and hands them to
+the session; a pushing thread writes the pushes ``broker/fetch_session.py`` makes, and, when
+the broker ends the session, a last X frame with the error. The call returns only once the
+client's side is closed and the pushing thread joined, so no thread is left on a finished
+call. Must not: contain business logic, or buffer: a push is written as it is made, and the
+next one is not made before the client's credit allows it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -18,7 +21,8 @@ import pyarrow.flight as flight
 
 from logstore.broker.fetch_session import FetchSession, Push
 from logstore.errors import ApiError, CorruptRecordError, UnknownServerError
-from logstore.messages.fetch_session import FetchSessionUpdate, FetchSessionUpdated
+from logstore.messages import error_kw
+from logstore.messages.fetch_session import FetchSessionEnd, FetchSessionUpdate, FetchSessionUpdated
 from logstore.records import StoredBatch, stored_message_batch
 from logstore.rpc.codec import decode_client_frame, encode_batch_metadata, encode_broker_frame
 
@@ -31,23 +35,40 @@ def serve_fetch_session(session: FetchSession, schema: pa.Schema,
                         reader: flight.MetadataRecordBatchReader,
                         writer: flight.MetadataRecordBatchWriter,
                         authorize: Callable[[], None]) -> None:
-    """Serve ``session`` until it ends. ``authorize`` runs before each update (the
-    connection's SASL session and ACLs now). Raises the ApiError that ended the session,
-    for the client; returns when the client ended it or went away."""
+    """Serve ``session`` until the client's side closes. ``authorize`` runs before each
+    update (the connection's SASL session and ACLs now). Raises the ApiError that ended the
+    session (the client read it in the X frame already)."""
     writer.begin(schema)
-    reading = threading.Thread(target=_read_frames, args=(session, reader, authorize),
-                               name=f"fetch-session-{session.topic}", daemon=True)
-    reading.start()
+    pusher = threading.Thread(target=_push, args=(session, writer, schema),
+                              name=f"fetch-session-{session.topic}", daemon=True)
+    pusher.start()
+    try:
+        _read_frames(session, reader, authorize)
+    finally:
+        session.close()
+        pusher.join()
+    if session.error is not None:
+        raise session.error
+
+
+def _push(session: FetchSession, writer: flight.MetadataRecordBatchWriter,
+          schema: pa.Schema) -> None:
     try:
         while (push := session.next_push()) is not None:
             _write(writer, push, schema, session.is_replica)
     except _GONE as e:
         log.debug("fetch session on %r: the client went away (%s)", session.topic, e)
         session.close()
+        return
     except ApiError as e:
         session.close(e)
-    if session.error is not None:
-        raise session.error
+    except Exception as e:  # boundary: logged, and the session ends with it
+        log.exception("fetch session on %r: pushing failed", session.topic)
+        session.close(UnknownServerError(f"{type(e).__name__}: {e}"))
+    if session.error is not None:  # the broker ends it: the client is told, then closes
+        with contextlib.suppress(*_GONE):
+            writer.write_metadata(pa.py_buffer(encode_broker_frame(
+                FetchSessionEnd(**error_kw(session.error)))))
 
 
 def _write(writer: flight.MetadataRecordBatchWriter, push: Push, schema: pa.Schema,
@@ -80,27 +101,28 @@ def _batch(stored: StoredBatch, schema: pa.Schema, replica: bool, partition: int
 
 def _read_frames(session: FetchSession, reader: flight.MetadataRecordBatchReader,
                  authorize: Callable[[], None]) -> None:
-    """The client's frames, until it stops writing or goes away; an ApiError (a refused
-    update, a malformed frame) ends the session with it."""
+    """The client's frames, until it closes its side or goes away; an ApiError (a refused
+    update, a malformed frame) ends the session with it, and reading goes on until the
+    client, told, closes."""
     where = f"fetch session on {session.topic!r}"
-    error: ApiError | None = None
     try:
         while True:
             chunk = reader.read_chunk()
             meta = chunk.app_metadata
-            frame = decode_client_frame(meta.to_pybytes() if meta is not None else b"", where)
-            if isinstance(frame, FetchSessionUpdate):
-                authorize()
-                session.update(frame)
-            else:
-                session.grant(frame)
+            try:
+                frame = decode_client_frame(meta.to_pybytes() if meta is not None else b"",
+                                            where)
+                if isinstance(frame, FetchSessionUpdate):
+                    authorize()
+                    session.update(frame)
+                else:
+                    session.grant(frame)
+            except ApiError as e:
+                session.close(e)
     except StopIteration:
         pass
-    except ApiError as e:
-        error = e
     except _GONE as e:
         log.debug("%s: the client's side ended (%s)", where, e)
     except Exception as e:  # boundary: logged, and the session ends with it
         log.exception("%s: reading the client's frames failed", where)
-        error = UnknownServerError(f"{where}: {type(e).__name__}: {e}")
-    session.close(error)
+        session.close(UnknownServerError(f"{where}: {type(e).__name__}: {e}"))
