@@ -36,8 +36,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
+import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from logstore.errors import (
@@ -65,7 +66,7 @@ from logstore.messages.fetch_session import (
     PartitionOffset,
 )
 from logstore.model import TopicPartition
-from logstore.records import StoredBatch, decode_message, stored_message_bytes
+from logstore.records import StoredBatch, decode_message
 from logstore.replication.epoch_cache import UNDEFINED_EPOCH
 from logstore.replication.partition import Partition
 
@@ -82,13 +83,14 @@ R = TypeVar("R", bound=Message)
 
 
 class PushedPartition(Protocol):
-    """What a follower reads of a pushed partition (``rpc.session_client.PartitionNews``)."""
+    """What a follower reads of a pushed partition (``rpc.session_client.PartitionNews``):
+    the leader's stored messages, byte for byte."""
 
     @property
     def state(self) -> FetchSessionPartitionState: ...
 
     @property
-    def batches(self) -> list[Any]: ...
+    def messages(self) -> list[pa.Buffer]: ...
 
     @property
     def size_bytes(self) -> int: ...
@@ -127,12 +129,12 @@ class _Fetching:
     retry_at: float = 0.0  # monotonic time before which it is not positioned again
 
 
-def to_stored(fetched: Any) -> StoredBatch:
-    """A pushed batch as the log stores it: the leader's stored IPC message, byte for byte (a
-    replica's session ships the message bytes, see ``records.stored_message_batch``), so
-    nothing is decoded or encoded again. The CRC is checked once, by the log's
+def to_stored(message: pa.Buffer) -> StoredBatch:
+    """A pushed message as the log stores it: the leader's stored IPC message, byte for byte
+    (a replica's session ships the message bytes, see ``rpc.codec.stored_messages_batch``),
+    of which only the header is read. The CRC is checked once, by the log's
     append_as_follower."""
-    return decode_message(ipc.read_message(stored_message_bytes(fetched.batch)), verify=False)
+    return decode_message(ipc.read_message(message), verify=False)
 
 
 class ReplicaFetcher:
@@ -319,7 +321,7 @@ class ReplicaFetcher:
             f = self._parts.get(state.partition)
             current = f is not None and self._session is session and f.seq <= self._applied
         if f is None or not current:
-            if not isinstance(frame, FetchSessionPartitionEnd) and frame.batches:
+            if not isinstance(frame, FetchSessionPartitionEnd) and frame.messages:
                 session.send(FetchSessionCredit(credit_bytes=frame.size_bytes))
             return
         if isinstance(frame, FetchSessionPartitionEnd):
@@ -331,7 +333,7 @@ class ReplicaFetcher:
         """Append a push and acknowledge it (the credit back, and the new log end offset)."""
         p, state = f.partition, pushed.state
         try:
-            if not p.append_as_follower([to_stored(b) for b in pushed.batches],
+            if not p.append_as_follower([to_stored(m) for m in pushed.messages],
                                         state.high_watermark, f.leader_epoch):
                 return  # this replica moved on to another epoch: add() positions it again
         except ApiError as e:
@@ -343,7 +345,7 @@ class ReplicaFetcher:
         if p.log.config.remote_storage_enable and \
                 state.local_log_start_offset > p.log.log_start_offset:
             p.follow_leader_local_log_start(state.local_log_start_offset)
-        if pushed.batches:
+        if pushed.messages:
             self._acknowledge(pushed.size_bytes, [f])
 
     def _ended(self, f: _Fetching, end: FetchSessionPartitionEnd) -> None:

@@ -22,18 +22,22 @@ appends what the leader stored without decoding and encoding it again.
 
 A fetch session's frames: each is one FlightData whose app_metadata starts with a tag byte.
 The broker begins its side with the schema of the batches it pushes (the topic's; a
-replica's: ``STORED_MESSAGE_SCHEMA``); the client sends metadata-only frames, no schema. The client ends a session by cancelling the
-call (the broker then stops pushing); the broker ends one with an X frame, after which the
-client cancels: the broker's handler returns only once the client's side is closed, so no
-thread of it is left reading a finished call.
+replica's: ``STORED_MESSAGE_SCHEMA``); the client sends metadata-only frames, no schema. The
+client ends a session by cancelling the call (the broker then stops pushing); the broker ends
+one with an X frame, after which the client cancels: the broker's handler returns only once
+the client's side is closed, so no thread of it is left reading a finished call. A replica's
+push of one partition is one R frame whatever its number of batches, built over the bytes the
+segment read returned (``stored_messages_batch``: no copy when they lie back to back).
 
 | from   | tag    | app_metadata after the tag                    | data                          |
 |--------|--------|-----------------------------------------------|-------------------------------|
 | broker | ``P``  | JSON ``FetchSessionPartitionState``: a        | none                          |
 |        |        | partition's watermarks and ``batches``, the   |                               |
-|        |        | number of its B frames that follow at once    |                               |
-| broker | ``B``  | as DoGet's BATCH: int32 partition, the 74-byte| the batch (a replica's: one   |
-|        |        | header, optional int32 offset deltas          | row, the stored message)      |
+|        |        | number of its batches that follow at once     |                               |
+| broker | ``B``  | as DoGet's BATCH: int32 partition, the 74-byte| the batch                     |
+|        |        | header, optional int32 offset deltas          |                               |
+| broker | ``R``  | a replica's batches: int32 partition (their   | one row per stored message,   |
+|        |        | headers are in the stored messages)           | its exact bytes               |
 | broker | ``U``  | JSON ``FetchSessionUpdated``: update ``seq``  | none                          |
 |        |        | is applied; later frames are from the new     |                               |
 |        |        | positions                                     |                               |
@@ -85,7 +89,7 @@ from logstore.messages.fetch_session import (
     FetchSessionUpdate,
     FetchSessionUpdated,
 )
-from logstore.records import HEADER_SIZE, BatchHeader, StoredBatch
+from logstore.records import HEADER_SIZE, STORED_MESSAGE_SCHEMA, BatchHeader, StoredBatch
 
 # "[SASL_AUTHENTICATION_FAILED] authentication failed ... . Detail: ..." (auth handler errors
 # reach the client without extra_info; their code travels in the message).
@@ -96,9 +100,11 @@ STATE_TAG = b"P"
 UPDATED_TAG = b"U"
 END_TAG = b"E"
 SESSION_END_TAG = b"X"
+REPLICA_TAG = b"R"
 CREDIT_TAG = b"C"
 UPDATE_TAG = b"U"
 _PARTITION = struct.Struct("<i")
+_IPC_PREFIX = 8  # an IPC message's continuation marker and metadata length
 
 
 def to_flight_error(error: ApiError) -> flight.FlightServerError:
@@ -137,6 +143,53 @@ class FetchedBatch:
         if self.offset_deltas is not None:
             return base + self.offset_deltas.astype(np.int64)
         return np.arange(base, base + self.header.record_count, dtype=np.int64)
+
+
+def encode_replica_metadata(partition: int) -> bytes:
+    return REPLICA_TAG + _PARTITION.pack(partition)
+
+
+def decode_replica_metadata(data: bytes) -> int:
+    return int(_PARTITION.unpack_from(data, 1)[0])
+
+
+def stored_messages_batch(batches: list[StoredBatch]) -> pa.RecordBatch:
+    """The stored IPC messages of ``batches`` (in offset order), one per row of
+    ``STORED_MESSAGE_SCHEMA``. When they lie back to back in one buffer, as a segment read
+    returns them, the column is built over that buffer (no copy); otherwise they are copied
+    into one."""
+    spans = [_message_bytes(b) for b in batches]
+    sizes = np.fromiter((s.size for s in spans), dtype=np.int64, count=len(spans))
+    contiguous = all(b.address == a.address + a.size for a, b in zip(spans, spans[1:],
+                                                                      strict=False))
+    data = pa.foreign_buffer(spans[0].address, int(sizes.sum()), base=spans) if contiguous \
+        else pa.py_buffer(b"".join(s.to_pybytes() for s in spans))
+    offsets = np.zeros(len(spans) + 1, dtype="<i4")
+    np.cumsum(sizes, out=offsets[1:])
+    column = pa.Array.from_buffers(pa.binary(), len(spans), [None, pa.py_buffer(offsets), data])
+    return pa.RecordBatch.from_arrays([column], schema=STORED_MESSAGE_SCHEMA)
+
+
+def stored_messages(batch: pa.RecordBatch) -> list[pa.Buffer]:
+    """Each row's stored message of a ``stored_messages_batch``, zero-copy."""
+    column = batch.column(0)
+    _, offsets_buffer, data = column.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype="<i4")[column.offset:
+                                                        column.offset + len(column) + 1]
+    return [data.slice(int(a), int(b - a)) for a, b in zip(offsets[:-1], offsets[1:],
+                                                           strict=True)]
+
+
+def _message_bytes(stored: StoredBatch) -> pa.Buffer:
+    """A stored message's exact bytes. Messages read from one buffer (a segment read, a
+    received frame) are slices of it: the prefix, the metadata and the body lie back to back
+    and are returned as one view of them; any other message is serialised anew (a copy)."""
+    message = stored.message
+    start = message.metadata.address - _IPC_PREFIX
+    size = message.body.address + message.body.size - start
+    if size == stored.header.batch_size and message.body.address > start:
+        return pa.foreign_buffer(start, size, base=message)
+    return message.serialize()
 
 
 def encode_batch_metadata(partition: int, stored: StoredBatch) -> bytes:

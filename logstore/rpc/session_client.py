@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -30,24 +30,29 @@ from logstore.messages.fetch_session import (
 )
 from logstore.rpc.codec import (
     BATCH_TAG,
+    REPLICA_TAG,
     FetchedBatch,
     decode_batch_metadata,
     decode_broker_frame,
     encode_client_frame,
     from_flight_error,
+    stored_messages,
 )
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionNews:
-    """A partition's state as the broker pushed it, and its batches that followed."""
+    """A partition's state as the broker pushed it, and what followed: its batches, or for a
+    replica the stored messages themselves."""
 
     state: FetchSessionPartitionState
-    batches: list[FetchedBatch]
+    batches: list[FetchedBatch] = field(default_factory=list)
+    messages: list[pa.Buffer] = field(default_factory=list)
 
     @property
     def size_bytes(self) -> int:
-        return sum(b.header.batch_size for b in self.batches)
+        return sum(b.header.batch_size for b in self.batches) + sum(
+            int(m.size) for m in self.messages)
 
 
 SessionFrame = PartitionNews | FetchSessionUpdated | FetchSessionPartitionEnd
@@ -103,16 +108,19 @@ class FetchSessionStream:
             raise UnknownServerError(f"{self.where}: ended without an error code")
         if not isinstance(frame, FetchSessionPartitionState):
             return frame
-        batches = []
-        for _ in range(frame.batches):
+        news = PartitionNews(frame)
+        while len(news.batches) + len(news.messages) < frame.batches:
             chunk = self._next()
             meta = _metadata(chunk) if chunk is not None else b""
-            if chunk is None or meta[:1] != BATCH_TAG or chunk.data is None:
+            if chunk is None or meta[:1] not in (BATCH_TAG, REPLICA_TAG) or chunk.data is None:
                 raise UnknownServerError(f"{self.where}: partition {frame.partition}'s state "
-                                         f"announced {frame.batches} batches; one is missing")
+                                         f"announced {frame.batches} batches; some are missing")
+            if meta[:1] == REPLICA_TAG:
+                news.messages.extend(stored_messages(chunk.data))
+                continue
             partition, header, deltas = decode_batch_metadata(meta)
-            batches.append(FetchedBatch(partition, header, deltas, chunk.data))
-        return PartitionNews(frame, batches)
+            news.batches.append(FetchedBatch(partition, header, deltas, chunk.data))
+        return news
 
     def _next(self) -> flight.FlightStreamChunk | None:
         try:

@@ -23,8 +23,14 @@ from logstore.broker.fetch_session import FetchSession, Push
 from logstore.errors import ApiError, CorruptRecordError, UnknownServerError
 from logstore.messages import error_kw
 from logstore.messages.fetch_session import FetchSessionEnd, FetchSessionUpdate, FetchSessionUpdated
-from logstore.records import StoredBatch, stored_message_batch
-from logstore.rpc.codec import decode_client_frame, encode_batch_metadata, encode_broker_frame
+from logstore.records import StoredBatch
+from logstore.rpc.codec import (
+    decode_client_frame,
+    encode_batch_metadata,
+    encode_broker_frame,
+    encode_replica_metadata,
+    stored_messages_batch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,17 +86,17 @@ def _write(writer: flight.MetadataRecordBatchWriter, push: Push, schema: pa.Sche
     for p in push.partitions:
         writer.write_metadata(pa.py_buffer(encode_broker_frame(p.state)))
         partition = p.state.partition
+        if replica and p.batches:  # the stored messages as they are, in one frame
+            writer.write_with_metadata(stored_messages_batch(p.batches),
+                                       pa.py_buffer(encode_replica_metadata(partition)))
+            continue
         for stored in p.batches:
-            writer.write_with_metadata(_batch(stored, schema, replica, partition),
+            writer.write_with_metadata(_batch(stored, schema, partition),
                                        pa.py_buffer(encode_batch_metadata(partition, stored)))
 
 
-def _batch(stored: StoredBatch, schema: pa.Schema, replica: bool, partition: int
-           ) -> pa.RecordBatch:
-    """What a B frame carries: the stored message itself for a replica, else the batch
-    decoded (zero-copy) under the topic's schema."""
-    if replica:
-        return stored_message_batch(stored)
+def _batch(stored: StoredBatch, schema: pa.Schema, partition: int) -> pa.RecordBatch:
+    """What a B frame carries: the batch decoded (zero-copy) under the topic's schema."""
     try:
         return stored.record_batch(schema)
     except pa.ArrowInvalid as e:

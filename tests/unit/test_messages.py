@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import pyarrow as pa
+import pyarrow.ipc as ipc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,11 +25,14 @@ from logstore.messages.fetch_session import (
 )
 from logstore.messages.groups import GroupProtocol, JoinGroupRequest
 from logstore.messages.produce import ProduceBatchMetadata
+from logstore.records import BatchHeader, decode_message, encode_batch, iter_messages
 from logstore.rpc.codec import (
     decode_broker_frame,
     decode_client_frame,
     encode_broker_frame,
     encode_client_frame,
+    stored_messages,
+    stored_messages_batch,
 )
 
 
@@ -184,3 +189,20 @@ def test_a_bad_client_frame_is_refused_with_its_code(data: bytes, error: type) -
     Method: one bad frame each."""
     with pytest.raises(error):
         decode_client_frame(data, "test")
+
+
+def test_a_replica_push_carries_the_stored_bytes_and_copies_none_read_back_to_back() -> None:
+    """Goal: a replica's R frame holds each stored message's exact bytes, over the buffer a
+    segment read returned (no copy) when the messages lie back to back, copied otherwise.
+    Method: three encoded batches in one buffer, read as a segment read reads them, and the
+    same three read from buffers of their own."""
+    header = BatchHeader(0, 1, 2, 0, 0)
+    batch = pa.record_batch({"value": [b"a", b"b"]})
+    encoded = [bytes(encode_batch(batch, header)) for _ in range(3)]
+    chunk = pa.py_buffer(b"".join(encoded))
+    read = [decode_message(m) for _, m in iter_messages(chunk)]
+    together = stored_messages_batch(read)
+    assert together.column(0).buffers()[2].address == chunk.address
+    assert [m.to_pybytes() for m in stored_messages(together)] == encoded
+    apart = [decode_message(ipc.read_message(pa.py_buffer(e))) for e in encoded]
+    assert [m.to_pybytes() for m in stored_messages(stored_messages_batch(apart))] == encoded
