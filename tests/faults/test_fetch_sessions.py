@@ -17,7 +17,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from logstore import Consumer, Producer, TopicPartition
 from logstore.client.metadata import ClusterMetadata
@@ -26,7 +26,7 @@ from logstore.messages.fetch import FetchPartition
 from logstore.messages.fetch_session import FetchSessionPartitionEnd, FetchSessionRequest
 from logstore.messages.log import BrokerStatsRequest
 from logstore.rpc.client import BrokerConnection
-from logstore.rpc.session_client import FetchSessionStream, PartitionNews
+from logstore.rpc.session_client import FetchSessionStream, PartitionNews, SessionFrame
 from tests.brokers import BrokerFactory
 from tests.faults.cluster import FAILOVER_ERRORS, Cluster
 from tests.helpers import WAIT_S, wait_for
@@ -91,18 +91,25 @@ def test_a_session_consumer_continues_from_the_new_leader_after_kill_9(
     assert sessions >= 1, "the new leader never served the consumer on a session"
 
 
-def _partition_end(stream: FetchSessionStream) -> FetchSessionPartitionEnd:
-    """Frames of ``stream`` until the broker ends its partition (bounded: the stream is
-    cancelled after WAIT_S, which ends the read)."""
+def _read_until(stream: FetchSessionStream, wanted: Callable[[SessionFrame], bool]
+                ) -> SessionFrame:
+    """Frames of ``stream`` until one is ``wanted`` (bounded: the stream is cancelled after
+    WAIT_S, which ends the read)."""
     timer = threading.Timer(WAIT_S, stream.close)
     timer.start()
     try:
         while (frame := stream.read()) is not None:
-            if isinstance(frame, FetchSessionPartitionEnd):
+            if wanted(frame):
                 return frame
-        raise AssertionError(f"{stream.where}: no partition end within {WAIT_S} s")
+        raise AssertionError(f"{stream.where}: nothing wanted within {WAIT_S} s")
     finally:
         timer.cancel()
+
+
+def _partition_end(stream: FetchSessionStream) -> FetchSessionPartitionEnd:
+    frame = _read_until(stream, lambda f: isinstance(f, FetchSessionPartitionEnd))
+    assert isinstance(frame, FetchSessionPartitionEnd)
+    return frame
 
 
 @contextlib.contextmanager
@@ -173,9 +180,8 @@ def test_a_leader_change_ends_the_partition_in_its_session_with_the_right_error(
         assert _end_code(address, topic, old_epoch) == ErrorCode.FENCED_LEADER_EPOCH
         assert _end_code(address, topic, new_epoch + 1) == ErrorCode.UNKNOWN_LEADER_EPOCH
         with _open(address, topic, 0, new_epoch) as current:
-            frame = current.read()  # the watermarks, and batches once the HW is known there
-            while isinstance(frame, PartitionNews) and not frame.batches:
-                frame = current.read()
+            frame = _read_until(current, lambda f: not isinstance(f, PartitionNews)
+                                or bool(f.batches))  # batches once the HW is known there
             assert isinstance(frame, PartitionNews), frame
         with Producer(cluster.bootstrap, acks="all") as producer:
             for i in range(50, 100):
