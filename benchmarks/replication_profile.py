@@ -44,12 +44,12 @@ SAMPLE_HZ = 200
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # (path, substrings of a frame "function (file:line)"); the first rule any frame matches wins.
 RULES: list[tuple[str, tuple[str, ...]]] = [
-    ("follower fetch+append", ("replication/fetcher.py", "replication/session_fetcher.py")),
+    ("follower fetch+append", ("replication/fetcher.py",)),
     ("ISR/HW bookkeeping", ("update_follower_fetch", "_maybe_advance_high_watermark",
                             "replication/isr.py", "_wait_for_high_watermark")),
     ("leader produce path", ("do_put", "_AckWriter", "_produce_one")),
     ("leader: serving followers", ("do_get", "_fetch_stream", "do_exchange",
-                                   "broker/fetch_session", "rpc/session_stream")),
+                                   "broker/fetch_session", "rpc/session_server")),
     ("other", ("",)),
 ]
 # perf's shared objects, by what they hold.

@@ -104,7 +104,6 @@ REPLICA_TAG = b"R"
 CREDIT_TAG = b"C"
 UPDATE_TAG = b"U"
 _PARTITION = struct.Struct("<i")
-_IPC_PREFIX = 8  # an IPC message's continuation marker and metadata length
 
 
 def to_flight_error(error: ApiError) -> flight.FlightServerError:
@@ -158,7 +157,7 @@ def stored_messages_batch(batches: list[StoredBatch]) -> pa.RecordBatch:
     ``STORED_MESSAGE_SCHEMA``. When they lie back to back in one buffer, as a segment read
     returns them, the column is built over that buffer (no copy); otherwise they are copied
     into one."""
-    spans = [_message_bytes(b) for b in batches]
+    spans = [b.message_bytes() for b in batches]
     sizes = np.fromiter((s.size for s in spans), dtype=np.int64, count=len(spans))
     contiguous = all(b.address == a.address + a.size for a, b in zip(spans, spans[1:],
                                                                       strict=False))
@@ -178,18 +177,6 @@ def stored_messages(batch: pa.RecordBatch) -> list[pa.Buffer]:
                                                         column.offset + len(column) + 1]
     return [data.slice(int(a), int(b - a)) for a, b in zip(offsets[:-1], offsets[1:],
                                                            strict=True)]
-
-
-def _message_bytes(stored: StoredBatch) -> pa.Buffer:
-    """A stored message's exact bytes. Messages read from one buffer (a segment read, a
-    received frame) are slices of it: the prefix, the metadata and the body lie back to back
-    and are returned as one view of them; any other message is serialised anew (a copy)."""
-    message = stored.message
-    start = message.metadata.address - _IPC_PREFIX
-    size = message.body.address + message.body.size - start
-    if size == stored.header.batch_size and message.body.address > start:
-        return pa.foreign_buffer(start, size, base=message)
-    return message.serialize()
 
 
 def encode_batch_metadata(partition: int, stored: StoredBatch) -> bytes:

@@ -195,7 +195,8 @@ def test_a_replica_push_carries_the_stored_bytes_and_copies_none_read_back_to_ba
     """Goal: a replica's R frame holds each stored message's exact bytes, over the buffer a
     segment read returned (no copy) when the messages lie back to back, copied otherwise.
     Method: three encoded batches in one buffer, read as a segment read reads them, and the
-    same three read from buffers of their own."""
+    same three read from buffers of their own, and one whose metadata Arrow copied because it
+    was misaligned (its bytes are serialised anew)."""
     header = BatchHeader(0, 1, 2, 0, 0)
     batch = pa.record_batch({"value": [b"a", b"b"]})
     encoded = [bytes(encode_batch(batch, header)) for _ in range(3)]
@@ -206,3 +207,6 @@ def test_a_replica_push_carries_the_stored_bytes_and_copies_none_read_back_to_ba
     assert [m.to_pybytes() for m in stored_messages(together)] == encoded
     apart = [decode_message(ipc.read_message(pa.py_buffer(e))) for e in encoded]
     assert [m.to_pybytes() for m in stored_messages(stored_messages_batch(apart))] == encoded
+    shifted = pa.py_buffer(b"\0" * 3 + encoded[0]).slice(3)  # Arrow copies the metadata
+    misaligned = decode_message(ipc.read_message(shifted))
+    assert misaligned.message_bytes().to_pybytes() == encoded[0]
