@@ -272,6 +272,22 @@ class StoredBatch:
             return base + self.offset_deltas.astype(np.int64)
         return np.arange(base, base + self.header.record_count, dtype=np.int64)
 
+    def message_bytes(self) -> pa.Buffer:
+        """The stored message's exact bytes. A message read from one buffer (a segment read,
+        a received frame) is a slice of it: its prefix, metadata and body lie back to back and
+        are returned as one view of them, no copy; any other message is serialised anew."""
+        message = self.message
+        metadata, body = message.metadata, message.body
+        start = metadata.address - _IPC_PREFIX
+        size = body.address + body.size - start
+        padding = body.address - (metadata.address + metadata.size)  # Arrow copies a
+        # misaligned metadata elsewhere: then the body does not follow it
+        if 0 <= padding < 8 and size == self.header.batch_size:
+            return pa.foreign_buffer(start, size, base=message)
+        return message.serialize()
+
+
+_IPC_PREFIX = 8  # an IPC message's continuation marker and metadata size
 
 # A replica fetch ships each stored message as one row of this schema: the exact bytes in the
 # leader's log, appended by the follower without being decoded and encoded again.

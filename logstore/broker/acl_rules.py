@@ -15,7 +15,7 @@ page (``RULES`` lists them, and a unit test checks every request a broker serves
 | describe_log_dirs                                  | READ on the topic (it hands out file paths|
 |                                                    | a reader maps)                            |
 | produce                                            | WRITE on the topic (and transactional id) |
-| fetch                                              | READ on the topic; a replica's: CLUSTER_ACTION|
+| fetch, fetch_session (at open and at each update)  | READ on the topic; a replica's: CLUSTER_ACTION|
 | init_producer_id                                   | WRITE on the transactional id; without one|
 |                                                    | IDEMPOTENT_WRITE on the cluster or WRITE  |
 |                                                    | on any topic                              |
@@ -64,6 +64,7 @@ from logstore.messages.cluster import (
     OffsetsForLeaderEpochRequest,
 )
 from logstore.messages.fetch import FetchRequest
+from logstore.messages.fetch_session import FetchSessionRequest
 from logstore.messages.produce import InitProducerIdRequest, ProduceRequest
 from logstore.security.access import (
     Access,
@@ -168,7 +169,7 @@ def _produce_checks(req: ProduceRequest) -> list[Check]:
     return checks
 
 
-def _fetch_checks(req: FetchRequest) -> list[Check]:
+def _fetch_checks(req: FetchRequest | FetchSessionRequest) -> list[Check]:
     if req.replica_id >= 0:
         return [on_cluster(_O.CLUSTER_ACTION)]
     return [on_topic(req.topic, _O.READ)]
@@ -184,6 +185,9 @@ PRODUCE: Access[Any, Any] = Access("WRITE on the topic (and on the transactional
                                    require=_produce_checks)
 FETCH: Access[Any, Any] = Access("READ on the topic; a replica's fetch CLUSTER_ACTION",
                                  require=_fetch_checks)
+FETCH_SESSION: Access[Any, Any] = Access(
+    "READ on the topic; a replica's session CLUSTER_ACTION (checked again at each update)",
+    require=_fetch_checks)
 INIT_PRODUCER_ID: Access[Any, Any] = Access(
     "WRITE on the transactional id; without one IDEMPOTENT_WRITE on the cluster or WRITE on "
     "any topic", require=_init_producer_id_checks)
@@ -313,15 +317,16 @@ LIST_TRANSACTIONS: Access[Any, Any] = Access(
         if perms.allows(on_transactional_id(t.transactional_id, _O.DESCRIBE))]))
 DESCRIBE_PRODUCERS = _on_topic(_O.READ)
 
-# Every request type's rule, by type: the Routes take theirs from here, and the produce and
-# fetch streams (not Routes) are authorized by theirs.
+# Every request type's rule, by type: the Routes take theirs from here, and the produce,
+# fetch and fetch session streams (not Routes) are authorized by theirs.
 RULES: dict[type[Any], Access[Any, Any]] = {
     tp.MetadataRequest: METADATA, tp.CreateTopicsRequest: CREATE_TOPICS,
     tp.DeleteTopicsRequest: DELETE_TOPICS, tp.CreatePartitionsRequest: CREATE_PARTITIONS,
     tp.DescribeConfigsRequest: DESCRIBE_CONFIGS, tp.AlterConfigsRequest: ALTER_CONFIGS,
     lg.ListOffsetsRequest: LIST_OFFSETS, lg.DescribeLogDirsRequest: DESCRIBE_LOG_DIRS,
     lg.AwaitHighWatermarksRequest: AWAIT_HIGH_WATERMARKS, lg.BrokerStatsRequest: BROKER_STATS,
-    ProduceRequest: PRODUCE, FetchRequest: FETCH, InitProducerIdRequest: INIT_PRODUCER_ID,
+    ProduceRequest: PRODUCE, FetchRequest: FETCH, FetchSessionRequest: FETCH_SESSION,
+    InitProducerIdRequest: INIT_PRODUCER_ID,
     LeaderAndIsrRequest: BROKERS_ONLY, AlterIsrRequest: BROKERS_ONLY,
     ControlledShutdownRequest: BROKERS_ONLY, OffsetsForLeaderEpochRequest: BROKERS_ONLY,
     LeaderEpochsRequest: BROKERS_ONLY,

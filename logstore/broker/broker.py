@@ -244,6 +244,10 @@ class Broker:
         if self.peers is not None and self.server is not None:
             self._controlled_shutdown()
         finished = True
+        # Push sessions would hold the server's shutdown open: they end now, telling their
+        # clients to go elsewhere (after the controlled shutdown, which followers' sessions
+        # serve).
+        self.handlers.sessions.close_all(self.config.broker_id)
         if self.server is not None:
             done = threading.Event()
             server = self.server

@@ -23,6 +23,7 @@ import msgspec
 import pyarrow as pa
 
 from logstore.broker import acl_rules as rules
+from logstore.broker.fetch_session import FetchSession, SessionRegistry
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
 from logstore.controller.store import MetadataStore, TopicRecord
 from logstore.controller.topics import TopicController
@@ -40,6 +41,7 @@ from logstore.messages.fetch import (
     FetchRequest,
     FetchSummary,
 )
+from logstore.messages.fetch_session import FetchSessionRequest
 from logstore.messages.log import (
     AwaitHighWatermarksRequest,
     AwaitHighWatermarksResponse,
@@ -167,6 +169,7 @@ class RequestHandlers:
         # Set by the broker when it verifies transactional produces (None: no verification).
         self.txn_verifier: TxnVerifier | None = None
         self._action_counts: Counter[str] = Counter()
+        self.sessions = SessionRegistry()
         # What a connection may do, and users' credentials: the broker's security manager sets
         # these (without it no authorizer runs and no user exists).
         self.permissions: Callable[[str, str], Permissions | None] = _no_authorizer
@@ -354,11 +357,16 @@ class RequestHandlers:
             for tp, hw in sorted(hws.items())])
 
     def broker_stats(self, req: BrokerStatsRequest) -> BrokerStatsResponse:
-        """Counters of this broker's fetches since it started."""
+        """Counters of this broker's fetches and fetch sessions since it started."""
         stats = self._replicas.stats
-        return BrokerStatsResponse(broker_id=self.broker_id, fetch_requests=stats.requests,
-                                   fetch_batches=stats.batches, fetch_bytes=stats.bytes,
-                                   actions=dict(self._action_counts))
+        sessions = self.sessions.stats()
+        return BrokerStatsResponse(
+            broker_id=self.broker_id, fetch_requests=stats.requests,
+            fetch_batches=stats.batches, fetch_bytes=stats.bytes,
+            actions=dict(self._action_counts), fetch_sessions=sessions.open,
+            fetch_sessions_opened=sessions.opened,
+            fetch_session_pushed_bytes=sessions.pushed_bytes,
+            fetch_session_unacknowledged_bytes=sessions.unacknowledged_bytes)
 
     def init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse:
         return InitProducerIdResponse(producer_id=self._producer_ids.next_producer_id(),
@@ -373,13 +381,13 @@ class RequestHandlers:
         return topic_schema(record.value_schema)
 
     @staticmethod
-    def authorize_stream(req: ProduceRequest | FetchRequest, permissions: Permissions | None
-                         ) -> None:
-        """Refuse a produce or fetch stream the connection may not open (acl_rules.PRODUCE,
-        FETCH); with no authorizer (``permissions`` None) everything may."""
+    def authorize_stream(req: ProduceRequest | FetchRequest | FetchSessionRequest,
+                         permissions: Permissions | None) -> None:
+        """Refuse a produce, fetch or fetch session stream the connection may not open
+        (acl_rules.PRODUCE, FETCH, FETCH_SESSION); with no authorizer (``permissions`` None)
+        everything may."""
         if permissions is not None:
-            access: Access[Any, Any] = rules.PRODUCE if isinstance(
-                req, ProduceRequest) else rules.FETCH
+            access: Access[Any, Any] = rules.RULES[type(req)]
             authorize(access, req, permissions, _nothing)
 
     def produce(self, req: ProduceRequest, batch: pa.RecordBatch, meta: ProduceBatchMetadata,
@@ -459,6 +467,23 @@ class RequestHandlers:
         results = self._replicas.fetch(parts, _capped_wait(req.max_wait_ms), req.min_bytes,
                                        req.max_bytes, req.isolation_level, req.replica_id)
         return schema, results
+
+    def open_fetch_session(self, req: FetchSessionRequest, permissions: Permissions | None
+                           ) -> tuple[pa.Schema, FetchSession]:
+        """A push session the connection may open (FETCH_SESSION), registered until its
+        stream ends (``end_fetch_session``), and the schema of the batches it pushes."""
+        self.authorize_stream(req, permissions)
+        if req.max_bytes <= 0 or req.partition_max_bytes <= 0:
+            raise InvalidFetchSizeError(f"fetch session on {req.topic!r}: max_bytes and "
+                                        "partition_max_bytes must be positive")
+        schema = self.topic_schema(req.topic)
+        session = FetchSession(self._replicas, req)
+        self.sessions.add(session)
+        return schema, session
+
+    def end_fetch_session(self, session: FetchSession) -> None:
+        session.end()
+        self.sessions.remove(session)
 
     @staticmethod
     def iter_fetch_batches(schema: pa.Schema, results: list[PartitionFetchResult]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -44,6 +45,10 @@ from logstore.tiering.remote_reader import RemoteFetchRequest
 from logstore.txn_filter import AbortedTxn, IsolationLevel
 
 log = logging.getLogger(__name__)
+
+# Called with a partition whose log or watermarks moved, or whose role changed (fetch sessions
+# watch the partitions they push; the call must be quick and must not take partition locks).
+Watcher = Callable[[TopicPartition], None]
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -116,6 +121,8 @@ class ReplicaManager:
         self._lock = threading.Lock()
         self._data_arrived = threading.Condition()
         self._generation = 0
+        # Copy-on-write under self._lock: _notify_data reads it without a lock.
+        self._watchers: dict[TopicPartition, tuple[Watcher, ...]] = {}
         self.stats = FetchStats()
 
     # -- hosting -----------------------------------------------------------------------------
@@ -257,8 +264,41 @@ class ReplicaManager:
                 if self._generation == generation:
                     self._data_arrived.wait(remaining / 1000.0)
 
+    def read(self, requests: list[FetchPartition], max_bytes: int, isolation_level: int,
+             replica_id: int) -> list[PartitionFetchResult]:
+        """Read every partition once, without waiting, as a fetch would, except that a
+        follower's position is not taken as its log end offset (a fetch session's follower
+        acknowledges with ``acknowledge_follower`` once it appended)."""
+        results = self._read_once(requests, max_bytes, isolation_level, replica_id,
+                                  track_follower=False)
+        self.stats.batches += sum(len(r.batches) for r in results)
+        self.stats.bytes += sum(r.size_bytes for r in results)
+        return results
+
+    def acknowledge_follower(self, tp: TopicPartition, replica_id: int, log_end_offset: int
+                             ) -> None:
+        """A session's follower has everything below ``log_end_offset`` on its disk (ignored
+        when this broker no longer leads ``tp``, or when the offset is past the leader's log
+        end offset, which no follower can have)."""
+        p = self._partitions.get(tp)
+        if p is None or log_end_offset > p.log.log_end_offset:
+            return
+        p.update_follower_fetch(replica_id, log_end_offset)
+
+    def watch(self, tp: TopicPartition, watcher: Watcher) -> None:
+        with self._lock:
+            self._watchers[tp] = (*self._watchers.get(tp, ()), watcher)
+
+    def unwatch(self, tp: TopicPartition, watcher: Watcher) -> None:
+        with self._lock:
+            left = tuple(w for w in self._watchers.get(tp, ()) if w is not watcher)
+            if left:
+                self._watchers[tp] = left
+            else:
+                self._watchers.pop(tp, None)
+
     def _read_once(self, requests: list[FetchPartition], max_bytes: int, isolation_level: int,
-                   replica_id: int) -> list[PartitionFetchResult]:
+                   replica_id: int, track_follower: bool = True) -> list[PartitionFetchResult]:
         """Read every partition once: local ones here, in order, within ``max_bytes``; those
         below a tiered partition's local log start offset on the remote tier, concurrently."""
         results: list[PartitionFetchResult] = []
@@ -267,7 +307,8 @@ class ReplicaManager:
         for req in requests:
             result = PartitionFetchResult(req.tp)
             remote_read = self._read_partition(req, result, budget, isolation_level, replica_id,
-                                               min_one=not any(r.batches for r in results))
+                                               min_one=not any(r.batches for r in results),
+                                               track_follower=track_follower)
             if remote_read is not None:
                 remote.append((result, remote_read))
             budget -= result.size_bytes
@@ -278,15 +319,15 @@ class ReplicaManager:
         return results
 
     def _read_partition(self, req: FetchPartition, result: PartitionFetchResult, budget: int,
-                        isolation_level: int, replica_id: int, min_one: bool
-                        ) -> RemoteFetchRequest | None:
+                        isolation_level: int, replica_id: int, min_one: bool,
+                        track_follower: bool = True) -> RemoteFetchRequest | None:
         """Fill ``result`` from the local log, or return the remote read it needs."""
         try:
             p = self._leader(req.tp)
             p.check_leader_epoch(req.current_leader_epoch)
             log_ = p.log
             self._describe_result(result, log_)
-            if replica_id >= 0:
+            if replica_id >= 0 and track_follower:
                 p.update_follower_fetch(replica_id, req.offset)
             max_offset = log_.log_end_offset if replica_id >= 0 else log_.high_watermark
             if req.end_offset is not None:
@@ -376,6 +417,8 @@ class ReplicaManager:
         with self._data_arrived:
             self._generation += 1
             self._data_arrived.notify_all()
+        for watcher in self._watchers.get(tp, ()):
+            watcher(tp)
 
     def offsets_for_leader_epoch(self, tp: TopicPartition, leader_epoch: int,
                                  current_leader_epoch: int = -1) -> tuple[int, int]:

@@ -1,10 +1,11 @@
 """The consumer: assigned partitions, positions, polling, and its group membership.
 
-Fetching is the fetcher's (``client/fetcher.py``): one request per (leader, topic), the next
-sent as soon as one returns, so decoding overlaps the network. ``poll`` returns
-ConsumerRecords, built from the Arrow columns as they are read (``records_view.py``);
-``poll_arrow`` returns one pyarrow Table per partition with ``offset`` and ``partition``
-columns appended, without touching records one at a time. With ``group_id``
+Fetching is the fetcher's (``client/fetcher.py``): by default one push session per (leader,
+topic) on which the broker sends records as they arrive (``fetch_session=False``: one request
+per (leader, topic), the next sent as soon as one returns), so decoding overlaps the network.
+``poll`` returns ConsumerRecords, built from the Arrow columns as they are read
+(``records_view.py``); ``poll_arrow`` returns one pyarrow Table per partition with ``offset``
+and ``partition`` columns appended, without touching records one at a time. With ``group_id``
 and ``subscribe``, the partitions come from the group (``client/group.py``): rebalances run
 inside ``poll()`` (eager strategies revoke everything first; cooperative-sticky revokes only what
 moves and rejoins), with the listener's callbacks and auto-commit on this thread, and committed
@@ -78,8 +79,11 @@ class Consumer:
                  partition_assignment_strategy: Iterable[str] = ("range",),
                  group_instance_id: str | None = None, client_id: str = "logstore-consumer",
                  metadata_max_age_ms: int = 300_000,
-                 isolation_level: str = "read_uncommitted", **security: Any) -> None:
-        """``**security``: kafka-python's connection settings, as ``Producer`` takes them."""
+                 isolation_level: str = "read_uncommitted", fetch_session: bool = True,
+                 **security: Any) -> None:
+        """``fetch_session``: the broker pushes records as they arrive, on one long-lived
+        session per leader and topic (False: a fetch request per round trip, as before).
+        ``**security``: kafka-python's connection settings, as ``Producer`` takes them."""
         if isolation_level not in _ISOLATION:
             raise ValueError(f"isolation_level must be 'read_uncommitted' or 'read_committed', "
                              f"got {isolation_level!r}")
@@ -107,7 +111,7 @@ class Consumer:
         self.isolation_level = isolation_level
         self._fetcher = Fetcher(self._metadata, FetchConfig(
             fetch_max_bytes, max_partition_fetch_bytes, fetch_min_bytes, fetch_max_wait_ms,
-            _ISOLATION[isolation_level]), self._out_of_range)
+            _ISOLATION[isolation_level], fetch_session), self._out_of_range)
         self.max_poll_records = max_poll_records
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}

@@ -1,9 +1,12 @@
-"""The consumer's fetcher: fetch requests to partition leaders, and what they bring back.
+"""The consumer's fetcher: fetch sessions or fetch requests to partition leaders, and what they
+bring back.
 
-Owns: building one fetch request per leader and topic (``FetchTarget``) from where each wanted
-partition's buffer ends; keeping one fetch per target in flight, so the next one is on the wire
-while the caller decodes; buffering fetched batches per partition (a partition whose buffer
-holds ``partition_max_bytes`` waits until it is drained); per-partition errors (a metadata
+Owns: what to fetch from each leader and topic (``FetchTarget``): where each wanted
+partition's buffer ends; by default a push session per target (``fetch_session.py``: the
+broker pushes as the log grows, and the consumer grants credit back as it drains), or with
+``fetch_session`` off one fetch request per target kept in flight, so the next one is on the
+wire while the caller decodes (a partition whose buffer holds ``partition_max_bytes`` waits
+until it is drained); buffering fetched batches per partition; per-partition errors (a metadata
 refresh for leadership errors, OFFSET_OUT_OF_RANGE handed to the consumer's callback);
 ``list_offsets`` with a retry when the leader moved; and turning buffered batches into Tables
 with ``offset`` and ``partition`` columns, or into ConsumerRecords. Control batches are never
@@ -23,12 +26,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import partial
-from itertools import repeat
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
+from logstore.client.fetch_session import (
+    ClientSession,
+    Credit,
+    FetchSessions,
+    FetchTarget,
+    SessionSettings,
+)
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import ApiError, OffsetOutOfRangeError
 from logstore.messages.fetch import (
@@ -37,16 +46,17 @@ from logstore.messages.fetch import (
     READ_UNCOMMITTED,
     AbortedTransaction,
     FetchPartition,
-    FetchPartitionSummary,
     FetchRequest,
 )
+from logstore.messages.fetch_session import FetchSessionPartitionEnd, FetchSessionUpdated
 from logstore.messages.log import (
     ListOffsetsPartition,
     ListOffsetsPartitionResult,
     ListOffsetsRequest,
 )
-from logstore.model import ConsumerRecord, TopicPartition
+from logstore.model import TopicPartition
 from logstore.rpc.client import FetchedBatch, FetchResponse
+from logstore.rpc.session_client import PartitionNews, SessionFrame
 from logstore.txn_filter import AbortedTxn, BoolArray, is_abort_marker
 from logstore.txn_filter import committed_mask as txn_committed_mask
 
@@ -56,13 +66,6 @@ MiB = 1024 * 1024
 LEADER_ATTEMPTS = 5  # list_offsets tries, across leader moves
 
 
-class FetchTarget(NamedTuple):
-    """Where one fetch request goes: the leader of some of one topic's partitions."""
-
-    leader: int
-    topic: str
-
-
 @dataclass(frozen=True, slots=True)
 class FetchConfig:
     max_bytes: int = DEFAULT_FETCH_MAX_BYTES  # fetch_max_bytes: per request
@@ -70,6 +73,7 @@ class FetchConfig:
     min_bytes: int = 1
     max_wait_ms: int = 500
     isolation_level: int = READ_UNCOMMITTED
+    fetch_session: bool = True  # push sessions; False: a fetch request per round trip
 
 
 class Drained(NamedTuple):
@@ -82,7 +86,8 @@ class Drained(NamedTuple):
 
 # The consumer's answer to OFFSET_OUT_OF_RANGE for a partition: reset its position, or raise.
 OutOfRange = Callable[[TopicPartition, ApiError], None]
-_Buffered = tuple[pa.RecordBatch, np.ndarray]  # a batch from the position on, and its offsets
+# A batch from the position on, its offsets, and the session credit it holds (None: fetched).
+_Buffered = tuple[pa.RecordBatch, np.ndarray, Credit | None]
 _InFlight = tuple[dict[TopicPartition, int], Future[FetchResponse]]
 
 
@@ -136,6 +141,9 @@ class Fetcher:
         self._fetch_offsets: dict[TopicPartition, int] = {}  # next offset to fetch
         self._inflight: dict[FetchTarget, _InFlight] = {}
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="logstore-fetch")
+        self._sessions = FetchSessions(metadata, SessionSettings(
+            config.max_bytes, config.max_bytes, config.partition_max_bytes,
+            config.isolation_level)) if config.fetch_session else None
 
     # -- offsets lookups ---------------------------------------------------------------------
 
@@ -176,7 +184,10 @@ class Fetcher:
               timeout_s: float) -> bool:
         """Fetch ``partitions`` (each from where its buffer ends, else from ``position(tp)``):
         wait up to ``timeout_s`` for a fetch to land, buffer it, and send the next straight
-        away. False when there was nothing to fetch (every buffer full, or none wanted)."""
+        away. False when there was nothing to fetch (every buffer full, or none wanted).
+        With sessions: subscribe, and buffer what arrives within ``timeout_s``."""
+        if self._sessions is not None:
+            return self._fetch_pushed(self._sessions, partitions, position, timeout_s)
         self._send(partitions, position, int(min(timeout_s * 1000, self._config.max_wait_ms)))
         if not self._inflight:
             return False
@@ -196,7 +207,8 @@ class Fetcher:
         targets: dict[FetchTarget, dict[TopicPartition, int]] = {}
         for tp in partitions:
             queue = self._buffer.get(tp)
-            if queue and sum(b.nbytes for b, _ in queue) >= self._config.partition_max_bytes:
+            if self._sessions is None and queue and \
+                    sum(b.nbytes for b, _, _ in queue) >= self._config.partition_max_bytes:
                 continue
             try:
                 offset = self._fetch_offsets.get(tp)
@@ -246,24 +258,26 @@ class Fetcher:
         for fetched in response.batches:
             by_partition.setdefault(fetched.partition, []).append(fetched)
         for partition, batches in by_partition.items():
-            keep = self._keep(batches, response.partitions.get(partition))
+            entry = response.partitions.get(partition)
+            keep = self._keep(batches, entry.aborted_transactions if entry else [])
             for fetched, kept in zip(batches, keep, strict=True):
                 self._buffer_batch(TopicPartition(target.topic, partition), sent, fetched,
                                    bool(kept))
 
-    def _keep(self, batches: list[FetchedBatch], summary: FetchPartitionSummary | None
+    def _keep(self, batches: list[FetchedBatch], aborted: list[AbortedTransaction]
               ) -> Sequence[bool] | BoolArray:
         """Control batches are never records; read_committed also drops aborted data."""
         if self._config.isolation_level == READ_COMMITTED:
-            return committed_mask(batches, summary.aborted_transactions if summary else [])
+            return committed_mask(batches, aborted)
         return [not b.header.is_control for b in batches]
 
-    def _buffer_batch(self, tp: TopicPartition, sent: dict[TopicPartition, int],
-                      fetched: FetchedBatch, keep: bool) -> None:
+    def _buffer_batch(self, tp: TopicPartition, sent: dict[TopicPartition, int] | None,
+                      fetched: FetchedBatch, keep: bool, credit: Credit | None = None) -> None:
         """Buffer the records of ``fetched`` from the fetch position on (none when not
-        ``keep``: their offsets are passed over silently)."""
+        ``keep``: their offsets are passed over silently). ``sent`` None: pushed by a
+        session, whose fences already dropped what an old position sent."""
         expected = self._fetch_offsets.get(tp)
-        if tp not in sent or expected is None or sent[tp] > expected:
+        if expected is None or sent is not None and (tp not in sent or sent[tp] > expected):
             return  # the position moved (seek, reset) while the fetch was in flight
         offsets = fetched.offsets()
         start = int(np.searchsorted(offsets, expected))
@@ -271,9 +285,12 @@ class Fetcher:
             self._fetch_offsets[tp] = int(offsets[-1]) + 1
             if keep:
                 self._buffer.setdefault(tp, deque()).append(
-                    (fetched.batch.slice(start), offsets[start:]))
+                    (fetched.batch.slice(start), offsets[start:], credit))
+                return
         else:
             self._fetch_offsets[tp] = max(expected, fetched.header.next_offset)
+        if credit is not None:
+            credit.release()
 
     def _on_partition_error(self, tp: TopicPartition, error: ApiError) -> None:
         if isinstance(error, OffsetOutOfRangeError):
@@ -295,16 +312,20 @@ class Fetcher:
                 continue
             batches, offsets = [], []
             while queue and limit > 0:
-                batch, offs = queue.popleft()
+                batch, offs, credit = queue.popleft()
                 if batch.num_rows > limit:
-                    queue.appendleft((batch.slice(limit), offs[limit:]))
+                    queue.appendleft((batch.slice(limit), offs[limit:], credit))
                     batch, offs = batch.slice(0, limit), offs[:limit]
+                elif credit is not None:
+                    credit.release()
                 batches.append(batch)
                 offsets.append(offs)
                 limit -= batch.num_rows
             all_offsets = np.concatenate(offsets)
             out[tp] = Drained(_with_offsets(pa.Table.from_batches(batches), all_offsets,
                                             tp.partition), int(all_offsets[-1]) + 1)
+        if self._sessions is not None:
+            self._sessions.grant_owed()
         return out
 
     def idle_position(self, tp: TopicPartition) -> int | None:
@@ -316,19 +337,70 @@ class Fetcher:
         """``tp``'s position moved: drop its buffer, where its fetching was, and fetches in
         flight for it."""
         self._fetch_offsets.pop(tp, None)
-        self._buffer.pop(tp, None)
+        _release(self._buffer.pop(tp, None))
         for target in [t for t, (sent, _) in self._inflight.items() if tp in sent]:
             del self._inflight[target]
+        if self._sessions is not None:
+            self._sessions.forget(tp)
 
     def retain(self, keep: set[TopicPartition]) -> None:
         """The assignment changed: keep the buffers of ``keep`` only, and send every fetch
         anew (their targets may have changed)."""
-        self._buffer = {tp: b for tp, b in self._buffer.items() if tp in keep}
+        for tp in set(self._buffer) - keep:
+            _release(self._buffer.pop(tp))
         self._fetch_offsets = {tp: o for tp, o in self._fetch_offsets.items() if tp in keep}
         self._inflight.clear()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._sessions is not None:
+            self._sessions.close()
+
+    # -- fetch sessions ----------------------------------------------------------------------
+
+    def _fetch_pushed(self, sessions: FetchSessions, partitions: list[TopicPartition],
+                      position: Callable[[TopicPartition], int], timeout_s: float) -> bool:
+        targets = self._targets(partitions, position)
+        sessions.sync(targets)
+        if not targets:
+            return False
+        for session, frame in sessions.wait(timeout_s):
+            if isinstance(frame, ApiError):
+                sessions.fail(session, frame)
+            elif isinstance(frame, FetchSessionUpdated):
+                session.applied_update(frame)
+            else:
+                self._pushed(sessions, session, frame)
+        sessions.grant_owed()
+        return True
+
+    def _pushed(self, sessions: FetchSessions, session: ClientSession,
+                frame: SessionFrame) -> None:
+        """One partition's frame: buffered, or (from an old position) dropped."""
+        assert isinstance(frame, PartitionNews | FetchSessionPartitionEnd)
+        state = frame.state if isinstance(frame, PartitionNews) else frame
+        tp = TopicPartition(session.target.topic, state.partition)
+        if not sessions.accepts(session, tp):
+            if isinstance(frame, PartitionNews):
+                session.owe(frame.size_bytes)
+            return
+        if isinstance(frame, FetchSessionPartitionEnd):
+            sessions.left(tp)
+            error = frame.error()
+            if error is not None:
+                self._on_partition_error(tp, error)
+            return
+        keep = self._keep(frame.batches, frame.state.aborted_transactions)
+        for fetched, kept in zip(frame.batches, keep, strict=True):
+            self._buffer_batch(tp, None, fetched, bool(kept),
+                               Credit(session, fetched.header.batch_size))
+
+
+def _release(queue: deque[_Buffered] | None) -> None:
+    """Give back the session credit a dropped buffer held."""
+    for _, _, credit in queue or ():
+        if credit is not None:
+            credit.release()
 
 
 def _with_offsets(table: pa.Table, offsets: np.ndarray, partition: int) -> pa.Table:
@@ -336,22 +408,3 @@ def _with_offsets(table: pa.Table, offsets: np.ndarray, partition: int) -> pa.Ta
     return table.append_column("partition",
                                pa.array(np.full(len(offsets), partition, dtype=np.int32)))
 
-
-def to_records(tp: TopicPartition, table: pa.Table) -> list[ConsumerRecord]:
-    """A drained Table as ConsumerRecords (a typed topic's value is a dict of its columns)."""
-    n = table.num_rows
-    keys = table.column("key").to_pylist()
-    values = table.column("value").to_pylist() if "value" in table.column_names else \
-        table.drop_columns(["key", "timestamp", "headers", "offset", "partition"]).to_pylist()
-    stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
-    offsets = table.column("offset").to_pylist()
-    hcol = table.column("headers")
-    if hcol.null_count == n:
-        headers: Iterable[Any] = repeat((), n)  # shared empty tuple: no per-record allocation
-    else:
-        headers = [[(h["key"], h["value"]) for h in hs] if hs else []
-                   for hs in hcol.to_pylist()]
-    # tuple.__new__ builds each record in C; calling the NamedTuple runs its Python __new__.
-    return list(map(tuple.__new__, repeat(ConsumerRecord, n), zip(
-        repeat(tp.topic, n), repeat(tp.partition, n), offsets, stamps, keys, values, headers,
-        strict=False)))

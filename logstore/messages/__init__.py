@@ -12,6 +12,8 @@ is typed end to end and no handler runs before its checks passed. The messages t
 | log.py       | list_offsets, describe_log_dirs, await_high_watermarks, broker_stats           |
 | produce.py   | init_producer_id; the DoPut descriptor (produce), batch metadata and acks       |
 | fetch.py     | the DoGet ticket (fetch) and the summary that ends a fetch stream              |
+| fetch_       | fetch_session: the DoExchange descriptor of a push session, its credit,        |
+|  session.py  | updates and per-partition frames                                               |
 | cluster.py   | leader_and_isr, alter_isr, controlled_shutdown, offsets_for_leader_epoch,      |
 |              | leader_epochs                                                                  |
 | tiering.py   | describe_log_tiers, list_remote_segments                                       |
@@ -35,6 +37,7 @@ from typing import Any, Generic, TypeVar
 from logstore.messages import (
     cluster,
     fetch,
+    fetch_session,
     groups,
     log,
     produce,
@@ -50,6 +53,7 @@ from logstore.messages.base import (
     decode_message,
     decode_request,
     decode_response,
+    decode_versioned,
     encode,
     error_kw,
 )
@@ -93,7 +97,7 @@ def _request_types(*modules: Any) -> dict[str, type[Request[Any]]]:
 # Every request type by action name (produce and fetch included: their bodies are versioned
 # like the DoActions').
 REQUEST_TYPES: dict[str, type[Request[Any]]] = _request_types(
-    topics, log, produce, fetch, cluster, groups, transactions, tiering, security)
+    topics, log, produce, fetch, fetch_session, cluster, groups, transactions, tiering, security)
 
 __all__ = ["REQUEST_TYPES", "ErrorFields", "Message", "Request", "Route", "decode_message",
-           "decode_request", "decode_response", "encode", "error_kw"]
+           "decode_request", "decode_response", "decode_versioned", "encode", "error_kw"]

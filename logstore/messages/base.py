@@ -167,6 +167,21 @@ def decode_message(cls: type[M], body: bytes, what: str) -> M:
         raise InvalidRequestError(f"{what}: {e}") from None
 
 
+def decode_versioned(cls: type[M], body: bytes, what: str) -> M:
+    """A versioned message that is not a request (a stream's control message, declared with
+    ``tag_field="version"`` and its version as ``tag``, as requests are): UNSUPPORTED_VERSION
+    when the body is newer than this code speaks, else as ``decode_message``."""
+    ours = cls.__struct_config__.tag
+    try:
+        version = _VERSION_DECODER.decode(body).version
+    except msgspec.DecodeError as e:
+        raise InvalidRequestError(f"{what}: not a valid JSON object ({e})") from None
+    if isinstance(ours, int) and version > ours:
+        raise UnsupportedVersionError(
+            f"{what} v{version} is newer than this peer speaks (up to v{ours})")
+    return decode_message(cls, body, what)
+
+
 def decode_response(cls: type[M], body: bytes, what: str) -> M:
     """A response from a broker; one that does not match its declaration is the broker's
     fault, so UNKNOWN_SERVER_ERROR naming ``what`` and the field."""

@@ -118,6 +118,12 @@ class BrokerStatsResponse(Message, frozen=True, kw_only=True):
     fetch_batches: int
     fetch_bytes: int
     actions: dict[str, int]
+    fetch_sessions: int = 0  # open now
+    fetch_sessions_opened: int = 0  # since the broker started
+    fetch_session_pushed_bytes: int = 0  # by every session since the broker started
+    # Pushed and not yet granted back by the clients of the open sessions: what their
+    # credit bounds (a client that stops granting stops the pushes).
+    fetch_session_unacknowledged_bytes: int = 0
 
 
 class BrokerStatsRequest(Request[BrokerStatsResponse], frozen=True, kw_only=True, tag=0):

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from logstore.clock import Clock
 from logstore.errors import (
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 # (partition, leader epoch, proposed ISR): hands a proposal to whoever sends it to the
 # controller; the answer comes back through Partition.apply_isr / isr_change_failed.
 IsrProposer = Callable[["Partition", int, frozenset[int]], None]
+MAX_BEHIND = 1024  # (leader LEO, time) points kept per follower
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,23 @@ class PendingAppend:
 class FollowerState:
     log_end_offset: int = 0
     last_caught_up_ms: float = 0.0
+    # (leader log end offset, when) at the follower's earlier fetches or acknowledgements, not
+    # yet reached by it: once it has an offset, it was caught up as of that time (Kafka's
+    # rule, for a follower that pipelines and so never acknowledges the leader's LEO of now).
+    behind: deque[tuple[int, float]] = field(default_factory=deque)
+
+    def fetched(self, offset: int, leader_end_offset: int, now: float) -> None:
+        """The follower has everything below ``offset``, at ``now``."""
+        self.log_end_offset = offset
+        if offset >= leader_end_offset:
+            self.last_caught_up_ms = now
+            self.behind.clear()
+            return
+        while self.behind and self.behind[0][0] <= offset:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.behind.popleft()[1])
+        if len(self.behind) >= MAX_BEHIND:
+            self.behind.popleft()
+        self.behind.append((leader_end_offset, now))
 
 
 def _no_proposals(partition: Partition, epoch: int, isr: frozenset[int]) -> None:
@@ -210,9 +229,7 @@ class Partition:
             state = self._followers.get(follower_id)
             if state is None or not self.is_leader:
                 return
-            state.log_end_offset = log_end_offset
-            if log_end_offset >= self.log.log_end_offset:
-                state.last_caught_up_ms = self._clock.monotonic_ms()
+            state.fetched(log_end_offset, self.log.log_end_offset, self._clock.monotonic_ms())
             self._maybe_expand_isr(follower_id, log_end_offset)
             self._maybe_advance_high_watermark()
 

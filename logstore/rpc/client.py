@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
@@ -31,36 +30,24 @@ from logstore.errors import (
 )
 from logstore.messages import Message, Request, decode_response, encode
 from logstore.messages.fetch import FetchPartitionSummary, FetchRequest
+from logstore.messages.fetch_session import FetchSessionRequest
 from logstore.messages.produce import ProduceAck, ProduceBatchMetadata, ProduceRequest
 from logstore.messages.security import SaslAuthenticate, SaslSession
-from logstore.records import BatchHeader
 from logstore.rpc.codec import (
     BATCH_TAG,
     SUMMARY_TAG,
+    FetchedBatch,
     decode_batch_metadata,
     decode_summary,
     from_flight_error,
 )
+from logstore.rpc.session_client import FetchSessionStream
 from logstore.rpc.tls import client_tls_options
 from logstore.security.config import PLAINTEXT, ClientSecurity
 from logstore.security.sasl import client_exchange
 
 R = TypeVar("R", bound=Message)
 T = TypeVar("T")
-
-
-@dataclass(slots=True)
-class FetchedBatch:
-    partition: int
-    header: BatchHeader
-    offset_deltas: np.ndarray | None
-    batch: pa.RecordBatch
-
-    def offsets(self) -> np.ndarray:
-        base = self.header.base_offset
-        if self.offset_deltas is not None:
-            return base + self.offset_deltas.astype(np.int64)
-        return np.arange(base, base + self.header.record_count, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -264,6 +251,27 @@ class BrokerConnection:
             raise from_flight_error(e, where) from None
         return response
 
+    def open_fetch_session(self, request: FetchSessionRequest) -> FetchSessionStream:
+        """A push session (no deadline: it lives until closed or ended by the broker); open
+        once the broker accepted it (its schema arrived)."""
+        return self._in_session(lambda: self._open_fetch_session(request))
+
+    def _open_fetch_session(self, request: FetchSessionRequest) -> FetchSessionStream:
+        where = f"fetch session on {request.topic!r} at {self.address}"
+        try:
+            writer, reader = self._client.do_exchange(
+                flight.FlightDescriptor.for_command(encode(request)))
+        except flight.FlightError as e:
+            raise from_flight_error(e, where) from None
+        stream = FetchSessionStream(writer, reader, where, None)
+        try:
+            stream.schema  # noqa: B018  (waits for the broker's answer: accepted or refused)
+        except ApiError:
+            stream.close()
+            raise
+        stream.session_lost = self._session_lost if self._security.sasl else None
+        return stream
+
     @staticmethod
     def _add_chunk(response: FetchResponse, chunk: flight.FlightStreamChunk, where: str
                    ) -> None:
@@ -283,4 +291,5 @@ class BrokerConnection:
             self._client.close()
 
 
-__all__ = ["ApiError", "BrokerConnection", "FetchResponse", "FetchedBatch", "ProduceStream"]
+__all__ = ["ApiError", "BrokerConnection", "FetchResponse", "FetchSessionStream", "FetchedBatch",
+           "ProduceStream"]

@@ -30,10 +30,12 @@ from logstore.errors import (
 )
 from logstore.messages import decode_message, decode_request, encode
 from logstore.messages.fetch import FetchRequest
+from logstore.messages.fetch_session import FetchSessionRequest
 from logstore.messages.produce import BatchSeq, ProduceBatchMetadata, ProduceRequest
 from logstore.records import STORED_MESSAGE_SCHEMA, StoredBatch, stored_message_batch
 from logstore.rpc.auth import ServerSecurity
 from logstore.rpc.codec import encode_batch_metadata, encode_summary, to_flight_error
+from logstore.rpc.session_server import serve_fetch_session
 from logstore.security.access import Permissions
 from logstore.security.config import SecurityConfig
 
@@ -151,6 +153,28 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
                 e, pa.ArrowInvalid) else UnknownServerError(f"{type(e).__name__}: {e}")
         summary = self._handlers.fetch_summary(results, error)
         yield _empty(schema), pa.py_buffer(encode_summary(summary))
+
+    # -- fetch sessions ----------------------------------------------------------------------
+
+    def do_exchange(self, context: Any, descriptor: flight.FlightDescriptor,
+                    reader: flight.MetadataRecordBatchReader,
+                    writer: flight.MetadataRecordBatchWriter) -> None:
+        """A push session (session_server.py), authorized at open and at each update."""
+        try:
+            request = decode_request(FetchSessionRequest, descriptor.command or b"")
+            schema, session = self._handlers.open_fetch_session(request,
+                                                                self._permissions(context))
+        except Exception as e:
+            raise self._flight_error(e, "fetch session") from None
+        try:
+            serve_fetch_session(
+                session, STORED_MESSAGE_SCHEMA if session.is_replica else schema, reader,
+                writer, lambda: self._handlers.authorize_stream(request,
+                                                                self._permissions(context)))
+        except Exception as e:
+            raise self._flight_error(e, "fetch session") from None
+        finally:
+            self._handlers.end_fetch_session(session)
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -103,7 +103,7 @@ def stamp_timestamps(batch: pa.RecordBatch, now: int, config: TopicConfig,
 def follower_bytes(tp: str, batch: StoredBatch) -> tuple[BatchHeader, pa.Buffer]:
     """The CRC-checked header and the exact message bytes of a replicated batch."""
     header = decode_message(batch.message, verify=True).header
-    data = batch.message.serialize()
+    data = StoredBatch(header, batch.message).message_bytes()  # a view of what was received
     if data.size != header.batch_size:
         raise InvalidRecordError(f"{tp}: batch at offset {header.base_offset} is {data.size} "
                                  f"bytes but its header says {header.batch_size}")

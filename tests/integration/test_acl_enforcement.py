@@ -14,6 +14,7 @@ import hashlib
 import random
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -33,12 +34,14 @@ from logstore.messages import tiering as ti
 from logstore.messages import topics as tp
 from logstore.messages import transactions as tx
 from logstore.messages.fetch import FetchPartition, FetchRequest
+from logstore.messages.fetch_session import FetchSessionRequest, FetchSessionUpdate
 from logstore.messages.produce import InitProducerIdRequest, ProduceBatchMetadata, ProduceRequest
 from logstore.records import DEFAULT_SCHEMA
 from logstore.rpc.client import BrokerConnection
 from logstore.security.acl import (
     AccessControlEntry,
     AclBinding,
+    AclBindingFilter,
     Operation,
     PatternType,
     Permission,
@@ -47,6 +50,7 @@ from logstore.security.acl import (
 )
 from logstore.security.config import INTER_BROKER_PASSWORD_ENV, client_security
 from tests.brokers import BrokerFactory, BrokerProcess
+from tests.helpers import wait_for
 from tests.security import SecureBrokers, add_user, password
 from tests.zookeeper import zk_client
 
@@ -219,7 +223,8 @@ def _transaction_requests() -> list[Request[Any]]:
 
 ALICE_REFUSED = {"leader_and_isr", "alter_isr", "controlled_shutdown",
                  "offsets_for_leader_epoch", "leader_epochs", "create_acls", "delete_acls",
-                 "alter_user_scram_credentials", "replica_fetch", "write_txn_markers",
+                 "alter_user_scram_credentials", "replica_fetch", "replica_fetch_session",
+                 "write_txn_markers",
                  # no ACL on the transactional id (txn_offset_commit, as in Kafka, checks
                  # only the group and the topics)
                  "add_partitions_to_txn", "add_offsets_to_txn",
@@ -240,7 +245,20 @@ def _streams(conn: BrokerConnection) -> dict[str, Callable[[], Any]]:
         return lambda: list(conn.fetch(FetchRequest(
             topic=TOPIC, replica_id=replica, max_wait_ms=0,
             partitions=[FetchPartition(partition=0, offset=0)])).partitions.values())
-    return {"produce": produce, "fetch": fetch(-1), "replica_fetch": fetch(7)}
+
+    def session(replica: int) -> Callable[[], Any]:
+        def first_frame() -> Any:
+            stream = conn.open_fetch_session(FetchSessionRequest(
+                topic=TOPIC, replica_id=replica, credit_bytes=1 << 20,
+                partitions=[FetchPartition(partition=0, offset=0)]))
+            try:
+                frame = stream.read()  # the topic holds a record: the session pushes it
+                return getattr(frame, "state", frame)
+            finally:
+                stream.close()
+        return first_frame
+    return {"produce": produce, "fetch": fetch(-1), "replica_fetch": fetch(7),
+            "fetch_session": session(-1), "replica_fetch_session": session(7)}
 
 
 def matrix(brokers: SecureBrokers, broker: BrokerProcess, user: str | None) -> dict[str, str]:
@@ -263,7 +281,7 @@ def test_matrix_exactly_the_allowed_calls_pass(
     credentials; the matrix covers every action the broker serves."""
     brokers, broker, _ = cluster
     alice = matrix(brokers, broker, "alice")
-    assert set(alice) == set(REQUEST_TYPES) | {"replica_fetch"}
+    assert set(alice) == set(REQUEST_TYPES) | {"replica_fetch", "replica_fetch_session"}
     assert {a for a, o in alice.items() if o == "refused"} == ALICE_REFUSED, alice
     bob = matrix(brokers, broker, "bob")
     # bob may WRITE some topic (not m-*), so he may have an idempotent producer id
@@ -341,10 +359,26 @@ def snapshot(broker: BrokerProcess, zk: str) -> dict[str, bytes]:
 
 
 def _stream_leak(conn: BrokerConnection, rng: random.Random) -> str | None:
-    """A random produce or fetch stream; what it got through, if anything."""
+    """A random produce, fetch or fetch session stream; what it got through, if anything."""
     import pyarrow.flight as flight
 
-    if rng.random() < 0.5:
+    kind = rng.random()
+    if kind < 0.25:
+        body = msgspec.json.encode(random_struct(rng, FetchSessionRequest))
+        try:
+            _, reader = conn._client.do_exchange(flight.FlightDescriptor.for_command(body),
+                                                 flight.FlightCallOptions(timeout=15))
+        except flight.FlightError:
+            return None
+        try:
+            chunk = reader.read_chunk()
+        except (flight.FlightError, pa.ArrowException, StopIteration):
+            return None
+        finally:
+            with suppress(flight.FlightError, pa.ArrowException, OSError):
+                reader.cancel()
+        return f"fetch session {body[:120]!r} pushed {chunk.app_metadata!r}"
+    if kind < 0.5:
         body = msgspec.json.encode(random_struct(rng, FetchRequest))
         try:
             table = conn._client.do_get(flight.Ticket(body), flight.FlightCallOptions(
@@ -370,8 +404,8 @@ def _stream_leak(conn: BrokerConnection, rng: random.Random) -> str | None:
 
 
 def fuzz(conn: BrokerConnection, rng: random.Random, rounds: int) -> list[str]:
-    """Send ``rounds`` random actions (one in ten a produce or fetch stream); the ones that
-    were not refused."""
+    """Send ``rounds`` random actions (one in ten a produce, fetch or fetch session stream);
+    the ones that were not refused."""
     import pyarrow.flight as flight
 
     from logstore.rpc.codec import from_flight_error
@@ -403,7 +437,7 @@ def test_fuzzer_is_refused_everything_and_changes_nothing(
     """Goal: an attacker without credentials, or with a user that has no ACL, gets nothing and
     changes nothing. Method: 1,000 random actions (random action names, garbage bodies,
     requests of every type filled with random values from pools of real and odd names, and
-    one in ten a produce or fetch stream of random descriptors and tickets),
+    one in ten a produce, fetch or fetch session stream of random descriptors and tickets),
     each refused with an error code (never UNKNOWN_SERVER_ERROR), answered with nothing to see;
     the log directory's files and every znode are the same afterwards, and the broker still
     answers the admin."""
@@ -419,3 +453,37 @@ def test_fuzzer_is_refused_everything_and_changes_nothing(
     assert snapshot(broker, zk) == before, f"seed {seed}"
     with Admin(broker.bootstrap, **brokers.client()) as admin:
         assert TOPIC in admin.list_topics()
+
+
+def test_a_session_whose_read_acl_is_deleted_ends_at_its_next_update(
+        cluster: tuple[SecureBrokers, BrokerProcess, str]) -> None:
+    """Goal: a fetch session is authorized at each update, not only at open, so deleting a
+    user's READ ends its session. Method: mallory gets READ on a topic of her own and opens
+    a session that pushes its record; the ACL is deleted (until a plain fetch of hers is
+    refused); her next update ends the session with TOPIC_AUTHORIZATION_FAILED."""
+    brokers, broker, _ = cluster
+    topic = f"s-revoke-{uuid.uuid4().hex[:6]}"
+    with brokers.admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 2)])
+        admin.create_acls([_acl(ResourceType.TOPIC, topic, "User:mallory", Operation.READ)])
+    with Producer(broker.bootstrap, **brokers.client()) as producer:
+        producer.send(topic, b"r", partition=0).result(10)
+    conn = BrokerConnection(broker.bootstrap, timeout_s=15,
+                            security=client_security(brokers.client("mallory")))
+    try:
+        stream = conn.open_fetch_session(FetchSessionRequest(
+            topic=topic, credit_bytes=1 << 20, partitions=[FetchPartition(partition=0,
+                                                                          offset=0)]))
+        assert stream.read() is not None
+        with brokers.admin(broker.bootstrap) as admin:
+            admin.delete_acls([AclBindingFilter(ResourceType.TOPIC, topic)])
+        wait_for(lambda: outcome(lambda: conn.fetch(FetchRequest(
+            topic=topic, max_wait_ms=0, partitions=[FetchPartition(partition=0, offset=0)]
+        ))) == "refused", "the deletion to take effect")
+        stream.send(FetchSessionUpdate(seq=1, add=[FetchPartition(partition=1, offset=0)]))
+        with pytest.raises(ApiError) as refused:
+            while stream.read() is not None:
+                pass
+        assert refused.value.code is ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        conn.close()

@@ -72,6 +72,25 @@ def test_lagging_follower_leaves_the_isr_after_the_lag_time_only(tmp_path: Path)
     assert p.log.high_watermark == 5  # 3 no longer holds it back
 
 
+def test_a_pipelining_follower_is_caught_up_as_of_the_leader_end_it_reached(
+        tmp_path: Path) -> None:
+    """Goal: a follower that always acknowledges a little behind the leader's log end offset
+    (a push session under steady load) stays in the ISR while its lag in time is small, and
+    leaves it once it stops progressing (Kafka's rule: caught up as of the time the leader's
+    log end offset was what the follower has now). Method: appends and acknowledgements
+    alternate, each acknowledgement reaching the leader's end of the step before."""
+    clock = FakeClock()
+    p = make_partition(tmp_path, clock)
+    p.make_leader(0, (1, 2), (1, 2))
+    for step in range(5):
+        p.append_records_to_leader(keyed(step * 10, 10), 1)  # the leader's end: 10 * (step + 1)
+        clock.advance(LAG_MS // 2)
+        p.update_follower_fetch(2, step * 10)  # behind the end of now, at the end of before
+        assert p.maybe_shrink_isr(LAG_MS) is None, f"step {step}"
+    clock.advance(LAG_MS + 1)  # no progress for longer than the lag time
+    assert p.maybe_shrink_isr(LAG_MS) == frozenset({1})
+
+
 def test_shrink_waits_for_the_controller_and_high_watermark_counts_the_larger_isr(
         tmp_path: Path) -> None:
     clock = FakeClock()

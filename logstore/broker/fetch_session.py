@@ -1,0 +1,291 @@
+"""Fetch sessions, the broker's side: pushing batches to a subscribed client as its partitions
+grow (``messages/fetch_session.py`` describes the exchange).
+
+Owns: one session's subscribed partitions and their positions; its credit (bytes the client
+granted that the broker has not pushed yet: a push never starts without credit, and takes at
+most the credit plus one batch, so a client that stops granting stops the pushes and the
+broker holds nothing for it); reading each push through the replica manager, once, without
+waiting (below the high watermark, the last stable offset for read_committed, the log end
+offset for a follower), waking when a subscribed partition's log, watermarks or role move;
+applying updates in order; a follower's acknowledgements (its log end offsets, which advance
+the leader's high watermark as a fetch at that offset would); ending a partition on its
+error; and the registry of open sessions (ended when the broker stops, counted for
+broker_stats). Must not: know about Arrow Flight (``rpc/session_stream.py`` writes what a
+push holds), or loop over records.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
+from logstore.errors import ApiError, BrokerNotAvailableError, InvalidRequestError
+from logstore.messages import error_kw
+from logstore.messages.fetch import AbortedTransaction
+from logstore.messages.fetch import FetchPartition as FetchPartitionMessage
+from logstore.messages.fetch_session import (
+    FetchSessionCredit,
+    FetchSessionPartitionEnd,
+    FetchSessionPartitionState,
+    FetchSessionRequest,
+    FetchSessionUpdate,
+)
+from logstore.model import TopicPartition
+from logstore.records import StoredBatch
+
+log = logging.getLogger(__name__)
+
+_Watermarks = tuple[int, int, int, int]  # high watermark, LSO, log start, local log start
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPush:
+    """One partition's news in a push: its state, then its batches in offset order."""
+
+    state: FetchSessionPartitionState
+    batches: list[StoredBatch]
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """What one push sends, in this order: the updates applied (their seqs), the partitions
+    that left the session on an error, then the partitions' news."""
+
+    updated: list[int] = field(default_factory=list)
+    ended: list[FetchSessionPartitionEnd] = field(default_factory=list)
+    partitions: list[PartitionPush] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Subscription:
+    fetch: FetchPartition
+    sent: _Watermarks | None = None  # the watermarks last pushed
+
+
+class FetchSession:
+    """One client's session on one topic. ``next_push`` runs on the stream's writing thread;
+    ``grant``, ``update`` and ``close`` on its reading thread, and ``close`` anywhere."""
+
+    def __init__(self, replicas: ReplicaManager, request: FetchSessionRequest) -> None:
+        self.request = request
+        self.topic = request.topic
+        self.replica_id = request.replica_id
+        self._replicas = replicas
+        self._cond = threading.Condition()
+        self._credit = request.credit_bytes
+        self._updates: deque[FetchSessionUpdate] = deque()
+        self._dirty: set[int] = set()  # partitions that may have news
+        self._closed = False
+        self.error: ApiError | None = None  # why the session ended, if not by the client
+        self._subs: dict[int, _Subscription] = {}  # the writing thread's alone
+        self._rotation = 0
+        self.pushed_bytes = 0
+        self.granted_bytes = 0  # granted after the open
+        self._pending_adds = request.partitions
+
+    @property
+    def is_replica(self) -> bool:
+        return self.replica_id >= 0
+
+    @property
+    def unacknowledged_bytes(self) -> int:
+        """Pushed bytes the client has not granted back yet (consumed, or buffered)."""
+        return self.pushed_bytes - self.granted_bytes
+
+    # -- the reading thread ----------------------------------------------------------------
+
+    def grant(self, credit: FetchSessionCredit) -> None:
+        """More credit; a follower's log end offsets are its acknowledgements."""
+        if credit.log_end_offsets and not self.is_replica:
+            raise InvalidRequestError(f"fetch session on {self.topic!r}: only a replica "
+                                      "acknowledges log end offsets")
+        for ack in credit.log_end_offsets:
+            self._replicas.acknowledge_follower(TopicPartition(self.topic, ack.partition),
+                                                self.replica_id, ack.offset)
+        with self._cond:
+            self._credit += credit.credit_bytes
+            self.granted_bytes += credit.credit_bytes
+            self._cond.notify()
+
+    def update(self, update: FetchSessionUpdate) -> None:
+        with self._cond:
+            self._updates.append(update)
+            self._cond.notify()
+
+    def close(self, error: ApiError | None = None) -> None:
+        """End the session (``error``: why, for the client; the first reason wins)."""
+        with self._cond:
+            if not self._closed:
+                self._closed, self.error = True, error
+            self._cond.notify()
+
+    def _wake(self, tp: TopicPartition) -> None:
+        with self._cond:
+            self._dirty.add(tp.partition)
+            self._cond.notify()
+
+    # -- the writing thread ----------------------------------------------------------------
+
+    def next_push(self) -> Push | None:
+        """Wait until there is something to send (an update, or news while credit lasts) and
+        return it; None once the session is closed."""
+        if self._pending_adds:  # the open's partitions, as the session's first update
+            self._add(self._pending_adds)
+            self._pending_adds = []
+        with self._cond:
+            while not self._closed and not self._updates and not (
+                    self._dirty and self._credit > 0):
+                self._cond.wait()
+            if self._closed:
+                return None
+            updates = list(self._updates)
+            self._updates.clear()
+            credit = self._credit
+            dirty, self._dirty = (self._dirty, set()) if credit > 0 else (set(), self._dirty)
+        push = Push(updated=[self._apply(u) for u in updates])
+        if credit > 0:
+            self._read(push, credit, dirty)
+        return push
+
+    def end(self) -> None:
+        """The stream is over: stop watching the partitions."""
+        self.close()
+        for p in list(self._subs):
+            self._drop(p)
+
+    def _apply(self, update: FetchSessionUpdate) -> int:
+        for p in update.remove:
+            self._drop(p)
+        self._add(update.add)
+        return update.seq
+
+    def _add(self, partitions: list[FetchPartitionMessage]) -> None:
+        for fp in partitions:
+            tp = TopicPartition(self.topic, fp.partition)
+            if fp.partition not in self._subs:
+                self._replicas.watch(tp, self._wake)
+            self._subs[fp.partition] = _Subscription(FetchPartition(
+                tp, fp.offset, self.request.partition_max_bytes if fp.max_bytes is None
+                else fp.max_bytes, fp.current_leader_epoch, fp.end_offset))
+            if self.is_replica:  # a follower (re)starts at its log end offset
+                self._replicas.acknowledge_follower(tp, self.replica_id, fp.offset)
+            with self._cond:
+                self._dirty.add(fp.partition)
+
+    def _drop(self, partition: int) -> None:
+        if self._subs.pop(partition, None) is not None:
+            self._replicas.unwatch(TopicPartition(self.topic, partition), self._wake)
+
+    def _read(self, push: Push, credit: int, dirty: set[int]) -> None:
+        """Read the partitions that may have news once, from a rotating first one (so a busy
+        partition cannot starve the rest), within the credit and ``max_bytes``. Those that
+        sent batches, and all of them when the budget ran out, may have more."""
+        order = sorted(p for p in dirty if p in self._subs)
+        if not order:
+            return
+        self._rotation = (self._rotation + 1) % len(order)
+        order = order[self._rotation:] + order[:self._rotation]
+        budget = min(credit, self.request.max_bytes)
+        results = self._replicas.read([self._subs[p].fetch for p in order], budget,
+                                      self.request.isolation_level, self.replica_id)
+        pushed, again = 0, set()
+        for result in results:
+            sent = self._take(push, result)
+            pushed += sent
+            if sent:
+                again.add(result.tp.partition)
+        if pushed >= budget:
+            again.update(p for p in order if p in self._subs)
+        with self._cond:
+            self._credit -= pushed
+            self.pushed_bytes += pushed
+            self._dirty |= again
+
+    def _take(self, push: Push, r: PartitionFetchResult) -> int:
+        """Add one partition's read to ``push``; the bytes it pushes."""
+        partition = r.tp.partition
+        sub = self._subs[partition]
+        if r.error is not None:
+            push.ended.append(FetchSessionPartitionEnd(
+                partition=partition, **error_kw(r.error), high_watermark=r.high_watermark,
+                log_start_offset=r.log_start_offset, log_end_offset=r.log_end_offset,
+                local_log_start_offset=r.local_log_start_offset))
+            self._drop(partition)
+            return 0
+        marks = (r.high_watermark, r.last_stable_offset, r.log_start_offset,
+                 r.local_log_start_offset)
+        if not r.batches and marks == sub.sent:
+            return 0
+        sub.sent = marks
+        if r.batches:
+            f = sub.fetch
+            sub.fetch = FetchPartition(f.tp, r.batches[-1].header.next_offset, f.max_bytes,
+                                       f.current_leader_epoch, f.end_offset)
+        push.partitions.append(PartitionPush(_state(r), r.batches))
+        return r.size_bytes
+
+
+def _state(r: PartitionFetchResult) -> FetchSessionPartitionState:
+    return FetchSessionPartitionState(
+        partition=r.tp.partition, batches=len(r.batches), high_watermark=r.high_watermark,
+        last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
+        local_log_start_offset=r.local_log_start_offset, log_end_offset=r.log_end_offset,
+        aborted_transactions=[AbortedTransaction(
+            producer_id=a.producer_id, first_offset=a.first_offset,
+            last_offset=-1 if a.last_offset is None else a.last_offset) for a in r.aborted])
+
+
+class SessionRegistry:
+    """The open sessions of one broker: counted for broker_stats, ended when it stops."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: set[FetchSession] = set()
+        self._closed = False
+        self._ended_pushed_bytes = 0
+        self._opened = 0
+
+    def add(self, session: FetchSession) -> None:
+        with self._lock:
+            if self._closed:
+                raise BrokerNotAvailableError(
+                    f"fetch session on {session.topic!r}: this broker is stopping")
+            self._open.add(session)
+            self._opened += 1
+
+    def remove(self, session: FetchSession) -> None:
+        with self._lock:
+            if session in self._open:
+                self._open.discard(session)
+                self._ended_pushed_bytes += session.pushed_bytes
+
+    def close_all(self, broker_id: int) -> None:
+        """The broker stops: every session ends with BROKER_NOT_AVAILABLE (clients reconnect
+        elsewhere), and no new one opens."""
+        with self._lock:
+            self._closed = True
+            sessions = list(self._open)
+        for s in sessions:
+            s.close(BrokerNotAvailableError(f"fetch session on {s.topic!r}: broker "
+                                            f"{broker_id} is stopping"))
+
+    def stats(self) -> SessionStats:
+        with self._lock:
+            sessions = list(self._open)
+            ended, opened = self._ended_pushed_bytes, self._opened
+        return SessionStats(len(sessions), opened,
+                            ended + sum(s.pushed_bytes for s in sessions),
+                            sum(s.unacknowledged_bytes for s in sessions))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStats:
+    """Counters of a broker's fetch sessions (approximate under concurrency)."""
+
+    open: int
+    opened: int  # since the broker started
+    pushed_bytes: int  # by every session since the broker started
+    unacknowledged_bytes: int  # pushed and not yet granted back, over the open sessions
