@@ -245,9 +245,17 @@ class RemoteLogManager:
         return [] if task is None else list(task.readable)
 
     def log_start_offset(self, tp: TopicPartition) -> int | None:
-        """The partition's log start offset over both tiers (None: not led here)."""
+        """The partition's log start offset over both tiers (None: not led here). While the
+        partition's entries are not loaded yet, RemoteStorageError (retriable), as for
+        ``find_remote_segment``: the local log start offset would make EARLIEST skip the
+        remote tier."""
         task = self._tasks.get(tp)
-        return None if task is None else task.log_start_offset
+        if task is None:
+            return None
+        if not task.loaded and not task.readable:
+            raise RemoteStorageError(f"{tp}: the log start offset is not known yet: the remote "
+                                     "log metadata of the partition is not loaded yet")
+        return task.log_start_offset
 
     def stats(self, tp: TopicPartition) -> TierStats | None:
         task = self._tasks.get(tp)
