@@ -39,6 +39,7 @@ from logstore.rpc.client import BrokerConnection
 from logstore.security.acl import (
     AccessControlEntry,
     AclBinding,
+    AclBindingFilter,
     Operation,
     PatternType,
     Permission,
@@ -220,9 +221,9 @@ def _transaction_requests() -> list[Request[Any]]:
 ALICE_REFUSED = {"leader_and_isr", "alter_isr", "controlled_shutdown",
                  "offsets_for_leader_epoch", "leader_epochs", "create_acls", "delete_acls",
                  "alter_user_scram_credentials", "replica_fetch", "write_txn_markers",
-                 # no ACL on the transactional id (txn_offset_commit, as in Kafka, checks
-                 # only the group and the topics)
-                 "add_partitions_to_txn", "add_offsets_to_txn",
+                 # no ACL on the transactional id (txn_offset_commit needs WRITE on it
+                 # too, as in Kafka)
+                 "add_partitions_to_txn", "add_offsets_to_txn", "txn_offset_commit",
                  "end_txn", "prepare_txn", "describe_transactions"}
 
 
@@ -272,6 +273,35 @@ def test_matrix_exactly_the_allowed_calls_pass(
         "list_groups", "list_transactions", "init_producer_id"}, bob
     anonymous = matrix(brokers, broker, None)
     assert set(anonymous.values()) == {"refused"}, anonymous
+
+
+def test_txn_offset_commit_needs_write_on_the_transactional_id(
+        cluster: tuple[SecureBrokers, BrokerProcess, str]) -> None:
+    """Goal: as Kafka's handleTxnOffsetCommitRequest, txn_offset_commit needs WRITE on the
+    transactional id besides READ on the group and the topics. Method: alice (READ on the
+    m-* group and topic) commits under a transactional id she may not WRITE (refused with
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, naming it), then under one she may (it passes the
+    authorizer: whatever the coordinator answers is not a refusal)."""
+    brokers, broker, _ = cluster
+    granted = _acl(ResourceType.TRANSACTIONAL_ID, "a-txn", "User:alice", Operation.WRITE)
+    with brokers.admin(broker.bootstrap) as admin:
+        admin.create_acls([granted])
+    conn = BrokerConnection(broker.bootstrap, timeout_s=15,
+                            security=client_security(brokers.client("alice")))
+    try:
+        def commit(txn_id: str) -> Any:
+            return conn.call(tx.TxnOffsetCommitRequest(
+                transactional_id=txn_id, producer_id=1, producer_epoch=0, group_id=GROUP,
+                offsets=[tx.TxnOffsetCommitEntry(topic=TOPIC, partition=0, offset=0)]))
+        with pytest.raises(ApiError, match=TXN_ID) as refused:
+            commit(TXN_ID)
+        assert refused.value.code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert outcome(lambda: commit("a-txn")) != "refused"
+    finally:
+        conn.close()
+        with brokers.admin(broker.bootstrap) as admin:
+            admin.delete_acls([AclBindingFilter(
+                resource_type=ResourceType.TRANSACTIONAL_ID, name="a-txn")])
 
 
 # -- the fuzzer --------------------------------------------------------------------------------
