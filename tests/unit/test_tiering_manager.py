@@ -45,7 +45,8 @@ def test_sealed_segments_below_the_high_watermark_are_copied_with_their_sidecars
     assert t.store.read_object(segment_key(first, ".index")) == \
         (t.log.dir / "00000000000000000000.index").read_bytes()
     suffixes = {parse_object_key(k).suffix for k in t.objects()}  # type: ignore[union-attr]
-    assert suffixes >= {".arrow", ".index", ".timeindex", ".leader-epoch-checkpoint"}
+    assert suffixes >= {".arrow", ".index", ".timeindex", ".leader-epoch-checkpoint",
+                        ".colcrc"}
     assert t.store.read_object(segment_key(first, ".leader-epoch-checkpoint")) == b"0\n1\n0 0\n"
     stats = t.rlm.stats(TP)
     assert stats is not None and (stats.remote_segments, stats.copy_lag_segments) == (2, 1)
@@ -185,7 +186,7 @@ def test_orphans_are_removed_after_the_grace_period(tmp_path: Path) -> None:
     t.lead()
     t.clock.advance(30_000)
     t.rlm.run_task(TP)
-    assert len(t.objects()) == 7
+    assert len(t.objects()) == 8  # 6 of the copy (with .colcrc), 2 orphans
     t.clock.advance(61_000)
     t.rlm.run_task(TP)
     assert [m.segment_id for m in t.meta.remote_log_segments(TIP)] == [done.segment_id]
