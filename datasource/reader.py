@@ -173,9 +173,9 @@ class _RemoteRange:
     def _batches(self, store: ObjectStore) -> Iterator[pa.RecordBatch]:
         """Converted batches from ``self.position`` on. A projected read (the target leaves
         out a stored column other than ``headers``, which a read without includeHeaders
-        always leaves out) fetches only the wanted columns' buffers; it checks each batch's
-        structure but cannot check its CRC, which covers the whole body. Any other read
-        fetches whole batches and checks their CRCs."""
+        always leaves out) fetches only the wanted columns' buffers and checks them against
+        the segment's per-column CRC32Cs (its ``.colcrc`` sidecar; a segment copied without
+        one is read whole). Any other read fetches whole batches and checks their CRCs."""
         reader = ProjectedSegmentReader(store, self.remote.segment)
         stored = reader.schema()
         wanted = [f.name for f in self.settings.target if f.name not in META_COLUMNS]

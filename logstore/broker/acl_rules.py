@@ -15,7 +15,7 @@ page (``RULES`` lists them, and a unit test checks every request a broker serves
 | describe_log_dirs                                  | READ on the topic (it hands out file paths|
 |                                                    | a reader maps)                            |
 | produce                                            | WRITE on the topic (and transactional id) |
-| fetch, fetch_session (at open and at each update)  | READ on the topic; a replica's: CLUSTER_ACTION|
+| fetch, fetch_session (at open and at each frame)   | READ on the topic; a replica's: CLUSTER_ACTION|
 | init_producer_id                                   | WRITE on the transactional id; without one|
 |                                                    | IDEMPOTENT_WRITE on the cluster or WRITE  |
 |                                                    | on any topic                              |
@@ -23,7 +23,9 @@ page (``RULES`` lists them, and a unit test checks every request a broker serves
 | offsets_for_leader_epoch, write_txn_markers        |                                           |
 | find_coordinator                                   | DESCRIBE on the group                     |
 | join/sync/heartbeat/leave_group                    | READ on the group                         |
-| offset_commit / txn_offset_commit                  | READ on the group, READ per topic         |
+| offset_commit                                      | READ on the group, READ per topic         |
+| txn_offset_commit                                  | WRITE on the transactional id, READ on the|
+|                                                    | group, READ per topic                     |
 | offset_fetch                                       | DESCRIBE on the group; topics it may      |
 |                                                    | DESCRIBE only                             |
 | list_groups                                        | DESCRIBE on the cluster, else groups it   |
@@ -186,7 +188,7 @@ PRODUCE: Access[Any, Any] = Access("WRITE on the topic (and on the transactional
 FETCH: Access[Any, Any] = Access("READ on the topic; a replica's fetch CLUSTER_ACTION",
                                  require=_fetch_checks)
 FETCH_SESSION: Access[Any, Any] = Access(
-    "READ on the topic; a replica's session CLUSTER_ACTION (checked again at each update)",
+    "READ on the topic; a replica's session CLUSTER_ACTION (checked again at each client frame)",
     require=_fetch_checks)
 INIT_PRODUCER_ID: Access[Any, Any] = Access(
     "WRITE on the transactional id; without one IDEMPOTENT_WRITE on the cluster or WRITE on "
@@ -294,9 +296,10 @@ ADD_PARTITIONS_TO_TXN: Access[Any, Any] = Access(
     entities=Entities(checks=_txn_partitions, narrow=_narrow_txn_partitions,
                       refuse=_added("results", _txn_result)))
 ADD_OFFSETS_TO_TXN = _on_txn_id(_O.WRITE, lambda req: on_group(req.group_id, _O.READ))
-TXN_OFFSET_COMMIT: Access[Any, Any] = Access(
-    "READ on the group, READ on each topic",
-    require=lambda req: [on_group(req.group_id, _O.READ)],
+TXN_OFFSET_COMMIT: Access[Any, Any] = Access(  # Kafka's handleTxnOffsetCommitRequest
+    "WRITE on the transactional id, READ on the group, READ on each topic",
+    require=lambda req: [on_transactional_id(req.transactional_id, _O.WRITE),
+                         on_group(req.group_id, _O.READ)],
     entities=Entities(checks=_commit_checks,
                       narrow=_by_name("offsets", lambda o: (o.topic, o.partition)),
                       refuse=_added("results", _txn_result)))

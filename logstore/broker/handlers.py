@@ -31,6 +31,7 @@ from logstore.errors import (
     ApiError,
     InvalidFetchSizeError,
     InvalidRequestError,
+    InvalidTopicError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
@@ -88,7 +89,7 @@ from logstore.messages.topics import (
     TopicResult,
     TopicResults,
 )
-from logstore.model import NewTopic, TopicPartition
+from logstore.model import INTERNAL_TOPICS, NewTopic, TopicPartition
 from logstore.produced import ProducerData, read_produced
 from logstore.records import (
     DEFAULT_SCHEMA,
@@ -234,18 +235,29 @@ class RequestHandlers:
 
     def _create_topic(self, t: CreatableTopic) -> None:
         what = f"create_topics[{t.name!r}]"
+        _refuse_internal(t.name, "create_topics")  # the coordinators create them
         self._controller.create_topic(NewTopic(
             name=t.name, num_partitions=t.num_partitions,
             replication_factor=t.replication_factor, config=dict(t.config),
             value_schema=_value_schema(t.value_schema, what)))
 
     def delete_topics(self, req: DeleteTopicsRequest) -> TopicResults:
-        return TopicResults(topics=[_topic_result(name, self._controller.delete_topic, name)
+        return TopicResults(topics=[_topic_result(name, self._delete_topic, name)
                                     for name in req.topics])
+
+    def _delete_topic(self, name: str) -> None:
+        _refuse_internal(name, "delete_topics")
+        self._controller.delete_topic(name)
 
     def create_partitions(self, req: CreatePartitionsRequest) -> TopicResults:
         return TopicResults(topics=[_topic_result(
-            t.name, self._controller.create_partitions, t.name, t.count) for t in req.topics])
+            t.name, self._create_partitions, t.name, t.count) for t in req.topics])
+
+    def _create_partitions(self, name: str, count: int) -> None:
+        # The coordinators hash keys over the partition count: growing it would move groups
+        # and transactional ids away from their stored state.
+        _refuse_internal(name, "create_partitions")
+        self._controller.create_partitions(name, count)
 
     def describe_configs(self, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
         return DescribeConfigsResponse(topics=[self._topic_config(n) for n in req.topics])
@@ -260,8 +272,12 @@ class RequestHandlers:
 
     def alter_configs(self, req: AlterConfigsRequest) -> TopicResults:
         return TopicResults(topics=[_topic_result(
-            t.name, self._controller.alter_config, t.name, dict(t.config), req.incremental)
+            t.name, self._alter_config, t.name, dict(t.config), req.incremental)
             for t in req.topics])
+
+    def _alter_config(self, name: str, config: dict[str, Any], incremental: bool) -> None:
+        _refuse_internal(name, "alter_configs")
+        self._controller.alter_config(name, config, incremental)
 
     # -- partitions' logs --------------------------------------------------------------------
 
@@ -384,8 +400,13 @@ class RequestHandlers:
     def authorize_stream(req: ProduceRequest | FetchRequest | FetchSessionRequest,
                          permissions: Permissions | None) -> None:
         """Refuse a produce, fetch or fetch session stream the connection may not open
-        (acl_rules.PRODUCE, FETCH, FETCH_SESSION); with no authorizer (``permissions`` None)
-        everything may."""
+        (acl_rules.PRODUCE, FETCH, FETCH_SESSION; with no authorizer, ``permissions`` None,
+        every ACL allows), and any client produce to an internal topic."""
+        if isinstance(req, ProduceRequest):
+            # Whatever the ACLs: the coordinators append to their topics themselves (through
+            # the replica manager), and a client's record there could forge any group's
+            # offsets or any transaction's state (Kafka: INVALID_TOPIC_EXCEPTION).
+            _refuse_internal(req.topic, "produce")
         if permissions is not None:
             access: Access[Any, Any] = rules.RULES[type(req)]
             authorize(access, req, permissions, _nothing)
@@ -505,6 +526,14 @@ class RequestHandlers:
                 for a in r.aborted])
             for r in results], stream_error=None if stream_error is None else ErrorFields(
                 **error_kw(stream_error)))
+
+
+def _refuse_internal(topic: str, action: str) -> None:
+    """Clients may read the internal topics but never write, create, delete, grow or
+    reconfigure them: only their coordinators do (``InvalidTopicError``)."""
+    if topic in INTERNAL_TOPICS:
+        raise InvalidTopicError(
+            f"{action}: topic {topic!r} is internal; only its coordinator writes or manages it")
 
 
 def _topic_result(name: str, fn: Callable[..., object], *args: Any) -> TopicResult:

@@ -15,6 +15,7 @@ describe_log_dirs) and checked is the one over both tiers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from logstore.segments.log import Log
 from logstore.segments.log_manager import LogManager
 from logstore.segments.producer_state import ProducerEntry, VerificationGuard
 from logstore.tiering.remote_reader import RemoteFetchRequest
+from logstore.tiering.store import RemoteStorageError
 from logstore.txn_filter import AbortedTxn, IsolationLevel
 
 log = logging.getLogger(__name__)
@@ -353,7 +355,8 @@ class ReplicaManager:
     def _describe_result(self, result: PartitionFetchResult, log_: Log) -> None:
         result.high_watermark = log_.high_watermark
         result.local_log_start_offset = log_.log_start_offset
-        result.log_start_offset = self.log_start_offset(result.tp, log_)
+        with contextlib.suppress(RemoteStorageError):  # not known yet: -1 (reads go on)
+            result.log_start_offset = self.log_start_offset(result.tp, log_)
         result.log_end_offset = log_.log_end_offset
         result.last_stable_offset = log_.last_stable_offset
 
@@ -403,7 +406,8 @@ class ReplicaManager:
         return self.tier is not None and self.tier.is_tiered(tp)
 
     def log_start_offset(self, tp: TopicPartition, log_: Log) -> int:
-        """The partition's log start offset over both tiers (the local one if not tiered)."""
+        """The partition's log start offset over both tiers (the local one if not tiered);
+        RemoteStorageError (retriable) while the remote tier's entries are not loaded."""
         tiered = self.tier.log_start_offset(tp) if self.tier is not None else None
         return log_.log_start_offset if tiered is None else min(tiered, log_.log_start_offset)
 

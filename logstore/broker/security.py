@@ -22,11 +22,12 @@ from logstore.errors import (
     ResourceNotFoundError,
     SecurityDisabledError,
     UnacceptableCredentialError,
+    UnknownServerError,
 )
 from logstore.messages import Route, error_kw
 from logstore.messages import security as m
 from logstore.messages.security import binding_of, entry_of, filter_of
-from logstore.security.access import AuthorizerPermissions, Permissions
+from logstore.security.access import CurrentPermissions, Permissions
 from logstore.security.acl import AclBinding
 from logstore.security.authorizer import Authorizer, Principal
 from logstore.security.config import SecurityConfig
@@ -68,11 +69,18 @@ class SecurityManager:
         return self._credentials.get(user, {})
 
     def permissions(self, principal: str, host: str) -> Permissions | None:
-        """What a connection may do; None when no authorizer runs (everything is allowed)."""
-        authorizer = self._authorizer
-        if authorizer is None:
+        """What a connection may do, judged at each check by the Authorizer current then (a
+        produce stream keeps its Permissions for its life, and must see an ACL removed
+        meanwhile); None when no authorizer runs (everything is allowed)."""
+        if self._authorizer is None:
             return None
-        return AuthorizerPermissions(authorizer, Principal(principal, host))
+        return CurrentPermissions(self._current_authorizer, Principal(principal, host))
+
+    def _current_authorizer(self) -> Authorizer:
+        authorizer = self._authorizer
+        if authorizer is None:  # authorizer_enable is fixed for the broker's life
+            raise UnknownServerError("the authorizer was switched off")
+        return authorizer
 
     def routes(self) -> list[Route[Any, Any]]:
         return [Route(m.CreateAclsRequest, self.create_acls, rules.ALTER_SECURITY),

@@ -35,13 +35,13 @@ import hashlib
 import logging
 import secrets
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow.flight as flight
 
+from logstore.clock import Clock, SystemClock
 from logstore.errors import (
     ApiError,
     IllegalSaslStateError,
@@ -82,18 +82,22 @@ def flight_error(error: ApiError) -> flight.FlightServerError:
 class Sessions:
     """The live SASL sessions of one broker, by the SHA-256 of their tokens."""
 
-    def __init__(self, credentials: CredentialLookup) -> None:
+    def __init__(self, credentials: CredentialLookup, clock: Clock | None = None) -> None:
         self._credentials = credentials
+        self._clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._by_hash: dict[bytes, Session] = {}
         self._by_id: dict[str, Session] = {}
-        self._swept = time.monotonic()
+        self._swept = self._now()
+
+    def _now(self) -> float:
+        return self._clock.monotonic_ms() / 1000.0
 
     def open(self, user: str, mechanism: str, credential: ScramCredential) -> bytes:
         token = secrets.token_bytes(TOKEN_BYTES)
         digest = hashlib.sha256(token).digest()
         session = Session(digest.hex()[:32], f"{USER_TYPE}:{user}", user, mechanism,
-                          credential.mechanism, credential.stored_key, time.monotonic())
+                          credential.mechanism, credential.stored_key, self._now())
         with self._lock:
             self._sweep(session.last_used)
             self._by_hash[digest] = session
@@ -111,13 +115,19 @@ class Sessions:
         if session is None:
             raise IllegalSaslStateError("no authenticated SASL session on this broker for "
                                         "the call; authenticate first")
+        now = self._now()
+        if now - session.last_used > SESSION_IDLE_S:  # the sweep runs only on open
+            self._drop(session)
+            raise IllegalSaslStateError(
+                f"the SASL session of {session.principal} expired after more than "
+                f"{SESSION_IDLE_S:.0f} s idle; authenticate again")
         current = self._credentials(session.user).get(session.credential)
         if current is None or not secrets.compare_digest(current.stored_key,
                                                           session.stored_key):
             self._drop(session)
             raise SaslAuthenticationFailedError(
                 f"authentication failed using SASL mechanism {session.mechanism}")
-        session.last_used = time.monotonic()
+        session.last_used = now
         return session
 
     def by_id(self, session_id: str) -> Session | None:

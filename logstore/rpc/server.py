@@ -2,10 +2,10 @@
 
 Each call is made on behalf of a principal (``auth.ServerSecurity``: the SASL session, the
 client certificate, or ANONYMOUS); the handlers get that principal's ``Permissions`` with the
-request, and a long produce stream checks its session between batches. Must not: contain
-business logic. It is also the outermost boundary, so it catches everything:
-an ``ApiError`` becomes a Flight error carrying its code, anything else is logged and becomes
-UNKNOWN_SERVER_ERROR, and the server keeps serving.
+request, and a long produce stream checks its session and its ACLs (those current then)
+between batches. Must not: contain business logic. It is also the outermost boundary, so it
+catches everything: an ``ApiError`` becomes a Flight error carrying its code, anything else is
+logged and becomes UNKNOWN_SERVER_ERROR, and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
     def do_exchange(self, context: Any, descriptor: flight.FlightDescriptor,
                     reader: flight.MetadataRecordBatchReader,
                     writer: flight.MetadataRecordBatchWriter) -> None:
-        """A push session (session_server.py), authorized at open and at each update."""
+        """A push session (session_server.py), authorized at open and at each of the client's frames."""
         try:
             request = decode_request(FetchSessionRequest, descriptor.command or b"")
             schema, session = self._handlers.open_fetch_session(request,

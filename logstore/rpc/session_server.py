@@ -1,7 +1,7 @@
 """The broker's end of a fetch session's DoExchange (frames: ``codec.py``'s table).
 
 Owns: running one session's stream. The call's own thread reads the client's frames (credit,
-a follower's acknowledgements, updates, each update re-authorized first) and hands them to
+a follower's acknowledgements, updates, each frame re-authorized first) and hands them to
 the session; a pushing thread writes the pushes ``broker/fetch_session.py`` makes, and, when
 the broker ends the session, a last X frame with the error. The call returns only once the
 client's side is closed and the pushing thread joined, so no thread is left on a finished
@@ -41,9 +41,9 @@ def serve_fetch_session(session: FetchSession, schema: pa.Schema,
                         reader: flight.MetadataRecordBatchReader,
                         writer: flight.MetadataRecordBatchWriter,
                         authorize: Callable[[], None]) -> None:
-    """Serve ``session`` until the client's side closes. ``authorize`` runs before each
-    update (the connection's SASL session and ACLs now). Raises the ApiError that ended the
-    session (the client read it in the X frame already)."""
+    """Serve ``session`` until the client's side closes. ``authorize`` runs before each of
+    the client's frames, credit and updates (the connection's SASL session and ACLs now).
+    Raises the ApiError that ended the session (the client read it in the X frame already)."""
     writer.begin(schema)
     pusher = threading.Thread(target=_push, args=(session, writer, schema),
                               name=f"fetch-session-{session.topic}", daemon=True)
@@ -118,8 +118,10 @@ def _read_frames(session: FetchSession, reader: flight.MetadataRecordBatchReader
             try:
                 frame = decode_client_frame(meta.to_pybytes() if meta is not None else b"",
                                             where)
+                # Every frame is judged by the ACLs as they are now: a revoked READ ends
+                # the session at the client's next credit grant, within one window.
+                authorize()
                 if isinstance(frame, FetchSessionUpdate):
-                    authorize()
                     session.update(frame)
                 else:
                     session.grant(frame)

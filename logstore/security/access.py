@@ -102,13 +102,33 @@ class AuthorizerPermissions:
         return self.who.name
 
     def allows(self, check: Check) -> bool:
-        if check.any_name:
-            allowed = self.authorizer.authorize_any(self.who, check.operation,
-                                                    check.resource_type)
-        else:
-            allowed = self.authorizer.authorize(self.who, check.operation,
-                                                check.resource_type, check.name)
-        return allowed or any(self.allows(alt) for alt in check.alternatives)
+        return _allows(self.authorizer, self.who, check)
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentPermissions:
+    """``Permissions`` judged by whichever ``Authorizer`` is current at each check: ACL
+    changes swap the broker's (immutable) Authorizer, so a long-lived stream holding these
+    sees a revoked ACL at its next batch. Each Authorizer caches its decisions, so a check
+    stays a dictionary lookup."""
+
+    current: Callable[[], Authorizer]
+    who: Principal
+
+    @property
+    def principal(self) -> str:
+        return self.who.name
+
+    def allows(self, check: Check) -> bool:
+        return _allows(self.current(), self.who, check)
+
+
+def _allows(authorizer: Authorizer, who: Principal, check: Check) -> bool:
+    if check.any_name:
+        allowed = authorizer.authorize_any(who, check.operation, check.resource_type)
+    else:
+        allowed = authorizer.authorize(who, check.operation, check.resource_type, check.name)
+    return allowed or any(_allows(authorizer, who, alt) for alt in check.alternatives)
 
 
 def refusal(check: Check, principal: str) -> ApiError:

@@ -22,6 +22,8 @@ base offset first makes a listing sort by offset.
 | ``.txnindex``              | its aborted-transaction index, when the segment has one      |
 | ``.snapshot``              | the producer-state snapshot at the segment's end, if kept   |
 | ``.leader-epoch-checkpoint`` | the leader-epoch entries of the segment (epoch_cache.py's text format) |
+| ``.colcrc``                | a CRC32C per top-level column per batch (projection.py), so |
+|                            | a projected read verifies exactly the bytes it fetched      |
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from logstore.segments.format import (
 from logstore.tiering.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 EPOCH_CHECKPOINT_SUFFIX = ".leader-epoch-checkpoint"
+COLUMN_CRC_SUFFIX = ".colcrc"
 SUFFIXES = (SEGMENT_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, SNAPSHOT_SUFFIX,
-            EPOCH_CHECKPOINT_SUFFIX)
+            EPOCH_CHECKPOINT_SUFFIX, COLUMN_CRC_SUFFIX)
 _OBJECT_RE = re.compile(r"^(\d{20})-([0-9a-f]{32})(\.[a-z-]+)$")
 
 

@@ -12,9 +12,10 @@ One task run, in order:
 1. (first run of a leadership) read the partition's entries; FINISHED segments outside the
    leader's epoch lineage are deleted, the rest are readable;
 2. copy candidates oldest first: COPY_SEGMENT_STARTED entry, every file under a fresh segment
-   id (the segment file, then its sidecars concurrently), COPY_SEGMENT_FINISHED entry. On failure the objects uploaded so far are deleted, the
-   entry is taken to DELETE_SEGMENT_FINISHED if possible, and the task retries with backoff;
-   nothing local is deleted;
+   id (the segment file, then its sidecars concurrently, the column checksums of projected
+   reads among them), COPY_SEGMENT_FINISHED entry. On failure the objects uploaded so far are
+   deleted, the entry is taken to DELETE_SEGMENT_FINISHED if possible, and the task retries
+   with backoff; nothing local is deleted;
 3. delete local segments that are copied and past local retention;
 4. remote retention: DELETE_SEGMENT_STARTED, delete the objects, DELETE_SEGMENT_FINISHED (the
    entry is removed); the log start offset moves past them;
@@ -56,11 +57,13 @@ from logstore.tiering.metadata import (
     epoch_lineage_slice,
 )
 from logstore.tiering.naming import (
+    COLUMN_CRC_SUFFIX,
     EPOCH_CHECKPOINT_SUFFIX,
     partition_prefix,
     segment_key,
     segment_keys,
 )
+from logstore.tiering.projection import column_checksums
 from logstore.tiering.rules import LocalSegment, Retention
 from logstore.tiering.store import ObjectStore, RemoteStorageError
 
@@ -245,9 +248,17 @@ class RemoteLogManager:
         return [] if task is None else list(task.readable)
 
     def log_start_offset(self, tp: TopicPartition) -> int | None:
-        """The partition's log start offset over both tiers (None: not led here)."""
+        """The partition's log start offset over both tiers (None: not led here). While the
+        partition's entries are not loaded yet, RemoteStorageError (retriable), as for
+        ``find_remote_segment``: the local log start offset would make EARLIEST skip the
+        remote tier."""
         task = self._tasks.get(tp)
-        return None if task is None else task.log_start_offset
+        if task is None:
+            return None
+        if not task.loaded and not task.readable:
+            raise RemoteStorageError(f"{tp}: the log start offset is not known yet: the remote "
+                                     "log metadata of the partition is not loaded yet")
+        return task.log_start_offset
 
     def stats(self, tp: TopicPartition) -> TierStats | None:
         task = self._tasks.get(tp)
@@ -437,10 +448,13 @@ class RemoteLogManager:
         if task.stopped:
             raise _Stopped()
         checkpoint = segment_key(started, EPOCH_CHECKPOINT_SUFFIX)
-        uploaded += [key for key, _ in sidecars] + [checkpoint]
+        column_crcs = segment_key(started, COLUMN_CRC_SUFFIX)
+        uploaded += [key for key, _ in sidecars] + [checkpoint, column_crcs]
         futures = [self._uploads.submit(self._store.put_file, key, p) for key, p in sidecars]
         futures.append(self._uploads.submit(
             self._put_bytes, checkpoint, epoch_checkpoint(started.segment_leader_epochs)))
+        futures.append(self._uploads.submit(
+            lambda: self._put_bytes(column_crcs, column_checksums(path))))
         wait(futures)
         self._limiter.spend(sum(f.result() for f in futures))  # the first failure raises
 

@@ -225,9 +225,9 @@ ALICE_REFUSED = {"leader_and_isr", "alter_isr", "controlled_shutdown",
                  "offsets_for_leader_epoch", "leader_epochs", "create_acls", "delete_acls",
                  "alter_user_scram_credentials", "replica_fetch", "replica_fetch_session",
                  "write_txn_markers",
-                 # no ACL on the transactional id (txn_offset_commit, as in Kafka, checks
-                 # only the group and the topics)
-                 "add_partitions_to_txn", "add_offsets_to_txn",
+                 # no ACL on the transactional id (txn_offset_commit needs WRITE on it
+                 # too, as in Kafka)
+                 "add_partitions_to_txn", "add_offsets_to_txn", "txn_offset_commit",
                  "end_txn", "prepare_txn", "describe_transactions"}
 
 
@@ -290,6 +290,35 @@ def test_matrix_exactly_the_allowed_calls_pass(
         "list_groups", "list_transactions", "init_producer_id"}, bob
     anonymous = matrix(brokers, broker, None)
     assert set(anonymous.values()) == {"refused"}, anonymous
+
+
+def test_txn_offset_commit_needs_write_on_the_transactional_id(
+        cluster: tuple[SecureBrokers, BrokerProcess, str]) -> None:
+    """Goal: as Kafka's handleTxnOffsetCommitRequest, txn_offset_commit needs WRITE on the
+    transactional id besides READ on the group and the topics. Method: alice (READ on the
+    m-* group and topic) commits under a transactional id she may not WRITE (refused with
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, naming it), then under one she may (it passes the
+    authorizer: whatever the coordinator answers is not a refusal)."""
+    brokers, broker, _ = cluster
+    granted = _acl(ResourceType.TRANSACTIONAL_ID, "a-txn", "User:alice", Operation.WRITE)
+    with brokers.admin(broker.bootstrap) as admin:
+        admin.create_acls([granted])
+    conn = BrokerConnection(broker.bootstrap, timeout_s=15,
+                            security=client_security(brokers.client("alice")))
+    try:
+        def commit(txn_id: str) -> Any:
+            return conn.call(tx.TxnOffsetCommitRequest(
+                transactional_id=txn_id, producer_id=1, producer_epoch=0, group_id=GROUP,
+                offsets=[tx.TxnOffsetCommitEntry(topic=TOPIC, partition=0, offset=0)]))
+        with pytest.raises(ApiError, match=TXN_ID) as refused:
+            commit(TXN_ID)
+        assert refused.value.code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert outcome(lambda: commit("a-txn")) != "refused"
+    finally:
+        conn.close()
+        with brokers.admin(broker.bootstrap) as admin:
+            admin.delete_acls([AclBindingFilter(
+                resource_type=ResourceType.TRANSACTIONAL_ID, name="a-txn")])
 
 
 # -- the fuzzer --------------------------------------------------------------------------------
@@ -457,7 +486,7 @@ def test_fuzzer_is_refused_everything_and_changes_nothing(
 
 def test_a_session_whose_read_acl_is_deleted_ends_at_its_next_update(
         cluster: tuple[SecureBrokers, BrokerProcess, str]) -> None:
-    """Goal: a fetch session is authorized at each update, not only at open, so deleting a
+    """Goal: a fetch session is authorized at each client frame, not only at open, so deleting a
     user's READ ends its session. Method: mallory gets READ on a topic of her own and opens
     a session that pushes its record; the ACL is deleted (until a plain fetch of hers is
     refused); her next update ends the session with TOPIC_AUTHORIZATION_FAILED."""

@@ -133,6 +133,6 @@ def test_zookeeper_fences_a_stale_leaders_copy(tmp_path: Path, moto_s3: Any, s3_
         t.rlm.run_task(TP)
         assert len(meta.remote_log_segments(TIP)) == 1
         assert t.rlm.stats(TP) is None
-        assert len(t.objects()) == 5  # the first copy's objects only
+        assert len(t.objects()) == 6  # the first copy's objects only
     finally:
         meta.close()

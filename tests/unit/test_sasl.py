@@ -1,6 +1,6 @@
 """SCRAM credentials and the SASL exchanges, both sides in one process: RFC 7677's test vector,
 good and bad passwords, unknown users that look like known ones, replayed messages, PLAIN,
-and that no secret shows in repr() or in an error."""
+and that no secret shows in repr() or in an error; idle sessions expire."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import base64
 
 import pytest
 
-from logstore.errors import SaslAuthenticationFailedError, UnsupportedSaslMechanismError
+from logstore.clock import FakeClock
+from logstore.errors import (
+    IllegalSaslStateError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
+from logstore.rpc import auth
 from logstore.security.sasl import client_exchange, server_exchange
 from logstore.security.scram import (
     PLAIN,
@@ -99,3 +105,25 @@ def test_disabled_mechanism_is_unsupported_and_secrets_stay_out_of_repr() -> Non
     assert "iterations=8192" in text
     for secret in (c.salt, c.stored_key, c.server_key):
         assert repr(secret) not in text and base64.b64encode(secret).decode() not in text
+
+
+def test_an_idle_session_expires_on_its_next_use_not_only_on_a_sweep() -> None:
+    """Goal: a SASL session unused for longer than SESSION_IDLE_S is refused when next used
+    (ILLEGAL_SASL_STATE: the client authenticates again), though no new session was opened
+    meanwhile (the sweep of idle sessions runs only when one opens); a session in use stays."""
+    cred = new_credential("SCRAM-SHA-256", "pw", 4096)
+    clock = FakeClock()
+    sessions = auth.Sessions(lambda user: {"SCRAM-SHA-256": cred} if user == "alice" else {},
+                             clock)
+    busy = sessions.open("alice", "SCRAM-SHA-256", cred)
+    idle = sessions.open("alice", "SCRAM-SHA-256", cred)
+    for _ in range(3):  # busy is used every half idle period, for 1.5 idle periods
+        clock.advance(int(auth.SESSION_IDLE_S * 500))
+        assert sessions.validate(busy).user == "alice"
+    with pytest.raises(IllegalSaslStateError, match="User:alice.*idle"):
+        sessions.validate(idle)
+    with pytest.raises(IllegalSaslStateError, match="no authenticated SASL session"):
+        sessions.validate(idle)  # dropped
+    clock.advance(int(auth.SESSION_IDLE_S * 1000) + 1)
+    with pytest.raises(IllegalSaslStateError):
+        sessions.validate(busy)

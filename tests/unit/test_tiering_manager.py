@@ -45,7 +45,8 @@ def test_sealed_segments_below_the_high_watermark_are_copied_with_their_sidecars
     assert t.store.read_object(segment_key(first, ".index")) == \
         (t.log.dir / "00000000000000000000.index").read_bytes()
     suffixes = {parse_object_key(k).suffix for k in t.objects()}  # type: ignore[union-attr]
-    assert suffixes >= {".arrow", ".index", ".timeindex", ".leader-epoch-checkpoint"}
+    assert suffixes >= {".arrow", ".index", ".timeindex", ".leader-epoch-checkpoint",
+                        ".colcrc"}
     assert t.store.read_object(segment_key(first, ".leader-epoch-checkpoint")) == b"0\n1\n0 0\n"
     stats = t.rlm.stats(TP)
     assert stats is not None and (stats.remote_segments, stats.copy_lag_segments) == (2, 1)
@@ -185,7 +186,7 @@ def test_orphans_are_removed_after_the_grace_period(tmp_path: Path) -> None:
     t.lead()
     t.clock.advance(30_000)
     t.rlm.run_task(TP)
-    assert len(t.objects()) == 7
+    assert len(t.objects()) == 8  # 6 of the copy (with .colcrc), 2 orphans
     t.clock.advance(61_000)
     t.rlm.run_task(TP)
     assert [m.segment_id for m in t.meta.remote_log_segments(TIP)] == [done.segment_id]
@@ -288,3 +289,27 @@ def test_reads_before_the_entries_are_loaded_are_retriable_not_out_of_range(
     meta.down = False
     t.rlm.run_task(TP)
     assert t.rlm.find_remote_segment(TP, 0) is not None
+
+
+def test_log_start_before_the_entries_are_loaded_is_retriable_not_the_local_start(
+        tmp_path: Path) -> None:
+    """Goal: a new leader that could not read its entries yet never reports its local log
+    start offset as the log start over both tiers (ListOffsets EARLIEST, describe_log_dirs
+    and timestamp lookups would then skip the whole remote tier). Method: three segments
+    tiered and deleted locally; a new leadership whose metadata store fails the read; the log
+    start raises a retriable error until the first run loads the entries."""
+    t = tiered(tmp_path, local_retention_ms=0)
+    t.produce_segments(3)
+    t.clock.advance(1)
+    t.lead()
+    t.rlm.run_task(TP)
+    assert t.log.log_start_offset == 30 and t.rlm.log_start_offset(TP) == 0
+    meta = _UnreachableMetadata(t.meta)
+    t.rlm = RemoteLogManager(t.store, meta, t.clock)  # a new leadership
+    t.lead()
+    with pytest.raises(RemoteStorageError, match="orders-0: .*not loaded") as raised:
+        t.rlm.log_start_offset(TP)
+    assert raised.value.retriable
+    meta.down = False
+    t.rlm.run_task(TP)
+    assert t.rlm.log_start_offset(TP) == 0
