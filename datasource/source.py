@@ -75,7 +75,8 @@ WENT_BACK_RETRY_S = 1.0
 
 
 class LogStoreDataSource(DataSource):
-    """``spark.read.format("logstore")``, ``readStream`` and ``write`` (see README)."""
+    """``spark.read.format("logstore")``, ``readStream``, ``write`` and ``writeStream``
+    (see README)."""
 
     @classmethod
     def name(cls) -> str:
@@ -97,9 +98,16 @@ class LogStoreDataSource(DataSource):
         return LogStoreStreamReader(parse_read_options(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
-        from datasource.writer import LogStoreWriter
+        from datasource.sink import batch_writer
 
-        return LogStoreWriter(dict(self.options), schema)
+        return batch_writer(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        """Exactly once unless ``exactlyOnce=false`` (datasource/sink.py); every micro-batch
+        appends, whatever the output mode."""
+        from datasource.sink import stream_writer
+
+        return stream_writer(dict(self.options), schema)
 
 
 class RangePartition(InputPartition):
