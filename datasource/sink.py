@@ -128,7 +128,7 @@ def _task_batch_id() -> int | None:
     return None if text is None else int(text)
 
 
-def _staged(messages: list[WriterCommitMessage | None], batch_id: int | None
+def staged_states(messages: list[WriterCommitMessage | None], batch_id: int | None
             ) -> tuple[list[PreparedTxnState], int]:
     """The prepared transactions and the records of the tasks that succeeded."""
     ours = [m for m in messages if isinstance(m, StagedCommitMessage)]
@@ -183,7 +183,7 @@ class ExactlyOnceStreamWriter(_Staging, DataSourceStreamArrowWriter):
         return self._write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        staged, records = _staged(messages, batchId)
+        staged, records = staged_states(messages, batchId)
         self.committer.commit_batch(batchId, staged, records)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -201,7 +201,7 @@ class TransactionalWriter(_Staging, DataSourceArrowWriter):
         return self._write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        staged, records = _staged(messages, None)
+        staged, records = staged_states(messages, None)
         committer = self.committer
         committer.abort_leftovers(keep={s.transactional_id for s in staged})
         if staged:
@@ -274,4 +274,5 @@ def _local_path(location: str) -> Path | None:
 
 
 __all__ = ["AtLeastOnceStreamWriter", "ExactlyOnceStreamWriter", "StagedCommitMessage",
+           "staged_states", "task_transactional_id",
            "TransactionalWriter", "batch_writer", "resolve_sink_id", "stage", "stream_writer"]
