@@ -146,14 +146,14 @@ class _Staging:
         self.owner = owner
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         check_columns(self.arrow_schema, settings.topic, value_schema_of(settings))
-        self.txn_partitions = transaction_state_partitions(settings)
 
     @property
     def committer(self) -> SinkCommitter:
         return SinkCommitter(self.settings, self.owner)
 
     def _write(self, iterator: Iterator[pa.RecordBatch]) -> StagedCommitMessage:
-        tid = task_transactional_id(self.owner, self.txn_partitions)
+        # asked in the task (cached per worker process), not in the driver's commit
+        tid = task_transactional_id(self.owner, transaction_state_partitions(self.settings))
         records, topics, state = stage(self.settings, tid, iterator)
         return StagedCommitMessage(records, topics, state, _task_batch_id())
 
