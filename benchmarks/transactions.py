@@ -1,6 +1,7 @@
 """Transactions: their cost on produce and on read_committed reads, and commit latency.
 
     .venv/bin/python benchmarks/transactions.py [--records N] [--commits N] [--json]
+        [--only-sink] [--sink-records N]
 
 Figures (ratios from one run; printed, never asserted: machines are shared):
 - ``txn_produce_vs_idempotent``: columnar produce (``send_batch`` of 10k-record batches over 4
@@ -13,9 +14,14 @@ Figures (ratios from one run; printed, never asserted: machines are shared):
 - ``txn_commit_ms_p50`` / ``txn_commit_ms_p99``: ``commit_transaction()`` of a transaction
   over 10 partitions (RF 3, min ISR 2) on three brokers and a real ZooKeeper, its records
   already acknowledged: the coordinator's two appends and the markers. Reported.
-- ``eos_sink_overhead_ms``: the exactly-once Spark sink's cost per micro-batch (median batch
-  time with the sink minus the at-least-once sink): the slot the Spark sink's benchmark fills
-  (None here).
+- ``eos_sink_overhead_ms``: the exactly-once Spark sink's cost per micro-batch: the median
+  micro-batch time (Spark's ``triggerExecution``) of a query reading a topic with the logstore
+  source and writing it with ``writeStream.format("logstore")`` (``exactlyOnce=true``), minus
+  the same query's with ``exactlyOnce=false`` (at least once), 10k-record batches over 4
+  partitions, local[2], one broker: the median over 4 pairs of adjacent runs (one of each
+  mode, so both see the same load) of the difference of their median batch times, the first
+  batches of each run (Python workers starting) left out. Target <= 100. ``eos_phase_ms_*`` break the exactly-once
+  sink's driver commit down (timed in this process, outside Spark).
 Brokers and ZooKeeper are the test suite's helpers (tests/brokers.py, tests/zookeeper.py).
 """
 
@@ -29,12 +35,14 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
+from logstore.client.transactions import colocated_transactional_id  # noqa: E402
 from tests.brokers import BrokerFactory  # noqa: E402
 from tests.faults.cluster import Cluster  # noqa: E402
 from tests.zookeeper import ZooKeeperServer  # noqa: E402
@@ -143,20 +151,113 @@ def commit_latency_ms(commits: int, root: Path) -> dict[str, float]:
         zk.stop()
 
 
+SINK_RECORDS = 200_000
+SINK_BATCH = 10_000
+SINK_WARMUP_BATCHES = 3
+SINK_PAIRS = 4
+
+
+def sink_batch_ms(spark: Any, bootstrap: str, source: str, exactly_once: bool, root: Path
+                  ) -> list[float]:
+    """Micro-batch times of one AvailableNow run of the copy query, warm-up batches left out."""
+    sink = f"out-{uuid.uuid4().hex[:6]}"
+    with Admin(bootstrap) as admin:
+        admin.create_topics([NewTopic(sink, PARTITIONS)])
+    query = (spark.readStream.format("logstore").option("bootstrap.servers", bootstrap)
+             .option("subscribe", source).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", SINK_BATCH).load()
+             .selectExpr("key", "value").writeStream.format("logstore")
+             .option("bootstrap.servers", bootstrap).option("topic", sink)
+             .option("exactlyOnce", str(exactly_once).lower())
+             .option("checkpointLocation", str(root / sink)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    return [float(p["durationMs"]["triggerExecution"]) for p in batches[SINK_WARMUP_BATCHES:]]
+
+
+def commit_phases_ms(bootstrap: str, topic: str, rounds: int = 20) -> dict[str, float]:
+    """Median time of each step of the exactly-once driver commit (two staged tasks)."""
+    from datasource.sink import stage
+    from datasource.sink_commit import SinkCommitter
+    from datasource.writer import parse_sink_options
+
+    settings = parse_sink_options({"bootstrap.servers": bootstrap, "topic": topic}, True)
+    sink = f"bench-{uuid.uuid4().hex[:6]}"
+    committer = SinkCommitter(settings, sink)
+    with Admin(bootstrap) as admin:
+        n = admin.transaction_state_partitions()
+    times: dict[str, list[float]] = {"stage": [], "leftovers": [], "progress": [],
+                                     "publish": []}
+    batch = pa.record_batch({"value": pa.array([b"x" * 100] * 1000)})
+    for batch_id in range(rounds):
+        t0 = time.perf_counter()
+        staged = [stage(settings, colocated_transactional_id(sink, f"{sink}-{p}-0", n),
+                        iter([batch]))[2] for p in range(2)]
+        t1 = time.perf_counter()
+        committer.abort_leftovers(keep={s.transactional_id for s in staged if s is not None})
+        t2 = time.perf_counter()
+        committer.recorded_batch()
+        t3 = time.perf_counter()
+        committer.publish([s for s in staged if s is not None], f"batch {batch_id}",
+                          (batch_id, 2000))
+        t4 = time.perf_counter()
+        for name, took in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            times[name].append(took * 1000)
+    return {f"eos_phase_ms_{k}": statistics.median(v) for k, v in times.items()}
+
+
+def sink_overhead(root: Path, records: int = SINK_RECORDS) -> dict[str, float]:
+    from jobs.session import local_session
+
+    root.mkdir()
+    (root / "broker").mkdir()
+    factory = BrokerFactory(root / "broker")
+    spark = None
+    try:
+        broker = factory()
+        source = f"src-{uuid.uuid4().hex[:6]}"
+        with Admin(broker.bootstrap) as admin:
+            admin.create_topics([NewTopic(source, PARTITIONS)])
+        with Producer(broker.bootstrap, linger_ms=5) as producer:
+            for i in range(records // ROWS):
+                producer.send_batch(source, BATCH, partition=i % PARTITIONS)
+        spark = local_session("logstore-bench-sink")
+        times: dict[bool, list[float]] = {False: [], True: []}
+        differences = []
+        for _ in range(SINK_PAIRS):  # adjacent runs share the machine's load of the moment
+            pair = {eo: sink_batch_ms(spark, broker.bootstrap, source, eo, root)
+                    for eo in (False, True)}
+            differences.append(statistics.median(pair[True]) - statistics.median(pair[False]))
+            for eo, batch_ms in pair.items():
+                times[eo] += batch_ms
+        alo, eos = statistics.median(times[False]), statistics.median(times[True])
+        return {"sink_batch_ms_at_least_once": alo, "sink_batch_ms_exactly_once": eos,
+                "eos_sink_overhead_ms": statistics.median(differences),
+                **commit_phases_ms(broker.bootstrap, source)}
+    finally:
+        if spark is not None:
+            spark.stop()
+        factory.stop_all()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--commits", type=int, default=200)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only-sink", action="store_true",
+                        help="only the Spark sink's figures (eos_sink_overhead_ms)")
+    parser.add_argument("--sink-records", type=int, default=SINK_RECORDS,
+                        help=f"input of each sink run (default {SINK_RECORDS:,}; "
+                             f"{SINK_BATCH:,} per micro-batch)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="logstore-txn-bench-") as tmp:
-        results: dict[str, float | None] = {
-            **single_broker(args.records, Path(tmp) / "single"),
-            **commit_latency_ms(args.commits, Path(tmp) / "cluster"),
-            # Filled by the exactly-once Spark sink's benchmark (issue 10 §7).
-            "eos_sink_overhead_ms": None,
-        }
+        results: dict[str, float | None] = {}
+        if not args.only_sink:
+            results |= single_broker(args.records, Path(tmp) / "single")
+            results |= commit_latency_ms(args.commits, Path(tmp) / "cluster")
+        results |= sink_overhead(Path(tmp) / "sink", args.sink_records)
     if args.json:
         print(json.dumps({k: None if v is None else round(v, 3) for k, v in results.items()}))
     else:

@@ -23,6 +23,7 @@ talk to a broker (planning.py does) or import pyspark, so it is tested as pure l
 | ``remoteStorageUri``                    | LogStore: the fsspec URL executors read remote segments from (default: the leader's ``remote_storage_uri``) |
 | ``remoteStorageOptions``                | LogStore: JSON object of fsspec options for it (default: the leader's ``remote_storage_options``); credentials are refused here: executors take them from their environment (``AWS_*``) or the provider's chain |
 | ``kafka.security.protocol``, ``kafka.ssl.*``, ``kafka.sasl.*`` | TLS and SASL, as Spark's Kafka connector (security_options.py) |
+| ``kafka.isolation.level``               | ``read_uncommitted`` (default, as Spark's Kafka source) or ``read_committed`` (ranges end at the last stable offset; aborted records dropped) |
 | ``groupId``                             | stream: commit each finished batch's end offsets to this consumer group (lag shows in ``logstore groups describe``) |
 | ``archiveTable``                        | batch: ``namespace.name`` of the topic's Iceberg archive; offsets below the log start are read from it |
 | ``archiveWarehouse`` / ``archive.catalog.<key>`` | the archive's warehouse URL and pyiceberg catalog properties (as ``logstore archive --warehouse/--catalog``) |
@@ -42,6 +43,9 @@ from logstore.config import credential_keys
 from logstore.errors import InvalidTopicError, LogstoreError
 from logstore.model import EARLIEST, LATEST, TopicPartition, validate_topic_name
 from logstore.security.config import PLAINTEXT, ClientSecurity
+
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 
 
 class OptionError(LogstoreError, ValueError):
@@ -102,14 +106,20 @@ class ReadOptions:
     archive_table: str | None = None
     archive_warehouse: str | None = None
     archive_catalog: tuple[tuple[str, str], ...] = ()
+    isolation_level: str = READ_UNCOMMITTED
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED
 
 
 READ_MODES = ("auto", "fetch", "local", "remote")
+ISOLATION_LEVEL = "kafka.isolation.level"
 _COMMON = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "startingOffsets",
            "startingTimestamp", "startingOffsetsByTimestamp",
            "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition",
            "failOnDataLoss", "includeHeaders", "readMode", "fetchMaxBytes",
-           "remoteStorageUri", "remoteStorageOptions", *SECURITY_OPTIONS)
+           "remoteStorageUri", "remoteStorageOptions", ISOLATION_LEVEL, *SECURITY_OPTIONS)
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "archiveTable",
                "archiveWarehouse")
 _STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "groupId")
@@ -154,7 +164,15 @@ def parse_read_options(raw: Mapping[str, str], streaming: bool | None) -> ReadOp
         remote_storage_uri=_remote_storage_uri(opts),
         remote_storage_options=_remote_storage_options(opts),
         security=parse_security(opts), group_id=_non_empty(opts, "groupId"),
-        **_archive_options(raw, opts))
+        isolation_level=parse_isolation_level(opts), **_archive_options(raw, opts))
+
+
+def parse_isolation_level(opts: Mapping[str, str]) -> str:
+    """``kafka.isolation.level`` of lower-cased options (Spark's name for the Kafka setting)."""
+    text = opts.get(ISOLATION_LEVEL, READ_UNCOMMITTED).strip().lower()
+    if text not in ISOLATION_LEVELS:
+        raise OptionError(f"{ISOLATION_LEVEL} must be one of {ISOLATION_LEVELS}, got {text!r}")
+    return text
 
 
 def _remote_storage_uri(opts: Mapping[str, str]) -> str | None:

@@ -7,7 +7,9 @@ Spark input partitions. Must not: import pyspark (source.py adapts this to Spark
 records.
 
 Only committed data is planned: every range ends at or below the high watermark its leader
-reported while planning.
+reported while planning, and with ``kafka.isolation.level=read_committed`` at or below its last
+stable offset (``PartitionInfo.end_offset``), so a range holds no open transaction's records and
+every abort inside it is already indexed.
 
 Remote ranges (``readMode`` ``auto`` or ``remote``): the planner asks each leader for the
 FINISHED remote segments of the planned ranges (``list_remote_segments``) and cuts every piece
@@ -78,6 +80,20 @@ class PartitionInfo:
     path: str | None = None
     incarnation: str | None = None
     local_log_start_offset: int = -1  # -1: not told (the log start offset, then)
+    last_stable_offset: int = -1  # -1: not told (the high watermark, then)
+    read_committed: bool = False  # the read's isolation level is read_committed
+
+    @property
+    def end_offset(self) -> int:
+        """Where reads of the partition end now: the last stable offset for read_committed
+        (no open transaction's records, so every aborted one is known), else the high
+        watermark."""
+        if self.read_committed and self.last_stable_offset >= 0:
+            return min(self.last_stable_offset, self.high_watermark)
+        return self.high_watermark
+
+    def end_name(self) -> str:
+        return "last stable offset" if self.read_committed else "high watermark"
 
     @property
     def local_start(self) -> int:
@@ -207,8 +223,10 @@ class Planner:
                 ) -> list[LogDirPartition]:
             return conn.call(DescribeLogDirsRequest(
                 topic=topic, partitions=[tp.partition for tp in parts])).partitions
+        committed = self.options.read_committed
         return {tp: PartitionInfo(tp, address, e.log_start_offset, e.high_watermark, e.path,
-                                  e.incarnation, e.local_log_start_offset)
+                                  e.incarnation, e.local_log_start_offset,
+                                  e.last_stable_offset, committed)
                 for address, tp, e in self._per_leader("describe_log_dirs", tps, ask)}
 
     def remote_segments(self, spans: Mapping[TopicPartition, tuple[int, int]],
@@ -304,7 +322,7 @@ class Planner:
         out = {}
         for tp, info in infos.items():
             value = explicit.get(tp, spec.default)
-            out[tp] = {EARLIEST: info.log_start_offset, LATEST: info.high_watermark}.get(
+            out[tp] = {EARLIEST: info.log_start_offset, LATEST: info.end_offset}.get(
                 value, value)
         if spec.by_timestamp:
             times = {tp: spec.timestamps.get(tp, spec.timestamp_ms) for tp in infos}
@@ -318,7 +336,7 @@ class Planner:
         if offset >= 0:
             return offset
         if side == "ending" or self.options.timestamp_strategy_latest:
-            return info.high_watermark
+            return info.end_offset
         raise OptionError(f"{side}OffsetsByTimestamp: {tp} has no record with a timestamp at or "
                           f"after {ts} (set startingOffsetsByTimestampStrategy=latest to start "
                           f"at the end instead)")
@@ -349,9 +367,11 @@ def _same_schema(a: pa.Schema | None, b: pa.Schema | None) -> bool:
 def check_range(tp: TopicPartition, start: int, end: int, info: PartitionInfo,
                 fail_on_data_loss: bool) -> OffsetRange | None:
     """The range to read for ``tp``, after the data-loss and direction checks."""
-    if end > info.high_watermark:
-        raise OptionError(f"{tp}: ending offset {end} is past the high watermark "
-                          f"{info.high_watermark}; only committed records can be read")
+    if end > info.end_offset:
+        why = "read_committed reads only decided transactions" if info.read_committed else \
+            "only committed records can be read"
+        raise OptionError(f"{tp}: ending offset {end} is past the {info.end_name()} "
+                          f"{info.end_offset}; {why}")
     if start > end:
         raise OptionError(f"{tp}: starting offset {start} is after the ending offset {end}")
     if start < info.log_start_offset and start < end:  # an empty range needs no record
@@ -448,7 +468,7 @@ def assign_sources(pieces: Sequence[OffsetRange], infos: Mapping[TopicPartition,
             piece.end, max(infos[piece.tp].local_start, piece.start))
         pos = piece.start
         while pos < limit:  # bounded: every step moves pos forward
-            segment = _holding(held, pos)
+            segment = holding_segment(held, pos)
             if segment is not None:
                 stop = min(segment.next_offset, limit)
             else:
@@ -465,7 +485,7 @@ def assign_sources(pieces: Sequence[OffsetRange], infos: Mapping[TopicPartition,
     return out
 
 
-def _holding(segments: Sequence[RemoteLogSegmentMetadata], offset: int
+def holding_segment(segments: Sequence[RemoteLogSegmentMetadata], offset: int
              ) -> RemoteLogSegmentMetadata | None:
     """The newest segment holding ``offset`` (copies overlap after a leader change)."""
     found = [m for m in segments if m.base_offset <= offset <= m.end_offset]

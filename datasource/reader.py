@@ -8,6 +8,13 @@ leader moves; the failOnDataLoss rule at read time (a missing or corrupt remote 
 loss); coalescing small batches so Spark gets few, large ones. Must not: import pyspark or plan
 ranges, or import fsspec (the tiering ObjectStore does).
 
+With ``kafka.isolation.level=read_committed`` every path drops control batches and the batches
+of aborted transactions with txn_filter's vectorised filter: the files path with the ``.txnindex``
+files (``PartitionFiles.read_committed``; the planner ended the range at the last stable
+offset), the fetch path with the aborted transactions of each read_committed fetch's summary,
+and the remote path with the list the planner collected for the task (``ReadTask.aborted``,
+from the uploaded ``.txnindex`` objects and the leader; ``datasource/committed.py``).
+
 A task either yields every record of its range or fails: a broker that stays unreachable, a
 range that vanished with failOnDataLoss=true, or a high watermark that went back under the
 range all raise, so Spark never presents partial data as complete.
@@ -26,7 +33,7 @@ import pyarrow as pa
 
 from datasource.planning import DataLossError, RemoteStore
 from datasource.schema import META_COLUMNS, BatchConverter
-from logstore.client.fetcher import fetch_request
+from logstore.client.fetcher import committed_batches, fetch_request
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
@@ -35,6 +42,7 @@ from logstore.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
+from logstore.messages.fetch import READ_COMMITTED, READ_UNCOMMITTED
 from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from logstore.records import FLAG_LOG_APPEND_TIME, BatchHeader
@@ -46,6 +54,7 @@ from logstore.tiering.metadata import RemoteLogSegmentMetadata
 from logstore.tiering.projection import ProjectedSegmentReader
 from logstore.tiering.remote_reader import scan_segment
 from logstore.tiering.store import ObjectStore, RemoteObjectNotFoundError, RemoteStorageError
+from logstore.txn_filter import AbortedTxn, ReadCommittedFilter
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +62,10 @@ COALESCE_ROWS = 64 * 1024      # smaller converted batches are gathered up to ab
 LARGE_BATCH_ROWS = 8 * 1024    # a batch this big goes to Spark as it is
 MAX_ATTEMPTS = 6               # per fetch, across leader moves and network errors
 BACKOFF_S = 0.2
+
+
+FILTER_CHUNK_BATCHES = 64     # remote batches filtered together by read_committed
+_Stored = tuple[BatchHeader, pa.RecordBatch, np.ndarray]  # a stored batch and its offsets
 
 
 class BrokerUnavailableError(LogstoreError, RuntimeError):
@@ -70,6 +83,9 @@ class ReadTask:
     path: str | None = None
     incarnation: str | None = None
     remote: RemoteSegmentRead | None = None
+    # read_committed reads of a remote segment: the aborted transactions overlapping the
+    # range (with their markers' offsets), collected by the planner
+    aborted: tuple[AbortedTxn, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +106,11 @@ class ReadSettings:
     fail_on_data_loss: bool = True
     fetch_max_bytes: int = 64 * 1024 * 1024
     security: ClientSecurity = PLAINTEXT
+    isolation_level: str = "read_uncommitted"  # or "read_committed" (options.py's names)
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == "read_committed"
 
 
 def read_range(task: ReadTask, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
@@ -105,8 +126,12 @@ def _converted(task: ReadTask, settings: ReadSettings, converter: BatchConverter
         return
     position = task.start
     if task.path is not None and _use_files(task, settings):
+        files = PartitionFiles(task.path)
         try:
-            for schema, stored in PartitionFiles(task.path).read(position, task.end):
+            # read_committed: the planner ended the range at the last stable offset
+            read = files.read_committed(position, task.end, task.end) \
+                if settings.read_committed else files.read(position, task.end)
+            for schema, stored in read:
                 position = stored.header.next_offset
                 if not stored.header.is_control:
                     out = converter.convert(
@@ -149,6 +174,7 @@ class _RemoteRange:
         self.settings = settings
         self.converter = converter
         self.position = task.start
+        self.committed = ReadCommittedFilter(task.aborted)
 
     def read(self) -> Iterator[pa.RecordBatch]:
         from logstore.tiering.fsspec_store import FsspecObjectStore  # executors only
@@ -179,12 +205,38 @@ class _RemoteRange:
         reader = ProjectedSegmentReader(store, self.remote.segment)
         stored = reader.schema()
         wanted = [f.name for f in self.settings.target if f.name not in META_COLUMNS]
+        items: Iterator[_Stored]
         if set(stored.names) - set(wanted) - {"headers"}:
-            for p in reader.read(wanted, self.position, self.task.end):
-                yield from self._convert(p.header, p.batch, p.offsets())
+            items = ((p.header, p.batch, p.offsets())
+                     for p in reader.read(wanted, self.position, self.task.end))
         else:
-            for b in scan_segment(store, self.remote.segment, self.position, self.task.end):
-                yield from self._convert(b.header, b.record_batch(stored), b.offsets())
+            items = ((b.header, b.record_batch(stored), b.offsets())
+                     for b in scan_segment(store, self.remote.segment, self.position,
+                                           self.task.end))
+        if not self.settings.read_committed:
+            for header, batch, offsets in items:
+                yield from self._convert(header, batch, offsets)
+            return
+        chunk: list[_Stored] = []
+        for item in items:
+            chunk.append(item)
+            if len(chunk) >= FILTER_CHUNK_BATCHES:
+                yield from self._committed(chunk)
+                chunk = []
+        yield from self._committed(chunk)
+
+    def _committed(self, chunk: list[_Stored]) -> Iterator[pa.RecordBatch]:
+        """The batches of ``chunk`` a read_committed reader keeps, converted. The task's
+        aborted transactions carry their markers' offsets, so no marker needs decoding
+        (a projected read could not: it fetches only the projected columns)."""
+        if not chunk:
+            return
+        keep = self.committed.keep([h for h, _, _ in chunk], [False] * len(chunk))
+        for (header, batch, offsets), kept in zip(chunk, keep, strict=True):
+            if kept:
+                yield from self._convert(header, batch, offsets)
+            else:
+                self.position = max(self.position, header.next_offset)
 
     def _convert(self, header: BatchHeader, batch: pa.RecordBatch, offsets: np.ndarray
                  ) -> Iterator[pa.RecordBatch]:
@@ -266,21 +318,33 @@ class _Fetcher:
             f"leader after {MAX_ATTEMPTS} attempts (last: {last})")
 
     def _fetch_once(self, position: int) -> tuple[list[FetchedBatch], int]:
+        """(batches to keep, next position); read_committed keeps no control batch and none
+        of an aborted transaction (the summary lists those overlapping the batches)."""
         tp = self.task.tp
         max_bytes = self.settings.fetch_max_bytes
+        committed = self.settings.read_committed
         response = self._connection().fetch(fetch_request(
             tp.topic, {tp.partition: position}, max_wait_ms=0, max_bytes=max_bytes,
-            partition_max_bytes=max_bytes, end_offset=self.task.end))
+            partition_max_bytes=max_bytes, end_offset=self.task.end,
+            isolation_level=READ_COMMITTED if committed else READ_UNCOMMITTED))
         summary = response.partitions.get(tp.partition)
         if summary is not None:
             summary.raise_error()
         batches = [b for b in response.batches if b.partition == tp.partition]
         if not batches:
-            hw = -1 if summary is None else summary.high_watermark
-            if hw < self.task.end:
-                raise _HighWatermarkBehind(hw)
+            # read_committed reads stop at the last stable offset, which the planner ended
+            # the range at: a leader below it has not caught up (or the log lost offsets)
+            end = -1 if summary is None else \
+                summary.last_stable_offset if committed else summary.high_watermark
+            if end < self.task.end:
+                raise _HighWatermarkBehind(end)
             return [], self.task.end  # no record lives in [position, end): a compaction gap
-        return batches, max(position, batches[-1].header.next_offset)
+        following = max(position, batches[-1].header.next_offset)
+        if committed:
+            if summary is None:  # the aborted transactions come with the summary
+                raise _HighWatermarkBehind(-1)
+            batches = committed_batches(batches, summary.aborted_transactions)
+        return batches, following
 
     def _lost(self, position: int) -> int:
         """Where to go on after OFFSET_OUT_OF_RANGE at ``position`` (or raise)."""

@@ -42,6 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from datasource.committed import RemoteAbortedCollector
 from datasource.options import ReadOptions, parse_read_options
 from datasource.planning import (
     Constraints,
@@ -62,6 +63,7 @@ from datasource.schema import check_requested, source_arrow_schema
 from logstore.client.admin import Admin
 from logstore.errors import LogstoreError
 from logstore.model import TopicPartition
+from logstore.txn_filter import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,8 @@ WENT_BACK_RETRY_S = 1.0
 
 
 class LogStoreDataSource(DataSource):
-    """``spark.read.format("logstore")``, ``readStream`` and ``write`` (see README)."""
+    """``spark.read.format("logstore")``, ``readStream``, ``write`` and ``writeStream``
+    (see README)."""
 
     @classmethod
     def name(cls) -> str:
@@ -95,9 +98,16 @@ class LogStoreDataSource(DataSource):
         return LogStoreStreamReader(parse_read_options(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
-        from datasource.writer import LogStoreWriter
+        from datasource.sink import batch_writer
 
-        return LogStoreWriter(dict(self.options), schema)
+        return batch_writer(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        """Exactly once unless ``exactlyOnce=false`` (datasource/sink.py); every micro-batch
+        appends, whatever the output mode."""
+        from datasource.sink import stream_writer
+
+        return stream_writer(dict(self.options), schema)
 
 
 class RangePartition(InputPartition):
@@ -120,7 +130,14 @@ class _ScanBase:
         self.settings = ReadSettings(options.bootstrap_servers,
                                      to_arrow_schema(schema, timezone="UTC"),
                                      options.read_mode, options.fail_on_data_loss,
-                                     options.fetch_max_bytes, options.security)
+                                     options.fetch_max_bytes, options.security,
+                                     options.isolation_level)
+        self._collector: RemoteAbortedCollector | None = None  # driver only
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_collector"] = None  # its connections and stores stay on the driver
+        return state
 
     def _check_schema(self, planner: Planner, topics: list[str]) -> None:
         value_schema = planner.value_schema(topics)
@@ -138,18 +155,45 @@ class _ScanBase:
                               self.options.max_records_per_partition)
         mode = self.options.read_mode
         spans = remote_spans(pieces, infos, mode)
-        remote = planner.remote_segments(spans, strict=mode == "remote") if spans else \
-            RemoteSegments(None, {})
+        remote = planner.remote_segments(self._listed(spans, infos), strict=mode == "remote") \
+            if spans else RemoteSegments(None, {})
         if mode == "remote" and remote.store is None and spans:
             raise RemoteRangeError("readMode=remote, but no remote store is known: set the "
                                    "remoteStorageUri option")
+        assigned = [(r, None if segment is None or remote.store is None else
+                     RemoteSegmentRead(segment, remote.store))
+                    for r, segment in assign_sources(pieces, infos, remote.segments, mode)]
+        aborted = self._remote_aborted(planner, assigned, remote)
         out = []
-        for r, segment in assign_sources(pieces, infos, remote.segments, mode):
+        for (r, read), txns in zip(assigned, aborted, strict=True):
             info = infos[r.tp]
-            read = None if segment is None or remote.store is None else \
-                RemoteSegmentRead(segment, remote.store)
             out.append(RangePartition(ReadTask(r.tp, r.start, r.end, info.leader, info.path,
-                                               info.incarnation, read)))
+                                               info.incarnation, read, txns)))
+        return out
+
+    def _listed(self, spans: dict[TopicPartition, tuple[int, int]],
+                infos: dict[TopicPartition, PartitionInfo]
+                ) -> dict[TopicPartition, tuple[int, int]]:
+        """The spans whose remote segments to list: with read_committed, up to the last
+        stable offset, since an abort's entry sits with its marker, in any later segment."""
+        if not self.options.read_committed:
+            return spans
+        return {tp: (lo, max(hi, infos[tp].end_offset)) for tp, (lo, hi) in spans.items()}
+
+    def _remote_aborted(self, planner: Planner,
+                        assigned: list[tuple[OffsetRange, RemoteSegmentRead | None]],
+                        remote: RemoteSegments) -> list[tuple[AbortedTxn, ...]]:
+        """Per task, what a read_committed read of a remote segment drops (committed.py)."""
+        out: list[tuple[AbortedTxn, ...]] = [() for _ in assigned]
+        at = [i for i, (_, read) in enumerate(assigned) if read is not None]
+        if not self.options.read_committed or not at or remote.store is None:
+            return out
+        if self._collector is None or self._collector.metadata is not planner.metadata:
+            self._collector = RemoteAbortedCollector(planner.metadata)
+        found = self._collector.per_task([assigned[i][0] for i in at], remote.store,
+                                         remote.segments)
+        for i, txns in zip(at, found, strict=True):
+            out[i] = txns
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -222,9 +266,10 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         self._idle_since: float | None = None
         self._checked_topics: frozenset[str] = frozenset()
         self._group_committed: dict[TopicPartition, int] = {}
+        self._high_watermarks: dict[TopicPartition, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state["_planner"] = None  # sockets stay on the driver
         return state
 
@@ -239,7 +284,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         return to_json_offsets(self.planner.resolve(self.options.starting, infos, "starting"))
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {tp: i.high_watermark for tp, i in self._current().items()}
+        self._target = {tp: i.end_offset for tp, i in self._current().items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:
@@ -255,12 +300,13 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         # processAllAvailable would return before records produced ahead of it were read).
         self._commit_group(start)  # the batch that ended at ``start`` is in Spark's commit log
         if self._idle_since is not None and self._target is None:
-            self.planner.await_data(from_json_offsets(start),
+            self.planner.await_data(self._await_positions(from_json_offsets(start)),
                                     int(IDLE_POLL_INTERVAL_S * 1000))
         infos = self._settled(self._current, from_json_offsets(start))
+        self._high_watermarks = {tp: info.high_watermark for tp, info in infos.items()}
         now = time.monotonic()
         begin = self._begin(from_json_offsets(start), infos)
-        latest = {tp: self._cap(tp, info.high_watermark, begin[tp]) for tp, info in infos.items()}
+        latest = {tp: self._cap(tp, info.end_offset, begin[tp]) for tp, info in infos.items()}
         end = self._limited(begin, latest, limit, now)
         # A partition whose high watermark went back below the stream's position (topic
         # recreated, log truncated) ends there, so that partitions() reports the data loss
@@ -281,11 +327,11 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
                 self._data_loss(f"{tp}: offsets went back from {s} to {e} (the topic was "
                                 "recreated or the log truncated); records may have been missed")
                 continue
-            hw = infos[tp].high_watermark
+            hw = infos[tp].end_offset
             if e > hw:  # e.g. a batch planned before a restart, replayed from the checkpoint
                 self._data_loss(f"{tp}: offsets [{max(s, hw)}, {e}) of this micro-batch are no "
-                                f"longer in the log (its high watermark went back to {hw}: the "
-                                "topic was recreated or the log truncated)")
+                                f"longer in the log (its {infos[tp].end_name()} went back to "
+                                f"{hw}: the topic was recreated or the log truncated)")
                 e = max(s, hw)
             r = check_range(tp, s, e, infos[tp], self.options.fail_on_data_loss)
             if r is not None:
@@ -335,7 +381,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         infos = describe()
         for _ in range(WENT_BACK_ATTEMPTS - 1):
             back = sorted(str(tp) for tp, offset in known.items()
-                          if tp in infos and infos[tp].high_watermark < offset)
+                          if tp in infos and infos[tp].end_offset < offset)
             if not back:
                 break
             log.warning("%s: high watermark below the stream's offsets; asking again in %.1f s",
@@ -343,6 +389,14 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
             time.sleep(WENT_BACK_RETRY_S)
             infos = describe()
         return infos
+
+    def _await_positions(self, start: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Where an idle stream waits for the high watermark to pass: its position or, with
+        read_committed, the high watermark seen last (an open transaction keeps the last
+        stable offset below it; the marker that ends it moves the high watermark on)."""
+        if not self.options.read_committed:
+            return start
+        return {tp: max(o, self._high_watermarks.get(tp, o)) for tp, o in start.items()}
 
     def _begin(self, start: dict[TopicPartition, int], infos: dict[TopicPartition, PartitionInfo]
                ) -> dict[TopicPartition, int]:

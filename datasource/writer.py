@@ -5,23 +5,29 @@ Owns: the sink's options and column checks (as Spark's Kafka sink: ``key``, ``va
 routing each batch by topic and partition without per-row Python, and the commit/abort report.
 Must not: import pyspark outside the DataSourceArrowWriter it implements.
 
-Delivery is at least once, as with Spark's Kafka sink: each task flushes and checks every
-acknowledgement before it reports success, but records of tasks that succeeded stay written
-when the job fails (``abort`` says how many).
+Delivery of ``df.write`` is at least once by default, as with Spark's Kafka sink: each task
+flushes and checks every acknowledgement before it reports success, but records of tasks that
+succeeded stay written when the job fails (``abort`` says how many). With ``transactional``
+the job is atomic, and ``writeStream`` is exactly once by default (``datasource/sink.py``).
 
 | option              | meaning                                                        |
 |---------------------|----------------------------------------------------------------|
 | ``bootstrap.servers`` | required                                                     |
 | ``topic``           | every row goes there (overrides a ``topic`` column)            |
-| ``acks``            | ``all`` (default), ``1`` or ``0``                              |
+| ``acks``            | ``all`` (default), ``1`` or ``0`` (``all`` only with transactions) |
 | ``compression``     | ``none`` (default), ``lz4`` or ``zstd``                        |
 | ``lingerMs`` / ``batchSize`` | producer batching (defaults 5 ms, 1 MiB)               |
 | ``kafka.security.protocol``, ``kafka.ssl.*``, ``kafka.sasl.*`` | as the source (security_options.py) |
+| ``transactional``   | ``df.write``: ``false`` (default) or ``true``: all rows visible to read_committed readers, or none |
+| ``exactlyOnce``     | ``writeStream``: ``true`` (default) or ``false`` (at least once, as ``df.write``) |
+| ``sinkId``          | ``writeStream``: the sink's name (default: the query id in ``<checkpointLocation>/metadata``) |
+| ``transactionTimeoutMs`` | a task's transaction timeout while it writes (default 600000; at most the broker's ``transaction_max_timeout_ms``) |
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,12 +44,61 @@ from logstore.client.admin import Admin
 from logstore.client.producer import Producer
 from logstore.model import validate_topic_name
 from logstore.records import HEADERS_TYPE, topic_schema, value_columns
+from logstore.security.config import ClientSecurity
 
 log = logging.getLogger(__name__)
 
-_KNOWN = {"bootstrap.servers", "topic", "acks", "compression", "lingerms", "batchsize", "path",
-          *SECURITY_OPTIONS}
+_COMMON = {"bootstrap.servers", "topic", "acks", "compression", "lingerms", "batchsize", "path",
+           "transactiontimeoutms", *SECURITY_OPTIONS}
+_BATCH_ONLY = {"transactional"}
+_STREAM_ONLY = {"exactlyonce", "sinkid", "checkpointlocation"}
+_NAMES = {"transactional": "transactional", "exactlyonce": "exactlyOnce", "sinkid": "sinkId",
+          "checkpointlocation": "checkpointLocation"}
 _ROUTING = ("topic", "partition")
+DEFAULT_TRANSACTION_TIMEOUT_MS = 600_000
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """A sink's options, parsed (picklable: shipped to every task)."""
+
+    bootstrap: str
+    topic: str | None
+    acks: str | int
+    security: ClientSecurity
+    producer_options: dict[str, Any]
+    transactional: bool = False  # df.write: transactional; writeStream: exactlyOnce
+    sink_id: str | None = None  # writeStream: the sinkId option, if given
+    checkpoint_location: str | None = None
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+
+
+def parse_sink_options(options: dict[str, str], streaming: bool) -> SinkSettings:
+    """Check and parse the options of ``df.write`` (``streaming=False``) or ``writeStream``;
+    each mistake is an OptionError naming the option."""
+    opts = {k.lower(): v for k, v in options.items()}
+    known = _COMMON | (_STREAM_ONLY if streaming else _BATCH_ONLY)
+    unknown = sorted(set(opts) - known)
+    if unknown:
+        other = "df.write" if streaming else "writeStream"
+        misplaced = [_NAMES[k] for k in unknown if k in _NAMES]
+        hint = f" ({misplaced} belong to {other})" if misplaced else ""
+        raise OptionError(f"unknown {'writeStream' if streaming else 'write'} option(s) "
+                          f"{unknown} for format('logstore'){hint}; known options: "
+                          f"{sorted(known - {'path', 'checkpointlocation'})}")
+    bootstrap = opts.get("bootstrap.servers", "").strip()
+    if not bootstrap:
+        raise OptionError("option 'bootstrap.servers' is required")
+    name = "exactlyOnce" if streaming else "transactional"
+    transactional = _boolean(opts, name, streaming)
+    acks = _acks(opts.get("acks", "all"))
+    if transactional and acks != "all":
+        raise OptionError(f"acks={opts['acks']!r} with {name}=true: transactions need "
+                          "acks=all")
+    return SinkSettings(
+        bootstrap, opts.get("topic"), acks, parse_security(opts), _producer_options(opts),
+        transactional, _sink_id(opts), opts.get("checkpointlocation"),
+        _positive(opts, "transactionTimeoutMs", DEFAULT_TRANSACTION_TIMEOUT_MS))
 
 
 @dataclass(frozen=True)
@@ -53,30 +108,18 @@ class LogStoreCommitMessage(WriterCommitMessage):
 
 
 class LogStoreWriter(DataSourceArrowWriter):
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        opts = {k.lower(): v for k, v in options.items()}
-        unknown = sorted(set(opts) - _KNOWN)
-        if unknown:
-            raise OptionError(f"unknown write option(s) {unknown} for format('logstore'); "
-                              f"known options: {sorted(_KNOWN - {'path'})}")
-        self.bootstrap = opts.get("bootstrap.servers", "").strip()
-        if not self.bootstrap:
-            raise OptionError("option 'bootstrap.servers' is required")
-        self.topic = opts.get("topic")
-        self.acks: str | int = _acks(opts.get("acks", "all"))
-        self.security = parse_security(opts)
-        self.producer_options = _producer_options(opts)
-        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        check_columns(self.arrow_schema, self.topic, self._value_schema())
+    """``df.write``, at least once (and the at-least-once stream sink's task side)."""
 
-    def _value_schema(self) -> pa.Schema | None | bool:
-        """The topic option's value schema (False when there is no topic option)."""
-        if self.topic is None:
-            return False
-        validate_topic_name(self.topic)
-        with Admin(self.bootstrap, **self.security.settings()) as admin:
-            described = admin.describe_topics([self.topic])
-        return described[0].value_schema
+    def __init__(self, options: dict[str, str], schema: StructType,
+                 settings: SinkSettings | None = None) -> None:
+        self.settings = settings or parse_sink_options(options, streaming=False)
+        self.bootstrap = self.settings.bootstrap
+        self.topic = self.settings.topic
+        self.acks: str | int = self.settings.acks
+        self.security = self.settings.security
+        self.producer_options = self.settings.producer_options
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        check_columns(self.arrow_schema, self.topic, value_schema_of(self.settings))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LogStoreCommitMessage:
         producer = Producer(self.bootstrap, acks=self.acks, **self.producer_options,
@@ -103,6 +146,16 @@ class LogStoreWriter(DataSourceArrowWriter):
         log.warning("write to %s failed; %d records of the tasks that succeeded stay in the "
                     "log (the logstore sink delivers at least once)",
                     self.topic or "the rows' topics", written)
+
+
+def value_schema_of(settings: SinkSettings) -> pa.Schema | None | bool:
+    """The topic option's value schema (False when there is no topic option)."""
+    if settings.topic is None:
+        return False
+    validate_topic_name(settings.topic)
+    with Admin(settings.bootstrap, **settings.security.settings()) as admin:
+        described = admin.describe_topics([settings.topic])
+    return described[0].value_schema
 
 
 def check_columns(schema: pa.Schema, topic: str | None, value_schema: Any) -> None:
@@ -238,6 +291,48 @@ def _acks(text: str) -> str | int:
     if value in ("0", "1"):
         return int(value)
     raise OptionError(f"acks must be 'all', '1' or '0', got {text!r}")
+
+
+def _boolean(opts: dict[str, str], name: str, default: bool) -> bool:
+    text = opts.get(name.lower())
+    if text is None:
+        return default
+    if text.strip().lower() not in ("true", "false"):
+        raise OptionError(f"{name} must be 'true' or 'false', got {text!r}")
+    return text.strip().lower() == "true"
+
+
+def _positive(opts: dict[str, str], name: str, default: int) -> int:
+    text = opts.get(name.lower())
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise OptionError(f"{name} must be an integer, got {text!r}") from None
+    if value <= 0:
+        raise OptionError(f"{name} must be positive, got {value}")
+    return value
+
+
+MAX_SINK_ID_LENGTH = 200  # its tasks' transactional ids add "-<partition>-<attempt>-<k>"
+_SINK_ID = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _sink_id(opts: dict[str, str]) -> str | None:
+    text = opts.get("sinkid")
+    if text is None:
+        return None
+    return check_sink_id(text.strip(), "sinkId")
+
+
+def check_sink_id(sink_id: str, source: str) -> str:
+    """A sink id (from ``source``) usable as a transactional id and a group id, with room
+    for its tasks' suffixes."""
+    if not sink_id or len(sink_id) > MAX_SINK_ID_LENGTH or not _SINK_ID.fullmatch(sink_id):
+        raise OptionError(f"{source}: sink id {sink_id!r} must be 1 to {MAX_SINK_ID_LENGTH} "
+                          "letters, digits, '.', '_' or '-'")
+    return sink_id
 
 
 def _producer_options(opts: dict[str, str]) -> dict[str, Any]:

@@ -120,7 +120,8 @@ class ArchiveConfig:
     def read_options(self) -> ReadOptions:
         which = {"subscribePattern": self.pattern} if self.pattern is not None else \
             {"subscribe": ",".join(self.topics)}
-        return parse_read_options({"bootstrap.servers": self.bootstrap, **which}, False)
+        return parse_read_options({"bootstrap.servers": self.bootstrap, **which,
+                                   "kafka.isolation.level": self.isolation_level}, False)
 
 
 def config_from(args: argparse.Namespace) -> ArchiveConfig:
@@ -133,28 +134,21 @@ def config_from(args: argparse.Namespace) -> ArchiveConfig:
         progress=not args.no_progress and args.mode == "batch")
 
 
-# -- seams for transactions ---------------------------------------------------------------------
+# -- the reads ---------------------------------------------------------------------
 
 
 def read_settings(config: ArchiveConfig, target: Any) -> ReadSettings:
-    """The reader's settings. read_committed goes to the reader once it has an
-    ``isolation_level`` (transactions are being built); until then it is refused, not faked.
-    Reads always fail on lost offsets: the driver decides what a loss means (re-plan)."""
-    extra: dict[str, Any] = {}
-    if config.isolation_level == "read_committed":
-        if "isolation_level" not in ReadSettings.__dataclass_fields__:
-            raise ArchiveError("--isolation-level read_committed: this LogStore's reader does "
-                               "not filter aborted transactions yet")
-        extra["isolation_level"] = config.isolation_level
-    return ReadSettings(config.bootstrap, target, "auto", True, **extra)
+    """The reader's settings: the isolation level (read_committed drops aborted records and
+    control batches on every read path). Reads always fail on lost offsets: the driver
+    decides what a loss means (re-plan)."""
+    return ReadSettings(config.bootstrap, target, "auto", True,
+                        isolation_level=config.isolation_level)
 
 
-def end_offset(info: PartitionInfo, isolation_level: str) -> int:
+def end_offset(info: PartitionInfo) -> int:
     """Where a micro-batch ends: the high watermark, or with read_committed the last stable
-    offset once planning reports it."""
-    if isolation_level == "read_committed":
-        return int(getattr(info, "last_stable_offset", info.high_watermark))
-    return info.high_watermark
+    offset (the planner asks for the read's isolation level)."""
+    return info.end_offset
 
 
 def remove_orphans(settings: CatalogSettings, table: Any, run_id: str) -> int:
@@ -269,7 +263,7 @@ class Archiver:
         if source_arrow_schema(self.planner.value_schema(new_topics), True) != self.arrow:
             raise ArchiveError(f"topics {new_topics} no longer share the table's schema")
         infos = self.planner.describe(tps)
-        logs = {tp: (i.log_start_offset, end_offset(i, self.config.isolation_level))
+        logs = {tp: (i.log_start_offset, end_offset(i))
                 for tp, i in infos.items()}
         plan = next_ranges(coverage, logs, self.config.fail_on_data_loss)
         for lost in plan.lost:

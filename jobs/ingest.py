@@ -8,10 +8,14 @@ topic takes each JSON line as its value), and routing bad lines, with the reason
 ``error`` header and the file in ``source.file``, to the dead-letter topic. Must not: parse
 options of the logstore sink or read topics.
 
-Delivery is at least once until the exactly-once sink lands (``--delivery exactly-once`` is
-the switch, refused until then): the checkpoint records which files were ingested, so a stopped
-and restarted query never ingests a file twice, but a crash between the sink's writes and the
-checkpoint's commit replays that micro-batch.
+Delivery (``--delivery``): at least once by default: the checkpoint records which files were
+ingested, so a stopped and restarted query never ingests a file twice, but a crash between the
+sink's writes and the checkpoint's commit replays that micro-batch. ``exactly-once`` uses the
+exactly-once sink's mechanism (datasource/sink.py): each task stages its good rows and dead
+letters in one prepared transaction, and the driver publishes every task's together with the
+micro-batch's id as the sink's progress (group ``--sink-id``, default the checkpoint's query
+id), so a replayed micro-batch is skipped: both topics get each line once, read
+read_committed.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -30,11 +34,14 @@ from logstore.cli.json_rows import rows_to_table
 from logstore.client.admin import Admin
 from logstore.errors import LogstoreError
 
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import WriterCommitMessage
+
 log = logging.getLogger("jobs.ingest")
 
-DELIVERY_HELP = ("at-least-once (today: at least once until the exactly-once sink lands; a "
-                 "crash between a batch's writes and its checkpoint replays the batch) or "
-                 "exactly-once (refused until the logstore sink supports it)")
+DELIVERY_HELP = ("at-least-once (default: a crash between a batch's writes and its checkpoint "
+                 "replays the batch) or exactly-once (each batch published once, in a "
+                 "transaction: read the topics read_committed)")
 META = [pa.field("_error", pa.string()), pa.field("_line", pa.string()),
         pa.field("_file", pa.string())]
 
@@ -55,6 +62,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-files-per-trigger", type=int, default=100)
     p.add_argument("--delivery", choices=("at-least-once", "exactly-once"),
                    default="at-least-once", help=DELIVERY_HELP)
+    p.add_argument("--sink-id", help="with --delivery exactly-once: the sink's name, the same "
+                   "across restarts (default: the query id in the checkpoint)")
     p.add_argument("--master", default=None)
     add_bootstrap(p)
     return p
@@ -171,7 +180,7 @@ def ingest_source() -> Any:
     """``format("logstore-ingest")``: a writer that parses the lines in each task and hands
     the good rows to the logstore sink of the topic and the bad ones to the logstore sink of
     the dead-letter topic (Arrow batches all the way: no pandas, no per-row Spark rows)."""
-    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from datasource.writer import LogStoreWriter
@@ -190,13 +199,25 @@ def ingest_source() -> Any:
                                         "topic": options["deadlettertopic"]},
                                        from_arrow_schema(dead))
 
+            self.exactly_once = ExactlyOnce(options) if "batchid" in options else None
+
         def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
             parsed = _Parsed(self.values)
             for batch in iterator:
                 parsed.add(batch)
+            if self.exactly_once is not None:
+                return self.exactly_once.stage(parsed, self.topic.topic, self.dead.topic)
             good = self.topic.write(iter(parsed.good))
             self.dead.write(iter(parsed.bad))
             return good
+
+        def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+            if self.exactly_once is not None:
+                self.exactly_once.commit(messages)
+
+        def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+            if self.exactly_once is not None:
+                self.exactly_once.abort(messages)
 
     class IngestSource(DataSource):
         @classmethod
@@ -209,24 +230,94 @@ def ingest_source() -> Any:
     return IngestSource
 
 
-def write_batch(bootstrap: str, topic: str, dead_letter: str) -> Any:
-    """foreachBatch: the micro-batch's lines (and files) to ``format("logstore-ingest")``."""
+class ExactlyOnce:
+    """``--delivery exactly-once`` in the ingest writer: a task stages its good rows and dead
+    letters in one prepared transaction; the driver's commit publishes the micro-batch
+    (``options["batchid"]``) with the sink's progress, or skips it if already published."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        from datasource.sink_commit import transaction_state_partitions
+        from datasource.writer import parse_sink_options
+
+        self.settings = parse_sink_options({"bootstrap.servers": options["bootstrap.servers"]},
+                                           streaming=False)
+        self.batch_id = int(options["batchid"])
+        self.sink_id = options["sinkid"]
+        self.txn_partitions = transaction_state_partitions(self.settings)
+
+    def stage(self, parsed: _Parsed, topic: str | None, dead_letter: str | None
+              ) -> WriterCommitMessage:
+        from datasource.sink import StagedCommitMessage, stage, task_transactional_id
+
+        routed = [_routed(b, topic) for b in parsed.good] + \
+            [_routed(b, dead_letter) for b in parsed.bad]
+        tid = task_transactional_id(self.sink_id, self.txn_partitions)
+        records, topics, state = stage(self.settings, tid, iter(routed))
+        return StagedCommitMessage(records, topics, state, None)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from datasource.sink import staged_states
+        from datasource.sink_commit import SinkCommitter
+
+        staged, records = staged_states(messages, None)
+        SinkCommitter(self.settings, self.sink_id).commit_batch(self.batch_id, staged, records)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        from datasource.sink import StagedCommitMessage
+        from datasource.sink_commit import SinkCommitter
+
+        committer = SinkCommitter(self.settings, self.sink_id)
+        committer.abort(m.staged.transactional_id for m in messages
+                        if isinstance(m, StagedCommitMessage) and m.staged is not None)
+        committer.abort_leftovers(every_id=True)
+
+
+def _routed(batch: pa.RecordBatch, topic: str | None) -> pa.RecordBatch:
+    """``batch`` with a ``topic`` column, for the sink's routing."""
+    return batch.append_column("topic", pa.array([topic] * batch.num_rows, pa.string()))
+
+
+def write_batch(bootstrap: str, topic: str, dead_letter: str, sink_id: Any = None) -> Any:
+    """foreachBatch: the micro-batch's lines (and files) to ``format("logstore-ingest")``;
+    ``sink_id`` (a function giving it) makes the write exactly once."""
     from pyspark.sql import functions as F
 
     def write(batch: Any, batch_id: int) -> None:
-        (batch.select("value", F.input_file_name().alias("file")).write
-         .format("logstore-ingest").option("bootstrap.servers", bootstrap)
-         .option("topic", topic).option("deadLetterTopic", dead_letter)
-         .mode("append").save())
+        writer = (batch.select("value", F.input_file_name().alias("file")).write
+                  .format("logstore-ingest").option("bootstrap.servers", bootstrap)
+                  .option("topic", topic).option("deadLetterTopic", dead_letter))
+        if sink_id is not None:
+            writer = writer.option("sinkId", sink_id()).option("batchId", str(batch_id))
+        writer.mode("append").save()
         log.info("batch %d ingested", batch_id)
     return write
 
 
+def sink_id_of(args: argparse.Namespace) -> Any:
+    """With --delivery exactly-once, a function giving the sink id: ``--sink-id``, else the
+    query id in the checkpoint (written when the query starts, so read at the first batch)."""
+    if args.delivery != "exactly-once":
+        return None
+    from datasource.sink import resolve_sink_id
+    from datasource.writer import check_sink_id, parse_sink_options
+
+    if args.sink_id is not None:
+        check_sink_id(args.sink_id, "--sink-id")
+    settings = parse_sink_options({"bootstrap.servers": args.bootstrap_server,
+                                   "checkpointLocation": args.checkpoint,
+                                   **({"sinkId": args.sink_id} if args.sink_id else {})},
+                                  streaming=True)
+    found: list[str] = []
+
+    def sink_id() -> str:
+        if not found:
+            found.append(resolve_sink_id(settings))
+        return found[0]
+    return sink_id
+
+
 def start(spark: Any, args: argparse.Namespace) -> Any:
     """Start the query (checks first: delivery, source directory, topics)."""
-    if args.delivery == "exactly-once":
-        raise IngestError("--delivery exactly-once: the logstore sink is at least once until "
-                          "the exactly-once sink lands; use --delivery at-least-once")
     if "://" in args.source_dir and not args.source_dir.startswith("file://"):
         raise IngestError(f"--source-dir {args.source_dir}: Spark's file source here has no "
                           "S3 connector (the pyspark wheel ships none); use a local directory")
@@ -240,7 +331,7 @@ def start(spark: Any, args: argparse.Namespace) -> Any:
     trigger = {"availableNow": True} if args.once else \
         {"processingTime": f"{args.trigger_interval} seconds"}
     return (lines.writeStream.foreachBatch(
-        write_batch(args.bootstrap_server, args.topic, dead_letter))
+        write_batch(args.bootstrap_server, args.topic, dead_letter, sink_id_of(args)))
         .option("checkpointLocation", args.checkpoint).trigger(**trigger).start())
 
 

@@ -85,7 +85,8 @@ def add_archive_arguments(parser: Any) -> None:
                       help="skip such offsets, recording them in the snapshot summary")
     parser.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
                         default="read_uncommitted",
-                        help="read_committed once the reader supports transactions")
+                        help="read_committed: archive committed records only (below the "
+                             "last stable offset, aborted transactions dropped)")
     parser.add_argument("--master", default=None,
                         help="Spark master when not run by spark-submit (default local[2])")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

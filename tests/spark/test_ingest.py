@@ -1,9 +1,10 @@
 """jobs/ingest.py: JSON-lines files in a directory -> a typed topic, bad lines -> the
 dead-letter topic with the reason in a header; a restarted query ingests no file twice.
 
-What holds today (at least once): files already in the checkpoint are never ingested again, so
-a stop and restart adds no duplicate. What the exactly-once sink will add (not tested here): no
-duplicate either when the job dies between a micro-batch's writes and its checkpoint commit.
+At least once: files already in the checkpoint are never ingested again, so a stop and restart
+adds no duplicate. Exactly once (--delivery exactly-once): no duplicate either when Spark
+replays a micro-batch whose writes were published (the job died before its checkpoint
+commit).
 """
 
 from __future__ import annotations
@@ -79,13 +80,41 @@ def test_good_lines_to_topic_bad_to_dead_letter_and_restart_adds_no_duplicate(
     assert len(consumer_rows(broker.bootstrap, "orders-in.dlq")) == 3
 
 
-def test_exactly_once_delivery_is_refused_until_the_sink_exists(spark: Any,
-                                                                tmp_path: Path) -> None:
-    """Goal: the switch to the exactly-once sink exists and says why it cannot be used yet;
-    an s3:// source is refused naming the reason. Method: start() with each."""
+def test_exactly_once_delivery_publishes_a_replayed_batch_once(
+        spark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
+    """Goal: --delivery exactly-once writes good lines and dead letters in the batch's
+    transaction (read_committed sees them), and a micro-batch Spark replays after a crash
+    (same batch id, same files) adds nothing to either topic. Method: one --once run; then
+    the query's foreachBatch function called again with batch 0's lines, as a replay would."""
+    from jobs.ingest import sink_id_of, write_batch
+    from tests.txn_reading import read_values
+
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic("eo-in", 1, value_schema=value_schema_arg("n:int64")),
+                             NewTopic("eo-in.dlq", 1)])
+    source = tmp_path / "landing"
+    source.mkdir()
+    (source / "a.jsonl").write_text('{"n": 1}\nnot json\n{"n": 2}\n')
+    argv = ["--source-dir", str(source), "--topic", "eo-in", "--checkpoint",
+            str(tmp_path / "cp"), "--bootstrap-server", broker.bootstrap, "--delivery",
+            "exactly-once"]
+    _ingest(spark, *argv)
+    expected = {"eo-in": [1, 2], "eo-in.dlq": [b"not json"]}
+
+    def topics() -> dict[str, list[Any]]:
+        return {t: read_values(broker.bootstrap, t, [0], column=c)[0]
+                for t, c in (("eo-in", "n"), ("eo-in.dlq", "value"))}
+    assert topics() == expected
+    args = parser().parse_args(argv)
+    replay = write_batch(broker.bootstrap, "eo-in", "eo-in.dlq", sink_id_of(args))
+    replay(spark.read.text(str(source)), 0)
+    assert topics() == expected
+    replay(spark.read.text(str(source)), 1)  # a new batch id is published
+    assert [len(v) for v in topics().values()] == [4, 2]
+
+
+def test_an_s3_source_is_refused(spark: Any, tmp_path: Path) -> None:
+    """Goal: an s3:// source is refused naming the reason. Method: start() with one."""
     base = ["--topic", "t", "--checkpoint", str(tmp_path / "cp")]
-    with pytest.raises(IngestError, match="at least once until the exactly-once sink lands"):
-        start(spark, parser().parse_args(["--source-dir", str(tmp_path), *base,
-                                          "--delivery", "exactly-once"]))
     with pytest.raises(IngestError, match="no S3 connector"):
         start(spark, parser().parse_args(["--source-dir", "s3://b/landing", *base]))

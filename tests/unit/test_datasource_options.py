@@ -66,6 +66,8 @@ def test_defaults_are_those_of_the_docstring_table() -> None:
     ("readMode", "FETCH", False, "read_mode", "fetch"),
     ("readMode", "local", False, "read_mode", "local"),
     ("fetchMaxBytes", "1048576", False, "fetch_max_bytes", 1 << 20),
+    ("kafka.isolation.level", " READ_COMMITTED ", False, "isolation_level", "read_committed"),
+    ("kafka.isolation.level", "read_uncommitted", True, "isolation_level", "read_uncommitted"),
 ])
 def test_each_documented_option_sets_its_field(option: str, text: str, streaming: bool,
                                                 field: str, expected: object) -> None:
@@ -287,6 +289,16 @@ def test_timestamp_strategy_and_read_mode_take_only_their_words() -> None:
     assert "startingOffsetsByTimestampStrategy" in error(
         startingOffsetsByTimestampStrategy="earliest")
     assert "readMode" in error(readMode="mmap") and "'mmap'" in error(readMode="mmap")
+
+
+def test_isolation_level_is_read_uncommitted_unless_read_committed_is_asked() -> None:
+    """Goal: kafka.isolation.level defaults to read_uncommitted (Spark's Kafka source does),
+    takes Kafka's two words only, and its error names the option and the bad value. Method:
+    parse the default, both words for batch and stream, and a misspelling."""
+    assert parse(False).isolation_level == "read_uncommitted" and not parse(False).read_committed
+    assert parse(True, **{"kafka.isolation.level": "read_committed"}).read_committed
+    message = error(**{"kafka.isolation.level": "committed"})
+    assert "kafka.isolation.level" in message and "'committed'" in message
 
 
 # -- scalars ----------------------------------------------------------------------------------

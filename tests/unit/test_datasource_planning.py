@@ -199,6 +199,29 @@ def test_check_range_rejects_start_after_end_and_end_past_high_watermark() -> No
     assert check_range(tp, 10, 10, info(tp, 0, 10), True) is None
 
 
+def test_read_committed_ranges_end_at_the_last_stable_offset() -> None:
+    """Goal: with read_committed, latest means the last stable offset (records of an open
+    transaction are never planned) and an ending offset past it is refused naming it; an
+    unknown LSO (-1, an older broker) falls back to the high watermark.
+    Method: PartitionInfo with LSO 6 below HW 10: its end, check_range and resolve."""
+    tp = TPS[0]
+    committed = PartitionInfo(tp, "h:1", 0, 10, last_stable_offset=6, read_committed=True)
+    assert committed.end_offset == 6
+    assert PartitionInfo(tp, "h:1", 0, 10, last_stable_offset=6).end_offset == 10
+    assert PartitionInfo(tp, "h:1", 0, 10, read_committed=True).end_offset == 10
+    with pytest.raises(OptionError, match=r"t-0: ending offset 8 is past the last stable "
+                                          r"offset 6; read_committed reads only decided"):
+        check_range(tp, 2, 8, committed, True)
+    assert check_range(tp, 2, 6, committed, True) == OffsetRange(tp, 2, 6)
+    options = parse_read_options({"bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+                                  "kafka.isolation.level": "read_committed"}, False)
+    planner = Planner(options)
+    try:
+        assert planner.resolve(OffsetSpec(LATEST), {tp: committed}, "ending") == {tp: 6}
+    finally:
+        planner.close()
+
+
 def test_check_range_data_loss_fails_naming_the_valid_range() -> None:
     """Goal: with failOnDataLoss=true, a start below the log start offset is a DataLossError
     naming the partition, the lost offsets and the range the log holds.
