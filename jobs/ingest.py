@@ -130,8 +130,10 @@ def _typed(rows: list[dict[str, Any]], at: list[int], values: pa.Schema | None,
            bad: dict[int, str]) -> pa.Table:
     """The good rows as a table; a row whose value does not fit its column moves to ``bad``
     (``rows_to_table`` stops at the first such row: convert, set it aside, go on)."""
-    schema = pa.schema([pa.field("key", pa.binary()),
-                        *(values if values is not None else [pa.field("value", pa.binary())])])
+    if values is None:  # an untyped topic: each line, as it came, is the value
+        return pa.table({"key": pa.nulls(len(rows), pa.binary()),
+                         "value": pa.array([row["value"] for row in rows], pa.binary())})
+    schema = pa.schema([pa.field("key", pa.binary()), *values])
     pieces: list[pa.Table] = []
     start = 0
     while start < len(rows):
