@@ -63,7 +63,7 @@ def build_broker(config: BrokerConfig) -> Broker:
     """The one place that puts a broker together: its metadata store, its services and its
     Arrow Flight server."""
     from logstore.broker.broker import Broker  # the heavy imports happen only when run
-    from logstore.metrics import BrokerMetrics
+    from logstore.metrics.broker_metrics import BrokerMetrics
     from logstore.rpc.client import BrokerConnection
     from logstore.rpc.server import FlightBrokerServer
     # Brokers talk to each other (replication, the controller) only in cluster mode, every

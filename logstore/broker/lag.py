@@ -185,12 +185,20 @@ class GroupLag:
     # -- what is committed here --------------------------------------------------------------
 
     def committed(self) -> list[Committed]:
-        """Every committed offset of every group this broker coordinates."""
+        """Every committed offset of every group this broker coordinates (loading the
+        offsets partitions it leads that no request has loaded since it became leader)."""
         runtime = self._coordinator.runtime
         try:
-            return runtime.read_all(_all_offsets)
+            partitions = runtime.num_partitions()
         except ApiError:  # no offsets topic yet
             return []
+        out: list[Committed] = []
+        for partition in range(partitions):
+            try:
+                out += runtime.read(partition, _all_offsets)
+            except ApiError:  # not led here, or still loading
+                continue
+        return out
 
     def group_committed(self, group_id: str) -> list[Committed]:
         partition = self._coordinator.partition(group_id)

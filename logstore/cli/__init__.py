@@ -1,7 +1,7 @@
 """The ``logstore`` command: run a broker, manage topics, produce and consume from a terminal.
 
 Owns: the argparse tree, built from each noun module's ``register(commands)`` (``broker``,
-``topics``, ``cluster``, ``produce``, ``consume``, ``groups``, ``users``, ``acls``, ``demo``), and the exit status.
+``topics``, ``cluster``, ``produce``, ``consume``, ``groups``, ``top``, ``users``, ``acls``, ``demo``), and the exit status.
 Expected errors (an ``ApiError`` from the broker, a ``ConfigError``, a bad line on stdin) print
 ``error: ...`` on stderr and exit 1, never a traceback; an argument that does not parse (a bad
 ``--value-schema`` among them) or a combination a command refuses is a usage error, exit 2,
@@ -16,7 +16,18 @@ import argparse
 import os
 import sys
 
-from logstore.cli import acls, broker, cluster, consume, demo, groups, produce, topics, users
+from logstore.cli import (
+    acls,
+    broker,
+    cluster,
+    consume,
+    demo,
+    groups,
+    produce,
+    top,
+    topics,
+    users,
+)
 from logstore.errors import LogstoreError
 
 __all__ = ["build_parser", "main"]
@@ -26,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="logstore", description="LogStore: a commit log on Apache Arrow.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for noun in (broker, topics, cluster, produce, consume, groups, users, acls, demo):
+    for noun in (broker, topics, cluster, produce, consume, groups, top, users, acls, demo):
         noun.register(commands)
     return parser
 

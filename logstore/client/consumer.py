@@ -25,6 +25,7 @@ import pyarrow as pa
 from logstore.client.fetcher import FetchConfig, Fetcher, MiB, to_records
 from logstore.client.group import REJOIN_CODES, GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
+from logstore.client.metrics import ClientEndpoint, ConsumerMetrics, Layout
 from logstore.errors import (
     ApiError,
     InvalidRequestError,
@@ -70,8 +71,11 @@ class Consumer:
                  max_poll_interval_ms: int = 300_000,
                  partition_assignment_strategy: Iterable[str] = ("range",),
                  group_instance_id: str | None = None, client_id: str = "logstore-consumer",
-                 metadata_max_age_ms: int = 300_000, **security: Any) -> None:
-        """``**security``: kafka-python's connection settings, as ``Producer`` takes them."""
+                 metadata_max_age_ms: int = 300_000, metrics_listener: str | None = None,
+                 **security: Any) -> None:
+        """``**security``: kafka-python's connection settings, as ``Producer`` takes them.
+        ``metrics()`` returns kafka-python's figures; ``metrics_listener="host:port"`` also
+        serves them to Prometheus from this process (``metrics_port``)."""
         if auto_offset_reset not in _RESET:
             raise ValueError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', "
                              f"got {auto_offset_reset!r}")
@@ -95,7 +99,10 @@ class Consumer:
         self._reset = _RESET[auto_offset_reset]
         self._fetcher = Fetcher(self._metadata, FetchConfig(
             fetch_max_bytes, max_partition_fetch_bytes, fetch_min_bytes, fetch_max_wait_ms),
-            self._out_of_range)
+            self._out_of_range, ConsumerMetrics())
+        self._endpoint = ClientEndpoint(metrics_listener, "consumer", client_id,
+                                        self._fetcher.metrics.layout) \
+            if metrics_listener else None
         self.max_poll_records = max_poll_records
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
@@ -411,6 +418,18 @@ class Consumer:
             self._commit_pool.shutdown(wait=True)
         self._fetcher.close()
         self._metadata.close()
+        if self._endpoint is not None:
+            self._endpoint.close()
+
+    def metrics(self) -> Layout:
+        """kafka-python's ``metrics()``: ``{group: {name: value}}``, e.g.
+        ``metrics()["consumer-fetch-manager-metrics"]["records-lag-max"]``."""
+        return self._fetcher.metrics.layout()
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of this consumer's metrics endpoint (None without one)."""
+        return self._endpoint.port if self._endpoint is not None else None
 
     def __enter__(self) -> Consumer:
         return self

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from logstore.client.metadata import ClusterMetadata
+from logstore.client.metrics import ConsumerMetrics
 from logstore.errors import ApiError, OffsetOutOfRangeError
 from logstore.messages.fetch import DEFAULT_FETCH_MAX_BYTES, FetchPartition, FetchRequest
 from logstore.messages.log import (
@@ -86,8 +87,9 @@ class Fetcher:
     """Fetches for one consumer (used from the thread that polls; the pool only sends)."""
 
     def __init__(self, metadata: ClusterMetadata, config: FetchConfig,
-                 on_out_of_range: OutOfRange) -> None:
+                 on_out_of_range: OutOfRange, metrics: ConsumerMetrics | None = None) -> None:
         self._metadata = metadata
+        self.metrics = metrics or ConsumerMetrics()
         self._config = config
         self._on_out_of_range = on_out_of_range
         self._buffer: dict[TopicPartition, deque[_Buffered]] = {}
@@ -182,7 +184,12 @@ class Fetcher:
             max_wait_ms=max_wait_ms, max_bytes=self._config.max_bytes,
             partition_max_bytes=self._config.partition_max_bytes,
             min_bytes=self._config.min_bytes)
-        return self._metadata.broker_connection(target.leader).fetch(request)
+        started = time.monotonic()
+        response = self._metadata.broker_connection(target.leader).fetch(request)
+        self.metrics.fetched(target.topic, (time.monotonic() - started) * 1000.0,
+                             sum(b.header.batch_size for b in response.batches),
+                             sum(b.batch.num_rows for b in response.batches))
+        return response
 
     def _handle(self, target: FetchTarget, sent: dict[TopicPartition, int],
                 future: Future[FetchResponse]) -> None:
@@ -201,6 +208,11 @@ class Fetcher:
                 self._on_partition_error(TopicPartition(target.topic, partition), error)
         for fetched in response.batches:
             self._buffer_batch(TopicPartition(target.topic, fetched.partition), sent, fetched)
+        for partition, summary in response.partitions.items():
+            position = self._fetch_offsets.get(TopicPartition(target.topic, partition))
+            if summary.high_watermark >= 0 and position is not None:
+                self.metrics.lag(target.topic, partition, max(summary.high_watermark - position,
+                                                              0))
 
     def _buffer_batch(self, tp: TopicPartition, sent: dict[TopicPartition, int],
                       fetched: FetchedBatch) -> None:
@@ -254,12 +266,15 @@ class Fetcher:
         flight for it."""
         self._fetch_offsets.pop(tp, None)
         self._buffer.pop(tp, None)
+        self.metrics.forget(tp.topic, tp.partition)
         for target in [t for t, (sent, _) in self._inflight.items() if tp in sent]:
             del self._inflight[target]
 
     def retain(self, keep: set[TopicPartition]) -> None:
         """The assignment changed: keep the buffers of ``keep`` only, and send every fetch
         anew (their targets may have changed)."""
+        for tp in set(self._fetch_offsets) - keep:
+            self.metrics.forget(tp.topic, tp.partition)
         self._buffer = {tp: b for tp, b in self._buffer.items() if tp in keep}
         self._fetch_offsets = {tp: o for tp, o in self._fetch_offsets.items() if tp in keep}
         self._inflight.clear()

@@ -25,6 +25,7 @@ from logstore.client.batches import (
     RecordChunk,
 )
 from logstore.client.metadata import ClusterMetadata, TopicInfo
+from logstore.client.metrics import ClientEndpoint, Layout, ProducerMetrics
 from logstore.client.partitioner import StickyPartitioner, assign_partitions
 from logstore.client.sender import Sender
 from logstore.errors import InvalidRecordError, MessageTooLargeError, RequestTimedOutError
@@ -44,7 +45,10 @@ class Producer:
     ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``).
 
     ``batch_size`` is in bytes (default 1 MiB, larger than Kafka's 16 KiB because a batch is one
-    Arrow record batch and large batches are what make Arrow fast)."""
+    Arrow record batch and large batches are what make Arrow fast).
+
+    ``metrics()`` returns kafka-python's figures; ``metrics_listener="host:port"`` also serves
+    them to Prometheus from this process (port 0 picks one: ``metrics_port``)."""
 
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
                  acks: str | int = "all", linger_ms: int = 5, batch_size: int = 1 * MiB,
@@ -53,7 +57,8 @@ class Producer:
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  max_in_flight_requests_per_connection: int = 5,
                  buffer_memory: int = 256 * MiB, enable_idempotence: bool | None = None,
-                 metadata_max_age_ms: int = 300_000, **security: Any) -> None:
+                 metadata_max_age_ms: int = 300_000, client_id: str = "logstore-producer",
+                 metrics_listener: str | None = None, **security: Any) -> None:
         if acks not in _ACKS:
             raise ValueError(f"acks must be 'all', 1 or 0, got {acks!r}")
         if compression_type not in (None, "none", "lz4", "zstd"):
@@ -77,8 +82,12 @@ class Producer:
         in_flight = max_in_flight_requests_per_connection
         if not idempotent and retries > 0:
             in_flight = 1  # without sequence numbers only one batch in flight keeps order
+        self._metrics = ProducerMetrics()
         self._sender = Sender(self._metadata, self.acks, request_timeout_ms, retries,
-                              retry_backoff_ms / 1000.0, in_flight, buffer_memory, idempotent)
+                              retry_backoff_ms / 1000.0, in_flight, buffer_memory, idempotent,
+                              self._metrics)
+        self._endpoint = ClientEndpoint(metrics_listener, "producer", client_id,
+                                        self._metrics.layout) if metrics_listener else None
         self._sticky = StickyPartitioner()
         self._chunks: dict[str, RecordChunk] = {}
         self._lock = threading.Lock()
@@ -158,6 +167,16 @@ class Producer:
     def partitions_for(self, topic: str) -> set[int]:
         return set(self._topic_info(topic).partitions)
 
+    def metrics(self) -> Layout:
+        """kafka-python's ``metrics()``: ``{group: {name: value}}``, e.g.
+        ``metrics()["producer-metrics"]["record-send-rate"]`` (module client/metrics.py)."""
+        return self._metrics.layout()
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of this producer's metrics endpoint (None without one)."""
+        return self._endpoint.port if self._endpoint is not None else None
+
     def close(self, timeout: float | None = None) -> None:
         if self._closed:
             return
@@ -174,6 +193,8 @@ class Producer:
                                                     "was acknowledged"))
             self._drainer.join(5)
             self._metadata.close()
+            if self._endpoint is not None:
+                self._endpoint.close()
 
     def __enter__(self) -> Producer:
         return self

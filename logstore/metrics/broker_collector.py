@@ -84,9 +84,9 @@ class BrokerCollector:
         yield from totals.families.values()
         yield from self._replica_manager(totals)
         yield from self._controller()
+        lags = self._broker.lag.lag(self._broker.lag.committed())  # loads the groups too
         yield from self._groups()
-        yield from lag_families(self._broker.lag.lag(self._broker.lag.committed()),
-                                int(time.time() * 1000))
+        yield from lag_families(lags, int(time.time() * 1000))
 
     # -- partitions --------------------------------------------------------------------------
 
