@@ -55,36 +55,46 @@ class Renderer:
         self._last_start = float("-inf")
         self._output = b""
         self.renderings = 0
+        self.waiting = 0  # scrapes waiting for a rendering (tests wait on it)
 
     def render(self) -> bytes:
         with self._cond:
-            target = self._started + 1  # begun after this call
-            while self._finished < target:
-                if self._started == self._finished:  # nobody renders: this call does
-                    delay = self._last_start + self._min_interval_s - time.monotonic()
-                    if delay <= 0:
-                        self._started = target
-                        self._last_start = time.monotonic()
-                        break
-                    self._cond.wait(delay)
-                else:
-                    self._cond.wait()
+            self.waiting += 1
+            try:
+                return self._await(self._started + 1)  # one begun after this call
+            finally:
+                self.waiting -= 1
+
+    def _await(self, target: int) -> bytes:
+        """With the lock held: the output of rendering ``target``, rendering it here if
+        nobody else does."""
+        while self._finished < target:
+            if self._started == self._finished:  # nobody renders: this call does
+                delay = self._last_start + self._min_interval_s - time.monotonic()
+                if delay <= 0:
+                    self._started = target
+                    self._last_start = time.monotonic()
+                    return self._render(target)
+                self._cond.wait(delay)
             else:
-                return self._output
-        return self._render(target)
+                self._cond.wait()
+        return self._output
 
     def _render(self, generation: int) -> bytes:
+        """Render with the lock released (other scrapes wait on it meanwhile); the lock is
+        held again on return, as the caller expects."""
         output = None
+        self._cond.release()
         try:
             output = generate_latest(self._registry)
             return output
         finally:
-            with self._cond:
-                if output is not None:
-                    self._output = output
-                self._finished = generation
-                self.renderings += 1
-                self._cond.notify_all()
+            self._cond.acquire()
+            if output is not None:
+                self._output = output
+            self._finished = generation
+            self.renderings += 1
+            self._cond.notify_all()
 
 
 class MetricsServer:
