@@ -217,7 +217,8 @@ class _Keys:
             ready, _, _ = select.select([self._fd], [], [], max(remaining, 0))
             if not ready:
                 return False
-            if os.read(self._fd, 64).lower().find(b"q") >= 0:
+            data = os.read(self._fd, 64)
+            if not data or b"q" in data.lower():  # q, or the terminal is gone
                 return True
 
 

@@ -3,6 +3,8 @@ broker process scraped over HTTP and parsed with prometheus_client's parser."""
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,6 +22,8 @@ from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from tests.brokers import BrokerFactory, BrokerProcess, free_port, subprocess_env
 from tests.helpers import wait_for
 from tests.scrape import Scrape, http_get, scrape
+from tests.tiered import create_tiered_topic, remote_settings, wait_tiered
+from tests.tiered import produce as produce_segments
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -251,6 +255,83 @@ def test_top_once_prints_brokers_topics_and_the_most_lagging_groups(
     assert [group, "Empty", "30"] in [ln[:3] for ln in lines]
 
 
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("key", ["q", "C-c"])
+def test_top_in_a_terminal_draws_the_live_view_and_quits_on_q_or_ctrl_c(
+        metered: tuple[BrokerProcess, str], tmp_path: Path, key: str) -> None:
+    """Goal: the interactive view works in a real terminal (as over SSH): it draws on the
+    alternate screen, redraws, and exits 0 on ``q`` or Ctrl-C with the screen restored.
+    Method: ``logstore top`` in a pane of a private tmux server (its own socket, no user
+    config, panes kept when their process exits); wait until the pane shows the broker's
+    metrics address and the quit hint twice (two refreshes), send the key; top exits 0 and
+    the pane is back on the main screen (the hint is gone)."""
+    broker, address = metered
+    (tmp_path / "tmux.conf").write_text("set -g remain-on-exit on\n")
+    tmux = ["tmux", "-L", f"logstore-top-{uuid.uuid4().hex[:8]}", "-f",
+            str(tmp_path / "tmux.conf")]
+    env = subprocess_env()
+
+    def run(*args: str) -> str:
+        return subprocess.run([*tmux, *args], capture_output=True, text=True, env=env,
+                              check=True, timeout=30).stdout
+
+    command = shlex.join([sys.executable, "-m", "logstore", "top", "--interval", "0.2",
+                          "--bootstrap-server", broker.bootstrap])
+    # bash keeps the exit status (tmux 3.3 does not always reap a pane's process); it runs
+    # top in the foreground and, like any shell, goes on after a child that handled Ctrl-C.
+    status_file = tmp_path / "status"
+    shell = f"{command}; echo $? > {shlex.quote(str(status_file))}"
+    run("new-session", "-d", "-s", "top", "-x", "160", "-y", "40",
+        f"exec bash -c {shlex.quote(shell)}")
+    try:
+        stamps: set[str] = set()
+
+        def redrawn() -> bool:
+            screen = run("capture-pane", "-p", "-t", "top")
+            if "q or Ctrl-C quits" in screen and address in screen:
+                stamps.add(screen.splitlines()[0])  # "logstore top - HH:MM:SS - ..."
+            return len(stamps) >= 2
+
+        wait_for(redrawn, "logstore top to draw its view twice")
+        run("send-keys", "-t", "top", key)
+        status = wait_for(lambda: status_file.exists() and status_file.read_text().strip(),
+                          f"logstore top to exit on {key}")
+        assert status == "0"
+        assert "q or Ctrl-C quits" not in run("capture-pane", "-p", "-t", "top")
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, env=env, timeout=30)
+
+
+def test_a_tiered_partitions_remote_bytes_and_copy_lag_are_exported(
+        broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    """Goal: tiered partitions export Kafka's remote-storage figures (remote log size and
+    segment count, copy lag) and a log start offset over both tiers; other partitions none.
+    Method: a broker tiering to a file:// store; a tiered topic of small segments and a plain
+    one; produce 12 batches and wait until every sealed segment is copied (topics describe);
+    a scrape shows the same remote bytes and segments, copy lag 0, log start 0 while fewer
+    segments are local, and no remote series for the plain topic."""
+    address = f"127.0.0.1:{free_port()}"
+    broker = broker_factory(metrics_listener=address,
+                            **remote_settings(f"file://{tmp_path}/remote"))
+    plain = new_topic(broker.bootstrap, 1)
+    with Admin(broker.bootstrap) as admin:
+        topic = create_tiered_topic(admin)
+        end = produce_segments(broker.bootstrap, topic, 12)
+        tiers = wait_tiered(admin, topic)
+    s = scrape(address)
+    tp = {"topic": topic, "partition": 0}
+    assert s.value("kafka_server_brokertopicmetrics_remotelogsizebytes", **tp) == \
+        tiers.remote_bytes > 0
+    assert s.value("kafka_server_brokertopicmetrics_remotelogmetadatacount", **tp) == \
+        tiers.remote_segments > 0
+    assert s.value("kafka_server_brokertopicmetrics_remotecopylagsegments", **tp) == 0
+    assert s.value("kafka_server_brokertopicmetrics_remotecopylagbytes", **tp) == 0
+    assert s.value("kafka_log_log_logstartoffset", **tp) == 0
+    assert s.value("kafka_log_log_logendoffset", **tp) == end
+    assert s.value("kafka_server_brokertopicmetrics_remotelogsizebytes", topic=plain,
+                   partition=0) is None
+
+
 def test_client_metrics_report_what_was_sent_and_fetched_and_serve_them(
         metered: tuple[BrokerProcess, str]) -> None:
     """Goal: Producer.metrics() and Consumer.metrics() give kafka-python's figures, and a
@@ -280,8 +361,9 @@ def test_client_metrics_report_what_was_sent_and_fetched_and_serve_them(
                        client_id="p1", topic=topic) == 1000
     with Consumer(broker.bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic, 0)])
-        read = 0
+        read, deadline = 0, time.monotonic() + 60
         while read < 1000:
+            assert time.monotonic() < deadline, f"read {read} of 1000 records"
             read += sum(t.num_rows for t in consumer.poll_arrow(timeout_ms=500).values())
         fetch = consumer.metrics()["consumer-fetch-manager-metrics"]
     assert fetch["records-consumed-total"] == 1000
