@@ -235,8 +235,11 @@ class GroupLag:
         for tp, offset in stale:
             by_leader.setdefault((self._leader(tp), tp.topic), []).append((tp, offset))
         for (leader, topic), keys in by_leader.items():
+            # Only other leaders' answers are reused: a local one costs a high watermark read
+            # (the timestamps have their own cache) and is never stale.
+            at = now if leader != self._broker_id else float("-inf")
             for key, answer in zip(keys, self._ask(leader, topic, keys), strict=True):
-                self._answers[key] = (*answer, now)
+                self._answers[key] = (*answer, at)
 
     def _leader(self, tp: TopicPartition) -> int:
         state = self._store.partition_states(tp.topic).get(tp.partition)
