@@ -79,12 +79,15 @@ class BrokerCollector:
             log.exception("broker %d: collecting metrics failed", self._broker.config.broker_id)
 
     def _collect(self) -> Iterator[Metric]:
-        self._requests.retain_topics(self._broker.store.topics())
+        topics = set(self._broker.store.topics())
+        self._requests.retain_topics(topics)
         totals = self._partitions()
         yield from totals.families.values()
         yield from self._replica_manager(totals)
         yield from self._controller()
-        lags = self._broker.lag.lag(self._broker.lag.committed())  # loads the groups too
+        # Offsets a group still holds for a deleted topic are not exported (Kafka drops them).
+        committed = [c for c in self._broker.lag.committed() if c[1].topic in topics]
+        lags = self._broker.lag.lag(committed)  # loads the groups too
         yield from self._groups()
         yield from lag_families(lags, int(time.time() * 1000))
 

@@ -161,12 +161,17 @@ def test_group_lag_is_the_same_on_the_endpoint_in_admin_and_in_groups_describe(
 
 
 def test_a_deleted_topics_series_disappear(metered: tuple[BrokerProcess, str]) -> None:
-    """Goal: per-partition and per-topic series are bounded by what exists. Method: produce
-    to a topic, see its series, delete it, and wait until no series names it."""
+    """Goal: per-partition, per-topic and lag series are bounded by what exists. Method:
+    produce to a topic and commit a group's offset on it, see its series, delete it, and wait
+    until no series names it."""
     broker, address = metered
-    topic = new_topic(broker.bootstrap, 1)
+    topic, group = new_topic(broker.bootstrap, 1), f"g-{uuid.uuid4().hex[:8]}"
     produce(broker.bootstrap, topic, {0: 10}, int(time.time() * 1000))
-    assert scrape(address).value("kafka_log_log_logendoffset", topic=topic, partition=0) == 10
+    with Admin(broker.bootstrap) as admin:
+        admin.alter_group_offsets(group, {TopicPartition(topic, 0): 4})
+    s = scrape(address)
+    assert s.value("kafka_log_log_logendoffset", topic=topic, partition=0) == 10
+    assert s.value("kafka_consumergroup_group_lag", group=group, topic=topic, partition=0) == 6
     with Admin(broker.bootstrap) as admin:
         admin.delete_topics([topic])
     wait_for(lambda: not any(dict(labels).get("topic") == topic
