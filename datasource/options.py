@@ -18,6 +18,7 @@ talk to a broker (planning.py does) or import pyspark, so it is tested as pure l
 | ``includeHeaders``                      | ``false`` (default): add the ``headers`` column        |
 | ``maxOffsetsPerTrigger``                | stream: records per micro-batch at most                |
 | ``minOffsetsPerTrigger`` / ``maxTriggerDelay`` | stream: wait for that many, but no longer than the delay (default ``15m``) |
+| ``commitOffsetsToGroup``                | stream, LogStore: commit each micro-batch's end offsets to this group (one without members) once Spark commits the batch, so lag monitoring follows the query; progress still lives in the checkpoint |
 | ``readMode``                            | LogStore: ``auto`` (default: ranges below a tiered partition's local log start from object storage, the rest from files when on the broker's disk, else fetched), ``fetch``, ``local``, ``remote`` (object storage only) |
 | ``fetchMaxBytes``                       | LogStore: bytes per fetch request (default 64 MiB)     |
 | ``remoteStorageUri``                    | LogStore: the fsspec URL executors read remote segments from (default: the leader's ``remote_storage_uri``) |
@@ -90,6 +91,7 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
+    commit_group: str | None = None  # commitOffsetsToGroup: where each batch's end is committed
     read_mode: str = "auto"
     fetch_max_bytes: int = 64 * 1024 * 1024
     remote_storage_uri: str | None = None
@@ -104,7 +106,8 @@ _COMMON = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "star
            "failOnDataLoss", "includeHeaders", "readMode", "fetchMaxBytes",
            "remoteStorageUri", "remoteStorageOptions", *SECURITY_OPTIONS)
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
-_STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+_STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+                "commitOffsetsToGroup")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$")
 _DURATION_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
                 "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
@@ -140,11 +143,21 @@ def parse_read_options(raw: Mapping[str, str], streaming: bool | None) -> ReadOp
         max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
         min_offsets_per_trigger=_positive_int(opts, "minOffsetsPerTrigger"),
         max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60 * 1000),
+        commit_group=_group_id(opts, "commitOffsetsToGroup"),
         read_mode=read_mode,
         fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or 64 * 1024 * 1024,
         remote_storage_uri=_remote_storage_uri(opts),
         remote_storage_options=_remote_storage_options(opts),
         security=parse_security(opts))
+
+
+def _group_id(opts: Mapping[str, str], name: str) -> str | None:
+    text = opts.get(name.lower())
+    if text is None:
+        return None
+    if not text.strip():
+        raise OptionError(f"{name} must name a consumer group, got {text!r}")
+    return text.strip()
 
 
 def _remote_storage_uri(opts: Mapping[str, str]) -> str | None:

@@ -59,7 +59,8 @@ from datasource.planning import (
 )
 from datasource.reader import ReadSettings, ReadTask, RemoteSegmentRead, read_range
 from datasource.schema import check_requested, source_arrow_schema
-from logstore.model import TopicPartition
+from logstore.client.group import GroupMember, GroupSettings
+from logstore.model import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,7 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         self._last_batch_at = time.monotonic()
         self._idle_since: float | None = None
         self._checked_topics: frozenset[str] = frozenset()
+        self._group_committed: dict[str, Any] | None = None  # last commitOffsetsToGroup
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -238,6 +240,9 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        # Spark asks for the next batch only once the one before is committed, so ``start``
+        # is processed: committed to the group here, not a batch late as commit() would be.
+        self._commit_to_group(start)
         # An idle stream long-polls the leaders for up to IDLE_POLL_INTERVAL_S before asking
         # for offsets again: no tight loop while idle, no delay when a record arrives, and
         # never ``start`` answered unasked (Spark would take it as "no new data", and
@@ -281,7 +286,23 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         return self._tasks(self.planner, ranges, infos)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: as with Spark's Kafka source, progress lives in the checkpoint."""
+        """Progress lives in the checkpoint, as with Spark's Kafka source; with
+        ``commitOffsetsToGroup`` it is also committed to that group."""
+        self._commit_to_group(end)
+
+    def _commit_to_group(self, processed: dict[str, Any]) -> None:
+        """Commit ``processed`` to the ``commitOffsetsToGroup`` group (one without members,
+        as ``Admin.alter_group_offsets`` does) unless already done, so lag exporters,
+        ``groups describe`` and ``Admin.list_consumer_group_lag`` follow the query. Spark
+        calls commit() for a batch only when it plans the next batch with data; latestOffset()
+        is called at every trigger, with the end of the last processed batch."""
+        group = self.options.commit_group
+        if group is None or processed == self._group_committed:
+            return
+        GroupMember(self.planner.metadata, GroupSettings(group)).commit(
+            {tp: OffsetAndMetadata(o) for tp, o in from_json_offsets(processed).items()},
+            as_member=False)
+        self._group_committed = processed
 
     def stop(self) -> None:
         if self._planner is not None:
