@@ -28,7 +28,9 @@ from logstore.messages import REQUEST_TYPES, Request
 from logstore.messages import cluster as c
 from logstore.messages import groups as g
 from logstore.messages import log as lg
+from logstore.messages import metrics as mt
 from logstore.messages import security as s
+from logstore.messages import tiering as tr
 from logstore.messages import topics as tp
 from logstore.messages.fetch import FetchPartition, FetchRequest
 from logstore.messages.produce import InitProducerIdRequest, ProduceBatchMetadata, ProduceRequest
@@ -189,12 +191,20 @@ def _requests(name: str) -> list[Request[Any]]:
         s.AlterUserScramCredentialsRequest(deletions=[s.ScramCredentialDeletion(
             name="nobody", mechanism="SCRAM-SHA-256")]),
         s.DescribeUserScramCredentialsRequest(),
+        mt.DescribeGroupLagRequest(group_id=GROUP), mt.DescribeBrokerMetricsRequest(),
+        mt.OffsetTimestampsRequest(topic=TOPIC, partitions=[
+            mt.OffsetPosition(partition=0, offset=0)]),
+        tr.DescribeLogTiersRequest(topic=TOPIC, partitions=[0]),
+        tr.ListRemoteSegmentsRequest(topic=TOPIC, partitions=[
+            tr.RemoteSegmentsRange(partition=0, start_offset=0, end_offset=1)]),
+        c.LeaderEpochsRequest(topic=TOPIC, partitions=[c.LeaderEpochsPartition(partition=0)]),
     ]
 
 
 ALICE_REFUSED = {"leader_and_isr", "alter_isr", "controlled_shutdown",
                  "offsets_for_leader_epoch", "create_acls", "delete_acls",
-                 "alter_user_scram_credentials", "replica_fetch"}
+                 "alter_user_scram_credentials", "replica_fetch", "offset_timestamps",
+                 "leader_epochs"}
 
 
 def _streams(conn: BrokerConnection) -> dict[str, Callable[[], Any]]:
