@@ -263,6 +263,9 @@ class BrokerConfig:
     # A failed tiering run is retried after this, doubling up to the max (Kafka's names).
     remote_log_manager_task_retry_backoff_ms: int = 500
     remote_log_manager_task_retry_backoff_max_ms: int = 30_000
+    # The Prometheus endpoint ("host:port", Kafka's JMX metrics by their exporter names; see
+    # logstore/metrics/). None: no endpoint (the broker still answers describe_broker_metrics).
+    metrics_listener: str | None = None
     # TLS, SASL and ACLs: flat keys in the file (listener_security, ssl_certfile, ...; the
     # table is logstore/security/config.py's), gathered here.
     security: SecurityConfig = field(default_factory=SecurityConfig)
@@ -332,6 +335,7 @@ _BROKER_TYPES: dict[str, tuple[type, ...]] = {
     "transactional_id_expiration_ms": (int,),
     "transaction_abort_timed_out_transaction_cleanup_interval_ms": (int,),
     "transaction_partition_verification_enable": (bool,),
+    "metrics_listener": (str,),
 }
 _POSITIVE_BROKER_KEYS = ("offsets_topic_num_partitions", "offsets_topic_replication_factor",
                          "offsets_topic_segment_bytes", "offsets_retention_minutes",
@@ -375,6 +379,8 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
         values["log_dirs"] = tuple(str(d) for d in values["log_dirs"])
     # (Not BrokerConfig.listener: with slots=True that is a descriptor, not the default.)
     _check_listener(values.get("listener", DEFAULT_LISTENER), source)
+    if "metrics_listener" in values:
+        _check_listener(values["metrics_listener"], source, "metrics_listener")
     if "zk_connect" in values and not values["zk_connect"].strip():
         raise ConfigError(f"{source}: zk_connect must name at least one host:port")
     for key in ("zk_session_timeout_ms", "replica_lag_time_max_ms", *_POSITIVE_BROKER_KEYS):
@@ -417,10 +423,10 @@ def credential_keys(options: dict[str, Any], where: str) -> list[str]:
     return found
 
 
-def _check_listener(listener: str, source: str) -> None:
+def _check_listener(listener: str, source: str, key: str = "listener") -> None:
     host, sep, port = listener.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ConfigError(f"{source}: listener must be 'host:port', got {listener!r}")
+        raise ConfigError(f"{source}: {key} must be 'host:port', got {listener!r}")
 
 
 def load_broker_config(path: str | Path, overrides: dict[str, Any] | None = None) -> BrokerConfig:

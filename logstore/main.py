@@ -63,6 +63,7 @@ def build_broker(config: BrokerConfig) -> Broker:
     """The one place that puts a broker together: its metadata store, its services and its
     Arrow Flight server."""
     from logstore.broker.broker import Broker  # the heavy imports happen only when run
+    from logstore.metrics.broker_metrics import BrokerMetrics
     from logstore.rpc.client import BrokerConnection
     from logstore.rpc.server import FlightBrokerServer
     # Brokers talk to each other (replication, the controller) only in cluster mode, every
@@ -74,10 +75,13 @@ def build_broker(config: BrokerConfig) -> Broker:
 
         def connect(address: str) -> BrokerConnection:
             return BrokerConnection(address, security=peer_security)
-    return Broker(config, serve=lambda listener, handlers: FlightBrokerServer(
-        listener, handlers, config.security), store=build_metadata_store(config),
+    metrics = BrokerMetrics(config.metrics_listener)
+    broker = Broker(config, serve=lambda listener, handlers: FlightBrokerServer(
+        listener, handlers, config.security, metrics.requests), store=build_metadata_store(config),
         connect=connect,
         object_store=build_object_store(config))
+    metrics.attach(broker)
+    return broker
 
 
 def build_object_store(config: BrokerConfig) -> ObjectStore | None:

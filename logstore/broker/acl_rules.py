@@ -37,6 +37,8 @@ page (``RULES`` lists them, and a unit test checks every request a broker serves
 | end_txn, prepare_txn                               | WRITE on the transactional id             |
 | describe_transactions / list_transactions          | DESCRIBE per transactional id / only those|
 | describe_producers, broker_stats                   | READ on the topic / DESCRIBE on the cluster|
+| describe_group_lag / describe_broker_metrics       | DESCRIBE on the group / on the cluster    |
+| offset_timestamps                                  | CLUSTER_ACTION on the cluster (brokers)   |
 | create_acls, delete_acls, alter_user_scram_creds.  | ALTER on the cluster                      |
 | describe_acls, describe_user_scram_credentials     | DESCRIBE on the cluster                   |
 
@@ -54,6 +56,7 @@ from logstore.errors import ApiError, ErrorCode
 from logstore.messages import error_kw
 from logstore.messages import groups as g
 from logstore.messages import log as lg
+from logstore.messages import metrics as mt
 from logstore.messages import security as sec
 from logstore.messages import tiering as ti
 from logstore.messages import topics as tp
@@ -254,6 +257,7 @@ def _per_group(operation: Operation, entry: Callable[[str, ApiError], Any]) -> A
 
 DESCRIBE_GROUPS = _per_group(_O.DESCRIBE, lambda n, e: g.GroupDescription(group_id=n,
                                                                           **error_kw(e)))
+DESCRIBE_GROUP_LAG = _on_group(_O.DESCRIBE)
 DELETE_GROUPS = _per_group(_O.DELETE, lambda n, e: g.GroupResult(group_id=n, **error_kw(e)))
 
 # -- security administration -------------------------------------------------------------------
@@ -350,4 +354,6 @@ RULES: dict[type[Any], Access[Any, Any]] = {
     tx.WriteTxnMarkersRequest: WRITE_TXN_MARKERS,
     tx.DescribeTransactionsRequest: DESCRIBE_TRANSACTIONS,
     tx.ListTransactionsRequest: LIST_TRANSACTIONS, tx.DescribeProducersRequest: DESCRIBE_PRODUCERS,
+    mt.DescribeGroupLagRequest: DESCRIBE_GROUP_LAG, mt.OffsetTimestampsRequest: BROKERS_ONLY,
+    mt.DescribeBrokerMetricsRequest: BROKER_STATS,
 }

@@ -24,6 +24,7 @@ from logstore.broker.cluster import ClusterHandlers, ConnectionFactory, Peers
 from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.broker.group_handlers import GroupHandlers, ReplicaOffsetsLog
 from logstore.broker.handlers import RequestHandlers
+from logstore.broker.lag import GroupLag, OffsetTimestamps
 from logstore.broker.remote_tier import RemoteTier
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.broker.security import SecurityManager
@@ -64,6 +65,14 @@ class Server(Protocol):
     def wait(self) -> None: ...
 
     def shutdown(self) -> None: ...
+
+
+class Endpoint(Protocol):
+    """A side server the broker starts first and closes last (the metrics endpoint)."""
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 # (listener "host:port", handlers) -> a started server. Injected by the composition root
@@ -127,6 +136,11 @@ class Broker:
         self.handlers.credentials = self.security.credentials
         self.transactions = self._txn_handlers(config, producer_ids)
         self.handlers.add_routes(self.transactions.routes())
+        self.lag = GroupLag(config.broker_id, self.groups.coordinator,
+                            OffsetTimestamps(self.replicas), self.store,
+                            self.peers.get if self.peers else None)
+        self.handlers.add_routes(self.lag.routes())
+        self.endpoints: list[Endpoint] = []  # the composition root adds them
         self.server: Server | None = None
         self._sync_lock = threading.RLock()
         self._stopping = threading.Event()
@@ -190,6 +204,8 @@ class Broker:
 
     def start(self) -> None:
         _raise_open_file_limit()
+        for endpoint in self.endpoints:  # first: a port taken fails before anything opens
+            endpoint.start()
         self.store.start()
         self.security.start()
         self.log_manager.startup()
@@ -271,6 +287,8 @@ class Broker:
         if self.peers is not None:
             self.peers.close()
         self.log_manager.shutdown()
+        for endpoint in self.endpoints:
+            endpoint.close()
         return finished
 
     def _controlled_shutdown(self) -> None:

@@ -15,6 +15,7 @@ encode responses (``group_handlers.py`` does), or hold group rules (``groups/`` 
 from __future__ import annotations
 
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from logstore.broker.coordinator_runtime import CoordinatorRuntime
@@ -50,11 +51,28 @@ from logstore.messages.transactions import TxnOffsetCommitRequest, TxnOffsetComm
 from logstore.model import OFFSETS_TOPIC
 
 
+@dataclass
+class GroupCoordinatorStats:
+    """What this coordinator did since it started (read by the metrics endpoint): offsets
+    committed, and rebalances completed (one per generation, counted when its leader's join
+    is answered)."""
+
+    offset_commits: int = 0
+    completed_rebalances: int = 0
+
+    def on_join(self, future: Future[JoinGroupResponse]) -> None:
+        if future.exception() is None:
+            resp = future.result()
+            if not resp.error_code and resp.member_id and resp.member_id == resp.leader:
+                self.completed_rebalances += 1
+
+
 class GroupCoordinatorService:
     """Thread-safe: the runtime serializes what must be."""
 
     def __init__(self, offsets_log: CoordinatorLog, config: GroupConfig, clock: Clock) -> None:
         self.config = config
+        self.stats = GroupCoordinatorStats()
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
             OFFSETS_TOPIC, offsets_log, GroupShardLoader(config), clock)
 
@@ -66,8 +84,11 @@ class GroupCoordinatorService:
     # -- membership --------------------------------------------------------------------------
 
     def join_group(self, req: JoinGroupRequest) -> Future[JoinGroupResponse]:
-        return self.runtime.write(self.partition(req.group_id), req.group_id,
-                                  lambda shard, now: membership.join_group(shard, req, now))
+        joined: Future[JoinGroupResponse] = self.runtime.write(
+            self.partition(req.group_id), req.group_id,
+            lambda shard, now: membership.join_group(shard, req, now))
+        joined.add_done_callback(self.stats.on_join)
+        return joined
 
     def sync_group(self, req: SyncGroupRequest) -> Future[Any]:
         return self.runtime.update(self.partition(req.group_id), req.group_id,
@@ -84,9 +105,11 @@ class GroupCoordinatorService:
     # -- offsets -----------------------------------------------------------------------------
 
     def offset_commit(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
-        return self.runtime.write(self.partition(req.group_id), req.group_id,
-                                  lambda shard, now: commits.offset_commit(shard, req, now),
-                                  exclusive=False)
+        resp: OffsetCommitResponse = self.runtime.write(
+            self.partition(req.group_id), req.group_id,
+            lambda shard, now: commits.offset_commit(shard, req, now), exclusive=False)
+        self.stats.offset_commits += sum(1 for o in resp.offsets if not o.error_code)
+        return resp
 
     def txn_offset_commit(self, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
         """Offsets staged in the producer's transaction. Written under the producer's key, so

@@ -110,6 +110,21 @@ class FetchStats:
                 "fetch_bytes": self.bytes}
 
 
+@dataclass
+class IsrStats:
+    """ISR changes the controller committed for partitions this broker leads (Kafka's
+    IsrShrinksPerSec and IsrExpandsPerSec; read by the metrics endpoint)."""
+
+    shrinks: int = 0
+    expands: int = 0
+
+    def on_isr_change(self, old: frozenset[int], new: frozenset[int]) -> None:
+        if new < old:
+            self.shrinks += 1
+        elif new > old:
+            self.expands += 1
+
+
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager, clock: Clock,
                  propose_isr: IsrProposer | None = None, tier: RemoteTier | None = None
@@ -126,6 +141,7 @@ class ReplicaManager:
         # Copy-on-write under self._lock: _notify_data reads it without a lock.
         self._watchers: dict[TopicPartition, tuple[Watcher, ...]] = {}
         self.stats = FetchStats()
+        self.isr_stats = IsrStats()
 
     # -- hosting -----------------------------------------------------------------------------
 
@@ -158,7 +174,7 @@ class ReplicaManager:
             if p is None:
                 log_ = self._logs.get_or_create_log(tp, config, schema)
                 p = Partition(tp, log_, self.broker_id, self._clock, self._notify_data,
-                              self._propose_isr)
+                              self._propose_isr, self.isr_stats.on_isr_change)
                 self._partitions[tp] = p
             else:
                 p.log.update_config(config)
@@ -437,6 +453,10 @@ class ReplicaManager:
         p = self._leader(tp)
         p.check_leader_epoch(current_leader_epoch)
         return [(e.epoch, e.start_offset) for e in p.epochs.entries]
+
+    def leader_log(self, tp: TopicPartition) -> Log:
+        """The log of a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise)."""
+        return self._leader(tp).log
 
     def leaders(self) -> list[Partition]:
         return [p for p in self.hosted().values() if p.is_leader]

@@ -1,8 +1,8 @@
 """The ``logstore`` command: run a broker, manage topics, produce and consume from a terminal.
 
 Owns: the argparse tree, built from each noun module's ``register(commands)`` (``broker``,
-``topics``, ``cluster``, ``produce``, ``consume``, ``groups``, ``transactions``, ``users``,
-``acls``, ``demo``, ``archive``), and the exit status.
+``topics``, ``cluster``, ``produce``, ``consume``, ``groups``, ``top``, ``transactions``,
+``users``, ``acls``, ``demo``, ``archive``), and the exit status.
 Expected errors (an ``ApiError`` from the broker, a ``ConfigError``, a bad line on stdin) print
 ``error: ...`` on stderr and exit 1, never a traceback; an argument that does not parse (a bad
 ``--value-schema`` among them) or a combination a command refuses is a usage error, exit 2,
@@ -26,6 +26,7 @@ from logstore.cli import (
     demo,
     groups,
     produce,
+    top,
     topics,
     transactions,
     users,
@@ -39,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="logstore", description="LogStore: a commit log on Apache Arrow.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for noun in (broker, topics, cluster, produce, consume, groups, transactions, users, acls,
-                 demo, archive):
+    for noun in (broker, topics, cluster, produce, consume, groups, top, transactions, users,
+                 acls, demo, archive):
         noun.register(commands)
     return parser
 

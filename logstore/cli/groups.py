@@ -1,8 +1,9 @@
 """The ``logstore groups`` commands: list, describe, reset-offsets, delete.
 
 Owns: parsing these commands' arguments and printing their results (describe shows state,
-members, and per partition the committed offset, log end offset, lag and owner, then the total
-lag). Offsets are reset only while the group is empty (the admin client and the coordinator
+members, and per partition the committed offset, log end offset, lag, lag in seconds and owner,
+then the total lag: the figures the group's coordinator computes and exports, from
+``Admin.list_consumer_group_lag``). Offsets are reset only while the group is empty (the admin client and the coordinator
 both refuse otherwise with NON_EMPTY_GROUP). Must not: talk to brokers except through
 ``Admin``.
 """
@@ -58,31 +59,36 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_describe(args: argparse.Namespace) -> int:
     with closing(admin(args)) as client:
         (desc,) = client.describe_groups([args.group])
-        committed = client.list_group_offsets(args.group)
+        lags = client.list_consumer_group_lag(args.group)
         owners = {tp: m for m in desc.members for tp in m.assignment}
-        tps = sorted(set(committed) | set(owners))
-        ends = client.list_offsets(dict.fromkeys(tps, LATEST)) if tps else {}
+        unowned = sorted(set(owners) - set(lags))
+        ends = client.list_offsets(dict.fromkeys(unowned, LATEST)) if unowned else {}
     print(f"group {desc.group_id}: state {desc.state}, generation {desc.generation_id}, "
           f"protocol {desc.protocol or '-'}, {len(desc.members)} member(s)")
     for m in desc.members:
         print(f"  member {m.member_id} (client {m.client_id}"
               f"{', instance ' + m.group_instance_id if m.group_instance_id else ''}): "
               f"{', '.join(map(str, m.assignment)) or '-'}")
-    print("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tMEMBER")
+    print("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tLAG-SECONDS\tMEMBER")
     total = 0
-    for tp in tps:
-        current = committed[tp].offset if tp in committed else None
-        lag = ends[tp] - current if current is not None else None
+    for tp in sorted(set(lags) | set(owners)):
+        p = lags.get(tp)
+        current, end = (p.committed_offset, p.log_end_offset) if p else (None, ends[tp])
+        lag = p.lag if p is not None and p.lag >= 0 else None
         total += lag or 0
         owner = owners[tp].member_id if tp in owners else "-"
-        print(f"{tp.topic}\t{tp.partition}\t{_dash(current)}\t{ends[tp]}\t{_dash(lag)}\t"
-              f"{owner}")
+        print(f"{tp.topic}\t{tp.partition}\t{_dash(current)}\t{_dash(end)}\t{_dash(lag)}\t"
+              f"{_seconds(p.lag_seconds if p else None)}\t{owner}")
     print(f"total lag {total}")
     return 0
 
 
 def _dash(value: int | None) -> str:
-    return "-" if value is None else str(value)
+    return "-" if value is None or value < 0 else str(value)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _cmd_reset(args: argparse.Namespace) -> int:

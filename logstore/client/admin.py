@@ -33,6 +33,11 @@ from logstore.messages.groups import (
     ListGroupsRequest,
 )
 from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
+from logstore.messages.metrics import (
+    DescribeBrokerMetricsRequest,
+    DescribeBrokerMetricsResponse,
+    DescribeGroupLagRequest,
+)
 from logstore.messages.security import (
     AlterUserScramCredentialsRequest,
     CreateAclsRequest,
@@ -129,6 +134,20 @@ class GroupDescription:
     protocol: str
     generation_id: int
     members: list[MemberDescription]
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """One partition of a group's lag, as its coordinator computes it (and exports it):
+    ``log_end_offset`` is the high watermark, ``lag_seconds`` the age of the first record not
+    committed (0 with no lag, None when unknown); -1 offsets and ``error`` where the
+    partition's leader could not be asked."""
+
+    committed_offset: int
+    log_end_offset: int
+    lag: int
+    lag_seconds: float | None
+    error: ApiError | None = None
 
 
 @dataclass(frozen=True)
@@ -287,6 +306,28 @@ class Admin:
 
     def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         return self._group(group_id).committed(None)
+
+    def list_consumer_group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
+        """The lag of every partition ``group_id`` has committed, from its coordinator: the
+        figures its metrics endpoint exports (kafka_consumergroup_group_lag...)."""
+        response = self._group(group_id).call(DescribeGroupLagRequest(group_id=group_id))
+        return {TopicPartition(e.topic, e.partition): PartitionLag(
+            e.committed_offset, e.log_end_offset, e.lag, e.lag_seconds, e.error())
+            for e in response.partitions}
+
+    def describe_broker_metrics(self, max_groups: int = 10
+                                ) -> dict[int, DescribeBrokerMetricsResponse | ApiError]:
+        """Each live broker's figures now (``describe_broker_metrics``), or the error that
+        kept it from answering; counters are totals since the broker started."""
+        self._metadata.refresh([])
+        out: dict[int, DescribeBrokerMetricsResponse | ApiError] = {}
+        for broker_id in sorted(self._metadata.brokers()):
+            try:
+                out[broker_id] = self._metadata.broker_connection(broker_id).call(
+                    DescribeBrokerMetricsRequest(max_groups=max_groups))
+            except ApiError as e:
+                out[broker_id] = e
+        return out
 
     def alter_group_offsets(self, group_id: str,
                             offsets: dict[TopicPartition, int | OffsetAndMetadata]) -> None:

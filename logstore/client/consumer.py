@@ -29,6 +29,7 @@ import pyarrow as pa
 from logstore.client.fetcher import FetchConfig, Fetcher, MiB
 from logstore.client.group import REJOIN_CODES, GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
+from logstore.client.metrics import ClientEndpoint, ConsumerMetrics, Layout
 from logstore.client.records_view import RecordsView
 from logstore.client.transactions import ConsumerGroupMetadata
 from logstore.errors import (
@@ -80,10 +81,12 @@ class Consumer:
                  group_instance_id: str | None = None, client_id: str = "logstore-consumer",
                  metadata_max_age_ms: int = 300_000,
                  isolation_level: str = "read_uncommitted", fetch_session: bool = True,
-                 **security: Any) -> None:
+                 metrics_listener: str | None = None, **security: Any) -> None:
         """``fetch_session``: the broker pushes records as they arrive, on one long-lived
         session per leader and topic (False: a fetch request per round trip, as before).
-        ``**security``: kafka-python's connection settings, as ``Producer`` takes them."""
+        ``**security``: kafka-python's connection settings, as ``Producer`` takes them.
+        ``metrics()`` returns kafka-python's figures; ``metrics_listener="host:port"`` also
+        serves them to Prometheus from this process (``metrics_port``)."""
         if isolation_level not in _ISOLATION:
             raise ValueError(f"isolation_level must be 'read_uncommitted' or 'read_committed', "
                              f"got {isolation_level!r}")
@@ -111,7 +114,10 @@ class Consumer:
         self.isolation_level = isolation_level
         self._fetcher = Fetcher(self._metadata, FetchConfig(
             fetch_max_bytes, max_partition_fetch_bytes, fetch_min_bytes, fetch_max_wait_ms,
-            _ISOLATION[isolation_level], fetch_session), self._out_of_range)
+            _ISOLATION[isolation_level], fetch_session), self._out_of_range, ConsumerMetrics())
+        self._endpoint = ClientEndpoint(metrics_listener, "consumer", client_id,
+                                        self._fetcher.metrics.layout) \
+            if metrics_listener else None
         self.max_poll_records = max_poll_records
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
@@ -447,6 +453,18 @@ class Consumer:
             self._commit_pool.shutdown(wait=True)
         self._fetcher.close()
         self._metadata.close()
+        if self._endpoint is not None:
+            self._endpoint.close()
+
+    def metrics(self) -> Layout:
+        """kafka-python's ``metrics()``: ``{group: {name: value}}``, e.g.
+        ``metrics()["consumer-fetch-manager-metrics"]["records-lag-max"]``."""
+        return self._fetcher.metrics.layout()
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of this consumer's metrics endpoint (None without one)."""
+        return self._endpoint.port if self._endpoint is not None else None
 
     def __enter__(self) -> Consumer:
         return self

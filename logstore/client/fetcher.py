@@ -39,6 +39,7 @@ from logstore.client.fetch_session import (
     SessionSettings,
 )
 from logstore.client.metadata import ClusterMetadata
+from logstore.client.metrics import ConsumerMetrics
 from logstore.errors import ApiError, OffsetOutOfRangeError
 from logstore.messages.fetch import (
     DEFAULT_FETCH_MAX_BYTES,
@@ -133,8 +134,9 @@ class Fetcher:
     """Fetches for one consumer (used from the thread that polls; the pool only sends)."""
 
     def __init__(self, metadata: ClusterMetadata, config: FetchConfig,
-                 on_out_of_range: OutOfRange) -> None:
+                 on_out_of_range: OutOfRange, metrics: ConsumerMetrics | None = None) -> None:
         self._metadata = metadata
+        self.metrics = metrics or ConsumerMetrics()
         self._config = config
         self._on_out_of_range = on_out_of_range
         self._buffer: dict[TopicPartition, deque[_Buffered]] = {}
@@ -237,7 +239,12 @@ class Fetcher:
             max_wait_ms=max_wait_ms, max_bytes=self._config.max_bytes,
             partition_max_bytes=self._config.partition_max_bytes,
             min_bytes=self._config.min_bytes, isolation_level=self._config.isolation_level)
-        return self._metadata.broker_connection(target.leader).fetch(request)
+        started = time.monotonic()
+        response = self._metadata.broker_connection(target.leader).fetch(request)
+        self.metrics.fetched(target.topic, (time.monotonic() - started) * 1000.0,
+                             sum(b.header.batch_size for b in response.batches),
+                             sum(b.batch.num_rows for b in response.batches))
+        return response
 
     def _handle(self, target: FetchTarget, sent: dict[TopicPartition, int],
                 future: Future[FetchResponse]) -> None:
@@ -263,6 +270,13 @@ class Fetcher:
             for fetched, kept in zip(batches, keep, strict=True):
                 self._buffer_batch(TopicPartition(target.topic, partition), sent, fetched,
                                    bool(kept))
+        for partition, summary in response.partitions.items():
+            self._record_lag(TopicPartition(target.topic, partition), summary.high_watermark)
+
+    def _record_lag(self, tp: TopicPartition, high_watermark: int) -> None:
+        position = self._fetch_offsets.get(tp)
+        if high_watermark >= 0 and position is not None:
+            self.metrics.lag(tp.topic, tp.partition, max(high_watermark - position, 0))
 
     def _keep(self, batches: list[FetchedBatch], aborted: list[AbortedTransaction]
               ) -> Sequence[bool] | BoolArray:
@@ -338,6 +352,7 @@ class Fetcher:
         flight for it."""
         self._fetch_offsets.pop(tp, None)
         _release(self._buffer.pop(tp, None))
+        self.metrics.forget(tp.topic, tp.partition)
         for target in [t for t, (sent, _) in self._inflight.items() if tp in sent]:
             del self._inflight[target]
         if self._sessions is not None:
@@ -346,6 +361,8 @@ class Fetcher:
     def retain(self, keep: set[TopicPartition]) -> None:
         """The assignment changed: keep the buffers of ``keep`` only, and send every fetch
         anew (their targets may have changed)."""
+        for tp in set(self._fetch_offsets) - keep:
+            self.metrics.forget(tp.topic, tp.partition)
         for tp in set(self._buffer) - keep:
             _release(self._buffer.pop(tp))
         self._fetch_offsets = {tp: o for tp, o in self._fetch_offsets.items() if tp in keep}
@@ -394,6 +411,10 @@ class Fetcher:
         for fetched, kept in zip(frame.batches, keep, strict=True):
             self._buffer_batch(tp, None, fetched, bool(kept),
                                Credit(session, fetched.header.batch_size))
+        if frame.batches:
+            self.metrics.pushed(tp.topic, frame.size_bytes,
+                                sum(b.batch.num_rows for b in frame.batches))
+        self._record_lag(tp, frame.state.high_watermark)
 
 
 def _release(queue: deque[_Buffered] | None) -> None:

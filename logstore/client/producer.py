@@ -33,6 +33,7 @@ from logstore.client.batches import (
     RecordChunk,
 )
 from logstore.client.metadata import ClusterMetadata, TopicInfo
+from logstore.client.metrics import ClientEndpoint, Layout, ProducerMetrics
 from logstore.client.partitioner import StickyPartitioner, assign_partitions
 from logstore.client.pieces import (
     PieceLimits,
@@ -77,7 +78,10 @@ class Producer:
     ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``).
 
     ``batch_size`` is in bytes (default 1 MiB, larger than Kafka's 16 KiB because a batch is one
-    Arrow record batch and large batches are what make Arrow fast)."""
+    Arrow record batch and large batches are what make Arrow fast).
+
+    ``metrics()`` returns kafka-python's figures; ``metrics_listener="host:port"`` also serves
+    them to Prometheus from this process (port 0 picks one: ``metrics_port``)."""
 
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
                  acks: str | int = "all", linger_ms: int = 5, batch_size: int = 1 * MiB,
@@ -89,7 +93,8 @@ class Producer:
                  metadata_max_age_ms: int = 300_000, transactional_id: str | None = None,
                  transaction_timeout_ms: int = 60_000,
                  transaction_two_phase_commit: bool = False,
-                 max_block_ms: int = 60_000, **security: Any) -> None:
+                 max_block_ms: int = 60_000, client_id: str = "logstore-producer",
+                 metrics_listener: str | None = None, **security: Any) -> None:
         _check_settings(acks, compression_type, {
             "linger_ms": linger_ms, "batch_size": batch_size,
             "max_request_size": max_request_size, "delivery_timeout_ms": delivery_timeout_ms})
@@ -112,9 +117,13 @@ class Producer:
         self._txn = None if transactional_id is None else TransactionManager(
             self._metadata, transactional_id, transaction_timeout_ms,
             transaction_two_phase_commit, max_block_ms / 1000.0)
+        self._metrics = ProducerMetrics()
         self._sender = Sender(self._metadata, self.acks, request_timeout_ms, retries,
                               retry_backoff_ms / 1000.0, in_flight, buffer_memory, idempotent,
-                              transactional_id, self._txn.fail if self._txn else None)
+                              transactional_id, self._txn.fail if self._txn else None,
+                              self._metrics)
+        self._endpoint = ClientEndpoint(metrics_listener, "producer", client_id,
+                                        self._metrics.layout) if metrics_listener else None
         self._sticky = StickyPartitioner()
         self._chunks: dict[str, RecordChunk] = {}
         self._lock = threading.Lock()
@@ -385,6 +394,16 @@ class Producer:
     def partitions_for(self, topic: str) -> set[int]:
         return set(self._topic_info(topic).partitions)
 
+    def metrics(self) -> Layout:
+        """kafka-python's ``metrics()``: ``{group: {name: value}}``, e.g.
+        ``metrics()["producer-metrics"]["record-send-rate"]`` (module client/metrics.py)."""
+        return self._metrics.layout()
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of this producer's metrics endpoint (None without one)."""
+        return self._endpoint.port if self._endpoint is not None else None
+
     def close(self, timeout: float | None = None) -> None:
         if self._closed:
             return
@@ -401,6 +420,8 @@ class Producer:
                                                     "was acknowledged"))
             self._drainer.join(5)
             self._metadata.close()
+            if self._endpoint is not None:
+                self._endpoint.close()
 
     def __enter__(self) -> Producer:
         return self

@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from logstore.client.batches import ProducerBatch
 from logstore.client.metadata import ClusterMetadata
+from logstore.client.metrics import ProducerMetrics
 from logstore.errors import (
     ApiError,
     FencedLeaderEpochError,
@@ -53,9 +54,10 @@ log = logging.getLogger(__name__)
 
 
 class _Stream:
-    def __init__(self, stream: ProduceStream, key: tuple[str, str]) -> None:
+    def __init__(self, stream: ProduceStream, key: tuple[str, str], node: int = -1) -> None:
         self.stream = stream
         self.key = key
+        self.node = node  # the leader's broker id (the metrics' node)
         self.inflight: deque[ProducerBatch] = deque()
         self.lock = threading.Lock()
         self.broken = False
@@ -115,8 +117,11 @@ class Sender:
     def __init__(self, metadata: ClusterMetadata, acks: int, request_timeout_ms: int,
                  retries: int, retry_backoff_s: float, max_in_flight: int, buffer_memory: int,
                  idempotent: bool, transactional_id: str | None = None,
-                 on_failure: Callable[[ApiError], object] | None = None) -> None:
+                 on_failure: Callable[[ApiError], object] | None = None,
+                 metrics: ProducerMetrics | None = None) -> None:
         self._metadata = metadata
+        self.metrics = metrics or ProducerMetrics()
+        self.metrics.in_flight = self._in_flight_count
         self._acks = acks
         self._timeout_ms = request_timeout_ms
         self._retries = retries
@@ -175,6 +180,10 @@ class Sender:
                 if not self._cond.wait(deadline - time.monotonic()):
                     return False
         return True
+
+    def _in_flight_count(self) -> int:
+        with self._cond:
+            return sum(self._inflight.values())
 
     def enqueue(self, batches: list[ProducerBatch], max_block_s: float = 60.0,
                 generation: int | None = None) -> None:
@@ -392,6 +401,7 @@ class Sender:
                     batch.sent_at = time.monotonic()
                     stream.inflight.append(batch)
                 stream.stream.send(message_batch(batch.message), meta)
+            self.metrics.batch_sent(batch.tp.topic, batch.record_count, batch.nbytes)
         except ApiError as e:
             if stale:
                 self._complete(batch, -1, self.aborted_error())
@@ -418,7 +428,7 @@ class Sender:
                 topic=batch.tp.topic, acks=self._acks,
                 timeout_ms=max(1, int(self._timeout_ms * 0.9)),
                 transactional_id=self._transactional_id, messages=True), STORED_MESSAGE_SCHEMA)
-            stream = _Stream(produce, key)
+            stream = _Stream(produce, key, part.leader)
             with self._cond:
                 self._streams[key] = stream
             if self._acks != 0:
@@ -462,6 +472,8 @@ class Sender:
                     self._on_error(batch, NetworkError("acknowledgements out of step"))
                 return
             error = ack.error()
+            self.metrics.acknowledged(str(stream.node),
+                                      (time.monotonic() - batch.sent_at) * 1000.0)
             if error is None:
                 with self._cond:
                     if batch.producer_id == self._sequences.current(batch.tp):
@@ -513,6 +525,7 @@ class Sender:
             if error.retriable and retries_left and now < batch.deadline and not self._closed:
                 batch.attempts += 1
                 batch.epoch_refusals += stale_epoch
+                self.metrics.retried(batch.tp.topic, batch.record_count)
                 batch.not_before = now + self._backoff_s
                 self._inflight[batch.tp] -= 1
                 self._insert(batch)
@@ -531,6 +544,7 @@ class Sender:
             error = self._failed_for_good(batch, error)
         self._queued_bytes -= batch.nbytes
         self._outstanding.discard(batch.order)
+        self.metrics.failed(batch.tp.topic, batch.record_count)
         batch.complete(-1, error)
         self._cond.notify_all()
 
@@ -552,8 +566,10 @@ class Sender:
     def _complete(self, batch: ProducerBatch, base_offset: int, error: ApiError | None) -> None:
         """An in-flight batch is done. Its futures resolve before it stops counting as in
         flight, so flush() never sees the sender idle while a future is still pending."""
-        if error is not None and batch.producer_id >= 0:
-            error = self._failed_for_good(batch, error)
+        if error is not None:
+            self.metrics.failed(batch.tp.topic, batch.record_count)
+            if batch.producer_id >= 0:
+                error = self._failed_for_good(batch, error)
         batch.complete(base_offset, error)
         with self._cond:
             self._inflight[batch.tp] = self._inflight.get(batch.tp, 1) - 1

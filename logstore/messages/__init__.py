@@ -24,6 +24,7 @@ is typed end to end and no handler runs before its checks passed. The messages t
 |              | describe_producers                                                             |
 | security.py  | create_acls, delete_acls, describe_acls, alter_user_scram_credentials,         |
 |              | describe_user_scram_credentials; the SASL handshake's messages                 |
+| metrics.py   | describe_group_lag, offset_timestamps, describe_broker_metrics                  |
 
 Must not: do I/O, or know the transport or the services behind the handlers.
 """
@@ -40,6 +41,7 @@ from logstore.messages import (
     fetch_session,
     groups,
     log,
+    metrics,
     produce,
     security,
     tiering,
@@ -97,7 +99,8 @@ def _request_types(*modules: Any) -> dict[str, type[Request[Any]]]:
 # Every request type by action name (produce and fetch included: their bodies are versioned
 # like the DoActions').
 REQUEST_TYPES: dict[str, type[Request[Any]]] = _request_types(
-    topics, log, produce, fetch, fetch_session, cluster, groups, transactions, tiering, security)
+    topics, log, produce, fetch, fetch_session, cluster, groups, transactions, tiering, security,
+    metrics)
 
 __all__ = ["REQUEST_TYPES", "ErrorFields", "Message", "Request", "Route", "decode_message",
            "decode_request", "decode_response", "decode_versioned", "encode", "error_kw"]

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 # controller; the answer comes back through Partition.apply_isr / isr_change_failed.
 IsrProposer = Callable[["Partition", int, frozenset[int]], None]
 MAX_BEHIND = 1024  # (leader LEO, time) points kept per follower
+# (old ISR, new ISR), after the controller committed a change (the broker counts them).
+IsrListener = Callable[[frozenset[int], frozenset[int]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +91,15 @@ class Partition:
 
     def __init__(self, tp: TopicPartition, log_: Log, broker_id: int, clock: Clock,
                  on_high_watermark: Callable[[TopicPartition], None],
-                 propose_isr: IsrProposer | None = None) -> None:
+                 propose_isr: IsrProposer | None = None,
+                 on_isr_change: IsrListener | None = None) -> None:
         self.tp = tp
         self.log = log_
         self.broker_id = broker_id
         self._clock = clock
         self._on_high_watermark = on_high_watermark
         self._propose_isr = propose_isr or _no_proposals
+        self._on_isr_change = on_isr_change
         self._lock = threading.Condition()
         self.leader_id = -1
         self.leader_epoch = -1
@@ -270,7 +274,10 @@ class Partition:
         with self._lock:
             if not self.is_leader or leader_epoch != self.leader_epoch:
                 return
+            old = self.isr
             self.isr, self._pending_isr = frozenset(isr) | {self.broker_id}, None
+            if self._on_isr_change is not None and self.isr != old:
+                self._on_isr_change(old, self.isr)
             now = self._clock.monotonic_ms()
             for r in self.isr - {self.broker_id}:
                 self._followers[r].last_caught_up_ms = max(

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -42,12 +43,40 @@ from logstore.security.config import SecurityConfig
 log = logging.getLogger(__name__)
 
 
+class RequestRecorder(Protocol):
+    """Told of every answered request (``metrics.requests.RequestMetrics`` is one); error
+    codes are 0 for success."""
+
+    def action(self, name: str, seconds: float, error_code: int) -> None: ...
+
+    def produced(self, topic: str, records: int, size: int, seconds: float,
+                 error_code: int) -> None: ...
+
+    def fetched(self, topic: str, follower: bool, records: int, size: int, seconds: float,
+                error_codes: list[int]) -> None: ...
+
+
+class _NoRecorder:
+    def action(self, name: str, seconds: float, error_code: int) -> None:
+        return None
+
+    def produced(self, topic: str, records: int, size: int, seconds: float,
+                 error_code: int) -> None:
+        return None
+
+    def fetched(self, topic: str, follower: bool, records: int, size: int, seconds: float,
+                error_codes: list[int]) -> None:
+        return None
+
+
 class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow: untyped
     def __init__(self, listener: str, handlers: RequestHandlers,
-                 security: SecurityConfig | None = None) -> None:
+                 security: SecurityConfig | None = None,
+                 recorder: RequestRecorder | None = None) -> None:
         self._security = ServerSecurity(security or SecurityConfig(), handlers.credentials)
         super().__init__(self._security.location(listener), **self._security.flight_options())
         self._handlers = handlers
+        self._recorder: RequestRecorder = recorder or _NoRecorder()
 
     def _permissions(self, context: Any) -> Permissions | None:
         principal, host = self._security.principal(context)
@@ -57,6 +86,7 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
         name = action.type
+        started = time.perf_counter()
         try:
             permissions = self._permissions(context)
             route = self._handlers.routes.get(name)
@@ -65,7 +95,9 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
                     f"unknown action {name!r}; this broker answers {sorted(self._handlers.routes)}")
             response = route(action.body.to_pybytes() if action.body else b"{}", permissions)
         except Exception as e:
+            self._recorder.action(name, time.perf_counter() - started, _code_of(e))
             raise self._flight_error(e, f"action {name!r}") from None
+        self._recorder.action(name, time.perf_counter() - started, 0)
         return iter([flight.Result(response)])
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
@@ -86,16 +118,21 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
         # Batches are appended in arrival order here; a separate thread waits for each one's
         # acknowledgement and answers in the same order, so the next batch is appended while
         # earlier ones wait for an fsync or for replicas.
-        acker = _AckWriter(writer, request.timeout_ms) if request.acks != 0 else None
+        acker = _AckWriter(writer, request.timeout_ms, request.topic, self._recorder) \
+            if request.acks != 0 else None
         try:
             while True:
                 try:
                     chunk = reader.read_chunk()
                 except StopIteration:
                     return
+                started = time.perf_counter()
                 pending = self._produce_one(request, chunk, context, permissions)
                 if acker is not None:
-                    acker.put(pending)
+                    acker.put(pending, started)
+                else:
+                    _record_produce(self._recorder, request.topic, pending, started,
+                                    _code_of(pending.error))
         except Exception as e:
             raise self._flight_error(e, "produce") from None
         finally:
@@ -127,17 +164,33 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
     # -- fetch -------------------------------------------------------------------------------
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
+        started = time.perf_counter()
         try:
             request = decode_request(FetchRequest, ticket.ticket)
             schema, results = self._handlers.fetch(request, self._permissions(context))
         except Exception as e:
+            self._recorder.fetched("", False, 0, 0, time.perf_counter() - started, [_code_of(e)])
             raise self._flight_error(e, "fetch") from None
         if request.replica_id >= 0:
             batches = _stored_messages(results)
             schema = STORED_MESSAGE_SCHEMA
         else:
             batches = self._handlers.iter_fetch_batches(schema, results)
-        return flight.GeneratorStream(schema, self._fetch_stream(schema, results, batches))
+        stream = self._fetch_stream(schema, results, batches)
+        return flight.GeneratorStream(schema, self._recorded_fetch(
+            stream, request, results, started))
+
+    def _recorded_fetch(self, stream: Iterator[Any], request: FetchRequest,
+                        results: list[PartitionFetchResult], started: float) -> Iterator[Any]:
+        """``stream``, then the fetch told to the recorder (once sent, or abandoned)."""
+        try:
+            yield from stream
+        finally:
+            self._recorder.fetched(
+                request.topic, request.replica_id >= 0,
+                sum(b.header.record_count for r in results for b in r.batches),
+                sum(r.size_bytes for r in results), time.perf_counter() - started,
+                [int(r.error.code) for r in results if r.error is not None])
 
     def _fetch_stream(self, schema: pa.Schema, results: list[PartitionFetchResult],
                       batches: Iterator[tuple[int, StoredBatch, pa.RecordBatch]]
@@ -188,6 +241,21 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
         return to_flight_error(UnknownServerError(f"{where}: {type(e).__name__}: {e}"))
 
 
+def _code_of(error: BaseException | None) -> int:
+    if error is None:
+        return 0
+    return int(error.code) if isinstance(error, ApiError) else int(UnknownServerError.code)
+
+
+def _record_produce(recorder: RequestRecorder, topic: str, pending: PendingProduce,
+                    started: float, error_code: int) -> None:
+    info = pending.pending.info if pending.pending is not None else None
+    records = size = 0
+    if info is not None and not info.duplicate:
+        records, size = info.last_offset - info.first_offset + 1, info.batch_size
+    recorder.produced(topic, records, size, time.perf_counter() - started, error_code)
+
+
 def _batch_metadata(raw: bytes | None, what: str) -> ProduceBatchMetadata:
     if raw is None:
         raise InvalidRequestError(f"{what}: batch carries no metadata")
@@ -216,17 +284,21 @@ def _empty(schema: pa.Schema) -> pa.RecordBatch:
 
 
 class _AckWriter:
-    """Writes the acknowledgements of one produce stream, in order, from its own thread."""
+    """Writes the acknowledgements of one produce stream, in order, from its own thread, and
+    tells the recorder of each batch once it is answered."""
 
-    def __init__(self, writer: flight.FlightMetadataWriter, timeout_ms: int) -> None:
+    def __init__(self, writer: flight.FlightMetadataWriter, timeout_ms: int, topic: str,
+                 recorder: RequestRecorder) -> None:
         self._writer = writer
         self._timeout_ms = timeout_ms
-        self._queue: queue.Queue[PendingProduce | None] = queue.Queue()
+        self._topic = topic
+        self._recorder = recorder
+        self._queue: queue.Queue[tuple[PendingProduce, float] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="produce-acks", daemon=True)
         self._thread.start()
 
-    def put(self, pending: PendingProduce) -> None:
-        self._queue.put(pending)
+    def put(self, pending: PendingProduce, started: float) -> None:
+        self._queue.put((pending, started))
 
     def close(self) -> None:
         """Write the acknowledgements still owed, then stop."""
@@ -235,11 +307,12 @@ class _AckWriter:
 
     def _run(self) -> None:
         broken = False
-        while (pending := self._queue.get()) is not None:
+        while (item := self._queue.get()) is not None:
+            pending, started = item
             ack = pending.ack(self._timeout_ms)
-            if broken:
-                continue
-            try:
-                self._writer.write(pa.py_buffer(encode(ack)))
-            except (flight.FlightError, pa.ArrowException, OSError):
-                broken = True  # the client went away; its batches are appended all the same
+            if not broken:
+                try:
+                    self._writer.write(pa.py_buffer(encode(ack)))
+                except (flight.FlightError, pa.ArrowException, OSError):
+                    broken = True  # the client went away; its batches are appended all the same
+            _record_produce(self._recorder, self._topic, pending, started, ack.error_code)

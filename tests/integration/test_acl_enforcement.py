@@ -29,6 +29,7 @@ from logstore.messages import REQUEST_TYPES, Request
 from logstore.messages import cluster as c
 from logstore.messages import groups as g
 from logstore.messages import log as lg
+from logstore.messages import metrics as mt
 from logstore.messages import security as s
 from logstore.messages import tiering as ti
 from logstore.messages import topics as tp
@@ -198,6 +199,9 @@ def _requests(name: str) -> list[Request[Any]]:
         ti.DescribeLogTiersRequest(topic=TOPIC, partitions=[0]),
         ti.ListRemoteSegmentsRequest(topic=TOPIC, partitions=[]),
         c.LeaderEpochsRequest(topic=TOPIC, partitions=[]),
+        mt.DescribeGroupLagRequest(group_id=GROUP), mt.DescribeBrokerMetricsRequest(),
+        mt.OffsetTimestampsRequest(topic=TOPIC, partitions=[
+            mt.OffsetPosition(partition=0, offset=0)]),
         *_transaction_requests(),
     ]
 
@@ -224,7 +228,7 @@ def _transaction_requests() -> list[Request[Any]]:
 ALICE_REFUSED = {"leader_and_isr", "alter_isr", "controlled_shutdown",
                  "offsets_for_leader_epoch", "leader_epochs", "create_acls", "delete_acls",
                  "alter_user_scram_credentials", "replica_fetch", "replica_fetch_session",
-                 "write_txn_markers",
+                 "write_txn_markers", "offset_timestamps",
                  # no ACL on the transactional id (txn_offset_commit needs WRITE on it
                  # too, as in Kafka)
                  "add_partitions_to_txn", "add_offsets_to_txn", "txn_offset_commit",

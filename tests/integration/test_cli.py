@@ -243,9 +243,10 @@ def group_offsets(group: str, bootstrap: str) -> dict[tuple[str, int], tuple[str
     """``groups describe``'s table: (topic, partition) -> (current offset, log end, lag)."""
     out = ok(logstore("groups", "describe", group, bootstrap=bootstrap))
     lines = out.splitlines()
-    start = lines.index("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tMEMBER") + 1
+    start = lines.index("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tLAG-SECONDS\t"
+                        "MEMBER") + 1
     rows = [line.split("\t") for line in lines[start:] if not line.startswith("total lag")]
-    return {(topic, int(p)): (current, end, lag) for topic, p, current, end, lag, _ in rows}
+    return {(topic, int(p)): (current, end, lag) for topic, p, current, end, lag, _, _ in rows}
 
 
 def test_consume_with_group_resumes_where_the_last_one_stopped_and_commits(broker) -> None:

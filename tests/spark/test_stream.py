@@ -83,6 +83,39 @@ def test_available_now_reads_all_then_resumes_from_checkpoint(
     assert _values(rows) == _expected(420)
 
 
+def test_a_stream_commits_its_progress_to_a_group_that_lag_monitoring_reads(
+        spark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
+    """Goal: with groupId, a query's progress is visible as a group's committed
+    offsets, so ``Admin.list_consumer_group_lag`` (and the metrics endpoint, which computes
+    the same figures) shows its lag. Method: 2 partitions of 100 records; an AvailableNow run
+    reads them all: the group's lag is 0 at offset 100 on each; 30 more records in partition
+    0 make its lag 30 until a second run commits them."""
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, 2, prefix="lag")
+    for p in (0, 1):
+        _produce(broker.bootstrap, topic, p * 100, 100, partition=p)
+    group, out, ckpt = f"spark-{topic}", tmp_path / "out", tmp_path / "ckpt"
+
+    def run() -> None:
+        query = _start(_stream(spark, broker.bootstrap, subscribe=topic,
+                               startingOffsets="earliest", groupId=group),
+                       out, ckpt, availableNow=True)
+        assert query.awaitTermination(QUERY_TIMEOUT_S)
+
+    def lag() -> dict[int, tuple[int, int]]:
+        with Admin(broker.bootstrap) as admin:
+            return {tp.partition: (p.committed_offset, p.lag)
+                    for tp, p in admin.list_consumer_group_lag(group).items()}
+
+    run()
+    assert lag() == {0: (100, 0), 1: (100, 0)}
+    _produce(broker.bootstrap, topic, 200, 30, partition=0)
+    assert lag() == {0: (100, 30), 1: (100, 0)}
+    run()
+    assert lag() == {0: (130, 0), 1: (100, 0)}
+    assert len(_written(spark, out)) == 230
+
+
 def test_processing_time_query_restarts_where_it_stopped(
         spark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
     """A running query picks up records as they arrive; stopped and restarted from its

@@ -63,6 +63,7 @@ def test_defaults_are_those_of_the_docstring_table() -> None:
     ("maxOffsetsPerTrigger", "500", True, "max_offsets_per_trigger", 500),
     ("minOffsetsPerTrigger", "50", True, "min_offsets_per_trigger", 50),
     ("maxTriggerDelay", "30s", True, "max_trigger_delay_ms", 30_000),
+    ("groupId", " etl-orders ", True, "group_id", "etl-orders"),
     ("readMode", "FETCH", False, "read_mode", "fetch"),
     ("readMode", "local", False, "read_mode", "local"),
     ("fetchMaxBytes", "1048576", False, "fetch_max_bytes", 1 << 20),
@@ -230,7 +231,7 @@ def test_stream_and_batch_only_options_are_rejected_on_the_other_side() -> None:
     batch_only = {"endingOffsets": "latest", "endingTimestamp": "5",
                   "endingOffsetsByTimestamp": '{"t":{"0":5}}'}
     stream_only = {"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "5",
-                   "maxTriggerDelay": "1m"}
+                   "maxTriggerDelay": "1m", "groupId": "g"}
     for option, text in batch_only.items():
         assert f"unknown option(s) ['{option}'] for readStream" in error(True, **{option: text})
         parse(False, **{option: text})
@@ -312,6 +313,13 @@ def test_max_trigger_delay_takes_durations(text: str, ms: int) -> None:
     """Goal: maxTriggerDelay accepts a number with an optional unit (ms default), any case,
     spaces allowed. Method: parse each form."""
     assert parse(True, maxTriggerDelay=text).max_trigger_delay_ms == ms
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_a_blank_group_id_names_the_option(text: str) -> None:
+    """Goal: groupId must name a group. Method: parse blank values."""
+    message = error(True, groupId=text)
+    assert "groupId" in message and "must not be empty" in message
 
 
 @pytest.mark.parametrize("text", ["", "s", "-5s", "1.5s", "5 fortnights", "5d", "5s5", "1e3"])
