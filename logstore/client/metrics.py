@@ -171,9 +171,9 @@ class ConsumerMetrics:
             self._s.get(name).record(value)
 
     def pushed(self, topic: str, size: int, records: int) -> None:
-        """Records a fetch session pushed: counted like fetched ones, with no request (and so
-        no latency) of their own."""
-        for name, value in (("bytes-fetched", size), ("records-fetched", records),
+        """Records a fetch session pushed: counted like fetched ones, each push as one fetch
+        response, with no request (and so no latency) of their own."""
+        for name, value in (("pushes", 1), ("bytes-fetched", size), ("records-fetched", records),
                             (f"topic.{topic}.bytes", size), (f"topic.{topic}.records", records)):
             self._s.get(name).record(value)
 
@@ -195,8 +195,11 @@ class ConsumerMetrics:
             "bytes-consumed-rate": size.rate(), "bytes-consumed-total": size.total,
             "records-per-request-avg": records.avg(), "records-consumed-rate": records.rate(),
             "records-consumed-total": records.total, "fetch-latency-avg": latency.avg(),
-            "fetch-latency-max": latency.max(), "fetch-rate": latency.rate(of_count=True),
-            "fetch-total": latency.count, "records-lag-max": g("records-lag").max()}
+            "fetch-latency-max": latency.max(),
+            # fetch responses: requests answered, and pushes of a fetch session
+            "fetch-rate": latency.rate(of_count=True) + g("pushes").rate(of_count=True),
+            "fetch-total": latency.count + g("pushes").count,
+            "records-lag-max": g("records-lag").max()}
         with self._lock:
             fetch.update({f"{tp}.records-lag": float(v) for tp, v in self._lags.items()})
         out: Layout = {"consumer-fetch-manager-metrics": fetch}

@@ -29,8 +29,9 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 PRODUCE = "produce"
 FETCH_CONSUMER = "fetch_consumer"
 FETCH_FOLLOWER = "fetch_follower"
+FETCH_SESSION = "fetch_session"  # the opening of a push session (what it pushes: ``pushed``)
 UNKNOWN = "unknown"
-_STREAMS = (PRODUCE, FETCH_CONSUMER, FETCH_FOLLOWER)
+_STREAMS = (PRODUCE, FETCH_CONSUMER, FETCH_FOLLOWER, FETCH_SESSION)
 _ERROR_NAMES = {int(c): c.name for c in ErrorCode}
 
 # The per-topic counters: Kafka's BrokerTopicMetrics (MessagesOut is LogStore's own).
@@ -116,6 +117,19 @@ class RequestMetrics:
             counters[3] += size
             counters[6] += 1
             counters[8] += bool(error_codes)
+
+    def pushed(self, topic: str, follower: bool, records: int, size: int) -> None:
+        """What a fetch session pushed: traffic out, like a fetch's, but no request (so no
+        request count or latency) of its own."""
+        with self._lock:
+            counters = self._topic(topic, create=records > 0)
+            if counters is None:
+                return
+            if follower:
+                counters[4] += size
+                return
+            counters[2] += records
+            counters[3] += size
 
     def _observe(self, request: str, seconds: float, error_code: int) -> None:
         histogram = self._latency.get(request)

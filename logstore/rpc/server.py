@@ -55,6 +55,8 @@ class RequestRecorder(Protocol):
     def fetched(self, topic: str, follower: bool, records: int, size: int, seconds: float,
                 error_codes: list[int]) -> None: ...
 
+    def pushed(self, topic: str, follower: bool, records: int, size: int) -> None: ...
+
 
 class _NoRecorder:
     def action(self, name: str, seconds: float, error_code: int) -> None:
@@ -66,6 +68,9 @@ class _NoRecorder:
 
     def fetched(self, topic: str, follower: bool, records: int, size: int, seconds: float,
                 error_codes: list[int]) -> None:
+        return None
+
+    def pushed(self, topic: str, follower: bool, records: int, size: int) -> None:
         return None
 
 
@@ -212,18 +217,24 @@ class FlightBrokerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyar
     def do_exchange(self, context: Any, descriptor: flight.FlightDescriptor,
                     reader: flight.MetadataRecordBatchReader,
                     writer: flight.MetadataRecordBatchWriter) -> None:
-        """A push session (session_server.py), authorized at open and at each of the client's frames."""
+        """A push session (session_server.py), authorized at open and at each of the client's
+        frames; what it pushes counts as fetch traffic (the recorder's ``pushed``)."""
+        started = time.perf_counter()  # the opening is the request the metrics count
         try:
             request = decode_request(FetchSessionRequest, descriptor.command or b"")
             schema, session = self._handlers.open_fetch_session(request,
                                                                 self._permissions(context))
         except Exception as e:
+            self._recorder.action("fetch_session", time.perf_counter() - started, _code_of(e))
             raise self._flight_error(e, "fetch session") from None
+        self._recorder.action("fetch_session", time.perf_counter() - started, 0)
         try:
             serve_fetch_session(
                 session, STORED_MESSAGE_SCHEMA if session.is_replica else schema, reader,
                 writer, lambda: self._handlers.authorize_stream(request,
-                                                                self._permissions(context)))
+                                                                self._permissions(context)),
+                lambda records, size: self._recorder.pushed(
+                    request.topic, session.is_replica, records, size))
         except Exception as e:
             raise self._flight_error(e, "fetch session") from None
         finally:

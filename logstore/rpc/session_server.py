@@ -40,12 +40,15 @@ _GONE = (flight.FlightError, pa.ArrowException, OSError)  # the client went away
 def serve_fetch_session(session: FetchSession, schema: pa.Schema,
                         reader: flight.MetadataRecordBatchReader,
                         writer: flight.MetadataRecordBatchWriter,
-                        authorize: Callable[[], None]) -> None:
-    """Serve ``session`` until the client's side closes. ``authorize`` runs before each of
+                        authorize: Callable[[], None],
+                        on_push: Callable[[int, int], None] = lambda records, size: None
+                        ) -> None:
+    """Serve ``session`` until the client's side closes (``on_push(records, bytes)`` told of
+    each push). ``authorize`` runs before each of
     the client's frames, credit and updates (the connection's SASL session and ACLs now).
     Raises the ApiError that ended the session (the client read it in the X frame already)."""
     writer.begin(schema)
-    pusher = threading.Thread(target=_push, args=(session, writer, schema),
+    pusher = threading.Thread(target=_push, args=(session, writer, schema, on_push),
                               name=f"fetch-session-{session.topic}", daemon=True)
     pusher.start()
     try:
@@ -58,10 +61,13 @@ def serve_fetch_session(session: FetchSession, schema: pa.Schema,
 
 
 def _push(session: FetchSession, writer: flight.MetadataRecordBatchWriter,
-          schema: pa.Schema) -> None:
+          schema: pa.Schema, on_push: Callable[[int, int], None]) -> None:
     try:
         while (push := session.next_push()) is not None:
             _write(writer, push, schema, session.is_replica)
+            if push.partitions:
+                on_push(sum(b.header.record_count for p in push.partitions for b in p.batches),
+                        sum(b.header.batch_size for p in push.partitions for b in p.batches))
     except _GONE as e:
         log.debug("fetch session on %r: the client went away (%s)", session.topic, e)
         session.close()

@@ -96,8 +96,9 @@ def test_scrape_counts_what_was_produced_and_consumed(metered: tuple[BrokerProce
         assert s.value("kafka_cluster_partition_underreplicated", topic=topic, partition=p) == 0
     assert s.value("kafka_server_replicamanager_underreplicatedpartitions") == 0
     assert s.value("kafka_network_requestmetrics_requests_total", request="produce") >= 2
+    # the consumer fetched over a push session: its opening is the request counted
     assert s.value("kafka_network_requestmetrics_totaltime_seconds_count",
-                   request="fetch_consumer") >= 1
+                   request="fetch_session") >= 1
     assert s.value("kafka_controller_kafkacontroller_activecontrollercount") == 1
     assert s.value("process_open_fds") > 0
 
@@ -364,17 +365,20 @@ def test_client_metrics_report_what_was_sent_and_fetched_and_serve_them(
                        client_id="p1") == 1000
         assert s.value("kafka_producer_producer_topic_metrics_record_send_total",
                        client_id="p1", topic=topic) == 1000
-    with Consumer(broker.bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(topic, 0)])
-        read, deadline = 0, time.monotonic() + 60
-        while read < 1000:
-            assert time.monotonic() < deadline, f"read {read} of 1000 records"
-            read += sum(t.num_rows for t in consumer.poll_arrow(timeout_ms=500).values())
-        fetch = consumer.metrics()["consumer-fetch-manager-metrics"]
-    assert fetch["records-consumed-total"] == 1000
-    assert fetch["fetch-total"] >= 1 and fetch["bytes-consumed-total"] > 0
-    assert fetch["fetch-latency-avg"] > 0 and fetch["records-lag-max"] >= 0
-    assert fetch[f"{topic}-0.records-lag"] == 0
+    for session in (True, False):  # records pushed by a fetch session, then fetched
+        with Consumer(broker.bootstrap, auto_offset_reset="earliest",
+                      fetch_session=session) as consumer:
+            consumer.assign([TopicPartition(topic, 0)])
+            read, deadline = 0, time.monotonic() + 60
+            while read < 1000:
+                assert time.monotonic() < deadline, f"read {read} of 1000 records"
+                read += sum(t.num_rows for t in consumer.poll_arrow(timeout_ms=500).values())
+            fetch = consumer.metrics()["consumer-fetch-manager-metrics"]
+        assert fetch["records-consumed-total"] == 1000, session
+        assert fetch["fetch-total"] >= 1 and fetch["bytes-consumed-total"] > 0, session
+        assert fetch["records-lag-max"] >= 0 and fetch[f"{topic}-0.records-lag"] == 0, session
+        # a push has no request, so no latency; a fetch request has one
+        assert (fetch["fetch-latency-avg"] > 0) is not session, session
 
 
 def cli(*args: str) -> str:
