@@ -18,10 +18,11 @@ import pyarrow as pa
 from logstore.config import TopicConfig
 from logstore.records import schema_message
 from logstore.segments import recovery
+from logstore.segments.file_cache import OpenFileCache
 from logstore.segments.format import fsync_dir
 from logstore.segments.producer_state import ProducerStateManager
 from logstore.segments.reads import scan_batches
-from logstore.segments.segment import LogSegment
+from logstore.segments.segment import NO_FILE_LIMIT, LogSegment
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,7 @@ class LoadedSegments:
     schema: pa.Schema
     segments: list[LogSegment]
     created: bool
+    fresh: bool = False  # created in a directory made just now: no snapshots to replay
 
     @property
     def stale_txn_index_from(self) -> int | None:
@@ -40,21 +42,27 @@ class LoadedSegments:
 
 
 def load_segments(dir: Path, tp: str, config: TopicConfig, schema: pa.Schema | None,
-                  recovery_point: int, log_start_offset: int,
-                  clean_shutdown: bool) -> LoadedSegments:
-    """Recover the segments in ``dir``, or create the first one (a new log needs ``schema``)."""
-    dir.mkdir(parents=True, exist_ok=True)
-    recovery.finish_interrupted_swaps(dir, tp)
-    bases = recovery.segment_base_offsets(dir)
+                  recovery_point: int, log_start_offset: int, clean_shutdown: bool,
+                  files: OpenFileCache = NO_FILE_LIMIT) -> LoadedSegments:
+    """Recover the segments in ``dir``, or create the first one (a new log needs ``schema``).
+    A directory made here is known to be empty: it is not scanned."""
+    fresh = True
+    try:
+        dir.mkdir(parents=True)
+        bases: list[int] = []
+    except FileExistsError:
+        fresh = False
+        recovery.finish_interrupted_swaps(dir, tp)
+        bases = recovery.segment_base_offsets(dir)
     resolved = recovery.resolve_schema(dir, bases, schema, tp)
     if bases:
         return LoadedSegments(resolved, recovery.load_segments(
             dir, tp, resolved, bases, config.index_interval_bytes, config.segment_index_bytes,
-            recovery_point, clean_shutdown), False)
+            recovery_point, clean_shutdown, files), False)
     first = LogSegment.create(dir, max(0, log_start_offset), schema_message(resolved),
-                              config.segment_index_bytes)
+                              config.segment_index_bytes, files=files)
     fsync_dir(dir)
-    return LoadedSegments(resolved, [first], True)
+    return LoadedSegments(resolved, [first], True, fresh)
 
 
 def replay_producer_state(producers: ProducerStateManager, segments: Sequence[LogSegment],
