@@ -114,6 +114,8 @@ class Log:
         self._last_stable_offset = 0
         self._closed = False
         self.cleaned_until = 0
+        # The schema a deferred log is created with if its directory holds no segment file.
+        self._empty_schema: pa.Schema | None = None
 
     def _attach(self, schema: pa.Schema) -> None:
         """The parts of a loaded log that need its schema or its files."""
@@ -156,7 +158,8 @@ class Log:
     def _load_now(self, schema: pa.Schema | None, recovery_point: int, log_start_offset: int,
                   clean_shutdown: bool, high_watermark: int | None) -> None:
         loaded = load_segments(self._dir, self._tp, self._config, schema, recovery_point,
-                               log_start_offset, clean_shutdown, self._files)
+                               log_start_offset, clean_shutdown, self._files,
+                               self._empty_schema)
         self._attach(loaded.schema)
         self._finish_open(loaded, log_start_offset, self._clock.time_ms(), high_watermark)
         if loaded.created:
@@ -195,6 +198,11 @@ class Log:
                                self._tp, self._log_end_offset, how.recovery_point)
             self._deferred = None
 
+    def expect_schema(self, schema: pa.Schema) -> None:
+        """The topic's schema, for a deferred log whose directory turns out to hold no
+        segment file (a crash before its creation was made durable): it starts empty."""
+        self._empty_schema = schema
+
     @property
     def is_loaded(self) -> bool:
         return self._deferred is None
@@ -218,6 +226,8 @@ class Log:
         self._high_watermark = lso if high_watermark is None else \
             min(max(high_watermark, lso), self._log_end_offset)
         self._flusher.recovery_point = self._log_end_offset
+        if loaded.created:  # the new segment's name is made durable by the first flush
+            self._dir_dirty = True
         if loaded.fresh:  # nothing to replay
             self._producers.on_high_watermark(self._high_watermark)
             self._update_last_stable_offset()

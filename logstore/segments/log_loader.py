@@ -43,9 +43,13 @@ class LoadedSegments:
 
 def load_segments(dir: Path, tp: str, config: TopicConfig, schema: pa.Schema | None,
                   recovery_point: int, log_start_offset: int, clean_shutdown: bool,
-                  files: OpenFileCache = NO_FILE_LIMIT) -> LoadedSegments:
-    """Recover the segments in ``dir``, or create the first one (a new log needs ``schema``).
-    A directory made here is known to be empty: it is not scanned."""
+                  files: OpenFileCache = NO_FILE_LIMIT,
+                  empty_schema: pa.Schema | None = None) -> LoadedSegments:
+    """Recover the segments in ``dir``, or create the first one (a new log needs ``schema``,
+    or ``empty_schema``, which is used only when ``dir`` holds no segment file). A directory
+    made here is known to be empty: it is not scanned. The first segment's name is made
+    durable by the log's first flush (``created``: its directory is dirty), not here: a crash
+    before then loses at most an empty log, which the metadata sync creates again."""
     fresh = True
     try:
         dir.mkdir(parents=True)
@@ -54,14 +58,14 @@ def load_segments(dir: Path, tp: str, config: TopicConfig, schema: pa.Schema | N
         fresh = False
         recovery.finish_interrupted_swaps(dir, tp)
         bases = recovery.segment_base_offsets(dir)
-    resolved = recovery.resolve_schema(dir, bases, schema, tp)
+    resolved = recovery.resolve_schema(
+        dir, bases, schema if bases or schema is not None else empty_schema, tp)
     if bases:
         return LoadedSegments(resolved, recovery.load_segments(
             dir, tp, resolved, bases, config.index_interval_bytes, config.segment_index_bytes,
             recovery_point, clean_shutdown, files), False)
     first = LogSegment.create(dir, max(0, log_start_offset), schema_message(resolved),
-                              config.segment_index_bytes, files=files)
-    fsync_dir(dir)
+                              config.segment_index_bytes, files=files, empty_dir=fresh)
     return LoadedSegments(resolved, [first], True, fresh)
 
 

@@ -196,6 +196,7 @@ class LogManager:
         with self._lock:
             log = self._logs.get(tp)
             if log is not None:
+                log.expect_schema(schema)
                 return log
             creating = self._creating.setdefault(tp, threading.Lock())
         with creating:

@@ -92,12 +92,15 @@ class LogSegment:
 
     @classmethod
     def create(cls, dir: Path, base_offset: int, schema_bytes: bytes, max_index_bytes: int,
-               suffix: str = "", files: OpenFileCache = NO_FILE_LIMIT) -> LogSegment:
-        """A new, empty segment file holding only the schema message."""
+               suffix: str = "", files: OpenFileCache = NO_FILE_LIMIT,
+               empty_dir: bool = False) -> LogSegment:
+        """A new, empty segment file holding only the schema message. Stale index files of
+        the same base offset are removed first, unless ``dir`` was made just now."""
         seg = cls(dir, base_offset, len(schema_bytes), max_index_bytes, suffix, files)
-        seg.offset_index.delete()
-        seg.time_index.delete()
-        seg.txn_index.delete()
+        if not empty_dir:
+            seg.offset_index.delete()
+            seg.time_index.delete()
+            seg.txn_index.delete()
         fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         stat = os.fstat(fd)
         seg._fd, seg._file_id = fd, (stat.st_dev, stat.st_ino)

@@ -19,6 +19,7 @@ from logstore.records import DEFAULT_SCHEMA
 from logstore.segments import format as fmt
 from logstore.segments.log import Log
 from logstore.segments.log_manager import LogManager
+from tests.helpers import wait_for
 
 CAP = 8
 # Small segments and a sparse index: rolls are frequent, reads cross segments.
@@ -49,10 +50,12 @@ def _keys(log: Log) -> list[bytes]:
 def test_open_segment_files_stay_within_the_cap_under_random_appends_and_reads(
         tmp_path: Path, seed: int) -> None:
     """Goal: with more partitions (and segments) than max_open_segment_files, no more
-    segment files than the cap are ever open, and every record reads back as written.
+    segment files than the cap stay open (beyond the moment a background fsync pins one), and
+    every record reads back as written.
     Method: 30 partitions, cap 8; seeded random appends, reads from random offsets, rolls and
-    retention (the records' old timestamps make it delete); after every step the cache,
-    the segments and the process's descriptors are counted; at the end every partition is read whole and compared with a model."""
+    retention (the records' old timestamps make it delete); after every step the cache, the
+    segments and the process's descriptors are counted (waiting, bounded, for a pin to go); at
+    the end every partition is read whole and compared with a model."""
     rng, clock = random.Random(seed), FakeClock()
     manager = _manager(tmp_path, clock)
     tps = [TopicPartition("wide", p) for p in range(30)]
@@ -75,9 +78,10 @@ def test_open_segment_files_stay_within_the_cap_under_random_appends_and_reads(
             log.roll()
         else:
             manager.run_retention_once()
-        assert len(manager.files) <= CAP, f"step {step}"
-        assert _open_segment_fds(manager) <= CAP, f"step {step}"
-        assert _process_fds() <= baseline + CAP, f"step {step}"
+        # The background flusher may pin a descriptor for a moment (a pinned one outlives
+        # its eviction, file_cache.py): the bound holds once it lets go.
+        wait_for(lambda: len(manager.files) <= CAP and _open_segment_fds(manager) <= CAP
+                 and _process_fds() <= baseline + CAP, f"open files within the cap, step {step}")
     assert manager.files.evictions > 0
     for tp in tps:  # retention (7 days; the records are stamped 1970) moved the starts
         assert _keys(logs[tp]) == model[tp][logs[tp].log_start_offset:], tp
@@ -136,7 +140,8 @@ def test_reads_racing_appends_rolls_and_retention_read_only_what_was_written(
         for t in threads:
             t.join()
     assert not failures, failures[:3]
-    assert len(manager.files) <= 2
+    wait_for(lambda: len(manager.files) <= 2, "open files within the cap (the background "
+             "flusher may hold one a moment longer)")
     assert any(log.log_start_offset > 0 for log in logs)  # retention did race the readers
     manager.shutdown()
 
@@ -246,3 +251,22 @@ def test_retention_opens_an_idle_log_only_when_it_has_a_sealed_segment(tmp_path:
     assert logs[TopicPartition("ret", 0)].is_loaded
     assert not logs[TopicPartition("ret", 1)].is_loaded
     again.shutdown()
+
+
+def test_a_partition_directory_left_without_segment_files_starts_as_an_empty_log(
+        tmp_path: Path) -> None:
+    """Goal: a new log's directory is made durable by its first flush, not at creation, so a
+    crash may leave a partition directory without its segment file; after the restart that
+    partition is an empty log with the topic's schema, which takes appends.
+    Method: make the directory by hand (nothing in it), start a manager, get the log as the
+    broker does (with the schema), append and read back."""
+    clock = FakeClock()
+    tp = TopicPartition("cut", 0)
+    (tmp_path / fmt.partition_dir_name(tp.topic, tp.partition)).mkdir()
+    manager = _manager(tmp_path, clock)
+    log = manager.get_or_create_log(tp, SMALL, DEFAULT_SCHEMA)
+    assert not log.is_loaded
+    log.append_as_leader(keyed(0, 3))
+    log.update_high_watermark(log.log_end_offset)
+    assert _keys(log) == [b"k0", b"k1", b"k2"]
+    manager.shutdown()
