@@ -16,6 +16,7 @@ local retention; their tiering task follows leadership and each new leader epoch
 
 from __future__ import annotations
 
+import gc
 import logging
 import resource
 import threading
@@ -62,6 +63,7 @@ STOP_GRACE_S = 3.0
 CONTROLLED_SHUTDOWN_S = 10.0
 CONTROLLED_SHUTDOWN_RETRY_S = 0.2
 SYNC_THREADS = 8
+FREEZE_AFTER_PARTITIONS = 1_000
 
 
 class Server(Protocol):
@@ -208,6 +210,17 @@ class Broker:
 
     def start(self) -> None:
         _raise_open_file_limit()
+        # Loading thousands of partitions allocates objects that live as long as the broker:
+        # collections meanwhile would only scan them again and again (a third of the start
+        # time with 4,000 partitions), and frozen afterwards later ones skip them.
+        gc.disable()
+        try:
+            self._start()
+        finally:
+            gc.enable()
+            gc.freeze()
+
+    def _start(self) -> None:
         self.store.start()
         self.security.start()
         self.log_manager.startup()
@@ -395,18 +408,21 @@ class Broker:
             self._drop_unwanted(wanted)
 
     def _bring_online(self, new: list[_PartitionSync]) -> None:
-        """Take the roles of new partitions, creating their logs, on SYNC_THREADS threads;
-        then their tiering tasks, one by one."""
-        if len(new) > 1:
+        """Take the roles of new partitions: those whose logs must be created on SYNC_THREADS
+        threads (mostly waiting on the file system), those whose logs exist (found at start,
+        opened on first use: pure Python) on this one; then their tiering tasks."""
+        creating = [item for item in new if self.log_manager.get_log(item.tp) is None]
+        if len(creating) > 1:
             with ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="partition-sync") as pool:
-                list(pool.map(lambda item: self._sync_guarded(item, tier=False), new))
-        else:
-            for item in new:
-                self._sync_guarded(item, tier=False)
+                list(pool.map(lambda item: self._sync_guarded(item, tier=False), creating))
+        for item in new:
+            self._sync_guarded(item, tier=False)  # a no-op for those just created
         for item in new:
             self._sync_guarded(item, role=False)
         if new:
             log.info("broker %d: %d new partition(s) online", self.config.broker_id, len(new))
+        if len(new) >= FREEZE_AFTER_PARTITIONS:
+            gc.freeze()  # long-lived: later collections need not scan them
 
     def _sync_guarded(self, item: _PartitionSync, role: bool = True, tier: bool = True) -> None:
         if self._sync_stopped.is_set():

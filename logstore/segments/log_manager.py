@@ -114,6 +114,7 @@ class LogManager:
         recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
         found: dict[TopicPartition, Log] = {}
+        configs: dict[str, TopicConfig] = {}  # asked once per topic, not per partition
         with os.scandir(log_dir) as entries:
             for entry in entries:
                 tp = parse_partition_dir(entry.name) if entry.is_dir() else None
@@ -122,8 +123,11 @@ class LogManager:
                 tp_clean = clean and entry.name not in unrecovered
                 how = DeferredOpen(recovery_points.get(tp, 0), start_offsets.get(tp, 0),
                                    tp_clean, tp_clean and tp in recovery_points)
-                found[tp] = Log.deferred(Path(entry.path), tp.topic, tp.partition,
-                                         self.config_for(tp.topic), self.clock, how, self.files)
+                config = configs.get(tp.topic)
+                if config is None:
+                    config = configs[tp.topic] = self.config_for(tp.topic)
+                found[tp] = Log.deferred(Path(entry.path), tp.topic, tp.partition, config,
+                                         self.clock, how, self.files)
         with self._lock:
             self._logs.update(found)
             self._dir_counts[log_dir] = self._dir_counts.get(log_dir, 0) + len(found)
