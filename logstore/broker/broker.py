@@ -408,21 +408,26 @@ class Broker:
             self._drop_unwanted(wanted)
 
     def _bring_online(self, new: list[_PartitionSync]) -> None:
-        """Take the roles of new partitions: those whose logs must be created on SYNC_THREADS
-        threads (mostly waiting on the file system), those whose logs exist (found at start,
-        opened on first use: pure Python) on this one; then their tiering tasks."""
-        creating = [item for item in new if self.log_manager.get_log(item.tp) is None]
-        if len(creating) > 1:
+        """Take the roles of new partitions: those whose logs must be created or recovered (an
+        unclean stop leaves their ends unknown) on SYNC_THREADS threads, as that is mostly
+        waiting on the file system; those whose logs exist and are opened on first use (pure
+        Python) on this one; then their tiering tasks."""
+        with_io = [item for item in new if self._needs_io(item.tp)]
+        if len(with_io) > 1:
             with ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="partition-sync") as pool:
-                list(pool.map(lambda item: self._sync_guarded(item, tier=False), creating))
+                list(pool.map(lambda item: self._sync_guarded(item, tier=False), with_io))
         for item in new:
-            self._sync_guarded(item, tier=False)  # a no-op for those just created
+            self._sync_guarded(item, tier=False)  # a no-op for those done above
         for item in new:
             self._sync_guarded(item, role=False)
         if new:
             log.info("broker %d: %d new partition(s) online", self.config.broker_id, len(new))
         if len(new) >= FREEZE_AFTER_PARTITIONS:
             gc.freeze()  # long-lived: later collections need not scan them
+
+    def _needs_io(self, tp: TopicPartition) -> bool:
+        found = self.log_manager.get_log(tp)
+        return found is None or found.needs_recovery
 
     def _sync_guarded(self, item: _PartitionSync, role: bool = True, tier: bool = True) -> None:
         if self._sync_stopped.is_set():
