@@ -230,6 +230,9 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 30_000
     log_retention_check_interval_ms: int = 60_000
     log_cleaner_interval_ms: int = 15_000
+    # Segment files held open at once (least recently used closed, reopened on demand): a
+    # broker's descriptors stay bounded whatever its partition count.
+    max_open_segment_files: int = 1_000
     topic_defaults: dict[str, Any] = field(default_factory=dict)
     # Consumer groups (Kafka's names). offsets_topic_num_partitions None means Kafka's 50 in a
     # cluster and 8 for an embedded broker, where 50 partitions (each with open segment and
@@ -314,7 +317,7 @@ _BROKER_TYPES: dict[str, tuple[type, ...]] = {
     "broker_id": (int,), "listener": (str,), "log_dirs": (list, str), "rack": (str,),
     "zk_connect": (str,), "zk_session_timeout_ms": (int,), "replica_lag_time_max_ms": (int,),
     "log_retention_check_interval_ms": (int,), "log_cleaner_interval_ms": (int,),
-    "topic_defaults": (dict,),
+    "max_open_segment_files": (int,), "topic_defaults": (dict,),
     "offsets_topic_num_partitions": (int,), "offsets_topic_replication_factor": (int,),
     "offsets_topic_segment_bytes": (int,), "offsets_retention_minutes": (int,),
     "group_initial_rebalance_delay_ms": (int,), "group_min_session_timeout_ms": (int,),
@@ -337,8 +340,9 @@ _BROKER_TYPES: dict[str, tuple[type, ...]] = {
     "transaction_partition_verification_enable": (bool,),
     "metrics_listener": (str,),
 }
-_POSITIVE_BROKER_KEYS = ("offsets_topic_num_partitions", "offsets_topic_replication_factor",
-                         "offsets_topic_segment_bytes", "offsets_retention_minutes",
+_POSITIVE_BROKER_KEYS = ("max_open_segment_files", "offsets_topic_num_partitions",
+                         "offsets_topic_replication_factor", "offsets_topic_segment_bytes",
+                         "offsets_retention_minutes",
                          "group_min_session_timeout_ms", "group_max_session_timeout_ms",
                          "remote_log_manager_task_interval_ms",
                          "remote_log_manager_copy_max_bytes_per_second",

@@ -3,6 +3,12 @@ tiered storage (when given an object store), request handlers and Flight server 
 keeps hosted partitions in step with the cluster metadata. Must not: contain storage or
 replication logic.
 
+The metadata sync runs on its own thread: a metadata change only wakes it (changes that come
+while it runs are taken by its next pass). A pass brings new partitions online on SYNC_THREADS
+threads (creating a log is mostly waiting for fsync); a topic admin request waits, bounded, for
+the pass after its change (``await_metadata_sync``) instead of doing the work itself. At start
+the first pass runs before the broker says it listens.
+
 Tiered topics: their Logs run without the total retention (``local_log_config``), which only
 the tier manager applies, deleting a local segment once its copy is finished and it is past
 local retention; their tiering task follows leadership and each new leader epoch.
@@ -10,11 +16,14 @@ local retention; their tiering task follows leadership and each new leader epoch
 
 from __future__ import annotations
 
+import gc
 import logging
 import resource
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -54,6 +63,8 @@ TXN_TICK_MS = 100  # led transaction partitions are loaded within this
 STOP_GRACE_S = 3.0
 CONTROLLED_SHUTDOWN_S = 10.0
 CONTROLLED_SHUTDOWN_RETRY_S = 0.2
+SYNC_THREADS = 8
+FREEZE_AFTER_PARTITIONS = 1_000
 
 
 class Server(Protocol):
@@ -117,7 +128,8 @@ class Broker:
         self.log_manager = LogManager(
             log_dirs, self.clock, self._topic_config,
             retention_check_interval_ms=config.log_retention_check_interval_ms,
-            cleaner_interval_ms=config.log_cleaner_interval_ms)
+            cleaner_interval_ms=config.log_cleaner_interval_ms,
+            max_open_segment_files=config.max_open_segment_files)
         # Replication runs when the broker can reach its peers (cluster mode).
         self.peers = Peers(self.store, connect) if connect is not None else None
         self._isr_sender = AlterIsrSender(config.broker_id, self.peers.to_controller) \
@@ -134,6 +146,7 @@ class Broker:
         self.handlers.add_routes(self.security.routes())
         self.handlers.permissions = self.security.permissions
         self.handlers.credentials = self.security.credentials
+        self.handlers.await_metadata_sync = self.await_metadata_sync
         self.transactions = self._txn_handlers(config, producer_ids)
         self.handlers.add_routes(self.transactions.routes())
         self.lag = GroupLag(config.broker_id, self.groups.coordinator,
@@ -143,6 +156,13 @@ class Broker:
         self.endpoints: list[Endpoint] = []  # the composition root adds them
         self.server: Server | None = None
         self._sync_lock = threading.RLock()
+        self._sync_wanted = threading.Event()
+        self._sync_stopped = threading.Event()
+        # Passes of the metadata-sync thread begun and finished (await_metadata_sync).
+        self._sync_passes = threading.Condition()
+        self._sync_begun = 0
+        self._sync_done = 0
+        self._sync_thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.fetchers: FetcherManager | None = None
         self.cluster_controller: ClusterController | None = None
@@ -204,6 +224,17 @@ class Broker:
 
     def start(self) -> None:
         _raise_open_file_limit()
+        # Loading thousands of partitions allocates objects that live as long as the broker:
+        # collections meanwhile would only scan them again and again (a third of the start
+        # time with 4,000 partitions), and frozen afterwards later ones skip them.
+        gc.disable()
+        try:
+            self._start()
+        finally:
+            gc.enable()
+            gc.freeze()
+
+    def _start(self) -> None:
         for endpoint in self.endpoints:  # first: a port taken fails before anything opens
             endpoint.start()
         self.store.start()
@@ -215,7 +246,7 @@ class Broker:
         self.server = self._make_server(self.config.listener, self.handlers)
         self.store.register_broker(BrokerInfo(self.config.broker_id, self.config.host,
                                               self.server.port, self.config.rack))
-        self.store.add_listener(self.sync_partitions)
+        self.store.add_listener(self._sync_wanted.set)
         if self.cluster_controller is not None:
             assert self._isr_sender is not None
             self._isr_sender.start()
@@ -224,6 +255,9 @@ class Broker:
             self.store.add_listener(self.cluster_controller.on_metadata_change)
         self.store.elect_controller(self._on_elected, self._on_resigned)
         self.sync_partitions()
+        self._sync_thread = threading.Thread(target=self._sync_loop, name="metadata-sync",
+                                             daemon=True)
+        self._sync_thread.start()
         threading.Thread(target=self._tick_groups, name="group-coordinator-tick",
                          daemon=True).start()
         threading.Thread(target=self._tick_transactions, name="txn-coordinator-tick",
@@ -277,6 +311,7 @@ class Broker:
             if not finished:
                 log.warning("broker %d: requests still open after %.1f s; closing storage",
                             self.config.broker_id, grace_s)
+        self._stop_sync()
         self.transactions.stop()
         self._stop_cluster()
         if self.tier is not None:  # its tasks use the logs and the store
@@ -332,12 +367,51 @@ class Broker:
         """A tiered topic's Logs leave total retention to the tier manager."""
         return local_log_config(config) if self.tier is not None else config
 
+    def await_metadata_sync(self, timeout_s: float) -> bool:
+        """Wait until a metadata-sync pass begun after this call has finished, so that the
+        hosted partitions reflect every metadata change this broker knew of when called;
+        False if that took over ``timeout_s`` or the broker is stopping."""
+        with self._sync_passes:
+            target = self._sync_begun + 1
+            self._sync_wanted.set()
+            done = self._sync_passes.wait_for(
+                lambda: self._sync_done >= target or self._sync_stopped.is_set(), timeout_s)
+            return done and not self._sync_stopped.is_set()
+
+    def _stop_sync(self) -> None:
+        """No more sync passes; a pass under way stops at its next partition."""
+        self._sync_stopped.set()
+        self._sync_wanted.set()
+        with self._sync_passes:
+            self._sync_passes.notify_all()
+        if self._sync_thread is not None:
+            self._sync_thread.join()
+
+    def _sync_loop(self) -> None:
+        """The metadata-sync thread: a pass per wake-up, until the broker stops."""
+        while True:
+            self._sync_wanted.wait()
+            if self._sync_stopped.is_set():
+                return
+            with self._sync_passes:
+                self._sync_wanted.clear()
+                self._sync_begun += 1
+                begun = self._sync_begun
+            try:
+                self.sync_partitions()
+            except Exception:  # boundary: a background loop logs and goes on
+                log.exception("broker %d: metadata sync failed", self.config.broker_id)
+            finally:
+                with self._sync_passes:
+                    self._sync_done = begun
+                    self._sync_passes.notify_all()
+
     def sync_partitions(self) -> None:
         """Make hosted partitions match the metadata: lead what we lead, drop what is gone."""
         with self._sync_lock:
-            topics = self.store.topics()
             wanted: set[TopicPartition] = set()
-            for name, record in topics.items():
+            new: list[_PartitionSync] = []
+            for name, record in self.store.topics().items():
                 config = self.default_topic_config.updated(record.config)
                 schema = topic_schema(record.value_schema)
                 states = self.store.partition_states(name)
@@ -346,12 +420,45 @@ class Broker:
                         continue
                     tp = TopicPartition(name, p)
                     wanted.add(tp)
-                    try:
-                        self._sync_partition(tp, states.get(p), replicas, config, schema,
-                                             record.topic_id)
-                    except Exception:  # boundary: one partition's disk trouble stays its own
-                        log.exception("%s: could not be brought online", tp)
+                    item = _PartitionSync(tp, states.get(p), replicas, config, schema,
+                                          record.topic_id)
+                    if self.replicas.get(tp) is None:
+                        new.append(item)
+                    else:
+                        self._sync_guarded(item)
+            self._bring_online(new)
             self._drop_unwanted(wanted)
+
+    def _bring_online(self, new: list[_PartitionSync]) -> None:
+        """Take the roles of new partitions: those whose logs must be created or recovered (an
+        unclean stop leaves their ends unknown) on SYNC_THREADS threads, as that is mostly
+        waiting on the file system; those whose logs exist and are opened on first use (pure
+        Python) on this one; then their tiering tasks."""
+        with_io = [item for item in new if self._needs_io(item.tp)]
+        if len(with_io) > 1:
+            with ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="partition-sync") as pool:
+                list(pool.map(lambda item: self._sync_guarded(item, tier=False), with_io))
+        for item in new:
+            self._sync_guarded(item, tier=False)  # a no-op for those done above
+        for item in new:
+            self._sync_guarded(item, role=False)
+        if new:
+            log.info("broker %d: %d new partition(s) online", self.config.broker_id, len(new))
+        if len(new) >= FREEZE_AFTER_PARTITIONS:
+            gc.freeze()  # long-lived: later collections need not scan them
+
+    def _needs_io(self, tp: TopicPartition) -> bool:
+        found = self.log_manager.get_log(tp)
+        return found is None or found.needs_recovery
+
+    def _sync_guarded(self, item: _PartitionSync, role: bool = True, tier: bool = True) -> None:
+        if self._sync_stopped.is_set():
+            return
+        try:
+            self._sync_partition(item.tp, item.state, item.replicas, item.config, item.schema,
+                                 item.topic_id, role, tier)
+        except Exception:  # boundary: one partition's disk trouble stays its own
+            log.exception("%s: could not be brought online", item.tp)
 
     def _apply_state(self, tp: TopicPartition, st: PartitionState,
                      replicas: tuple[int, ...]) -> None:
@@ -366,17 +473,18 @@ class Broker:
 
     def _sync_partition(self, tp: TopicPartition, st: PartitionState | None,
                         replicas: tuple[int, ...], config: TopicConfig, schema: pa.Schema,
-                        topic_id: str) -> None:
+                        topic_id: str, role: bool = True, tier: bool = True) -> None:
         """Lead or follow as ``st`` says, unless this replica already knows a newer epoch;
         then run or stop the partition's tiering task to match."""
-        self._sync_role(tp, st, replicas, self._log_config(config), schema)
-        hosted = self.replicas.hosted().get(tp)
-        if self.tier is not None and hosted is not None:
+        if role:
+            self._sync_role(tp, st, replicas, self._log_config(config), schema)
+        hosted = self.replicas.get(tp)
+        if tier and self.tier is not None and hosted is not None:
             self.tier.sync(hosted, config, topic_id, lambda: self._full_topic_config(tp.topic))
 
     def _sync_role(self, tp: TopicPartition, st: PartitionState | None,
                    replicas: tuple[int, ...], config: TopicConfig, schema: pa.Schema) -> None:
-        hosted = self.replicas.hosted().get(tp)
+        hosted = self.replicas.get(tp)
         if st is None or (hosted is not None and (
                 st.leader_epoch < hosted.leader_epoch or (
                     st.leader_epoch == hosted.leader_epoch and st.leader == hosted.leader_id))):
@@ -407,9 +515,22 @@ class Broker:
             self.log_manager.delete_log(tp)
 
 
+@dataclass(frozen=True, slots=True)
+class _PartitionSync:
+    """What the metadata says of one partition this broker hosts."""
+
+    tp: TopicPartition
+    state: PartitionState | None
+    replicas: tuple[int, ...]
+    config: TopicConfig
+    schema: pa.Schema
+    topic_id: str
+
+
 def _raise_open_file_limit() -> None:
-    """Every segment keeps a file open, so take the hard limit on open files (as Kafka's
-    operators are told to); a failure only matters when there are very many partitions."""
+    """Open segment files are bounded (max_open_segment_files), but connections and index
+    files come on top, so take the hard limit on open files anyway (as Kafka's operators are
+    told to); a failure only matters when the bound is set high."""
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if hard != resource.RLIM_INFINITY and soft < hard:

@@ -113,6 +113,9 @@ from logstore.tiering.naming import segment_key
 log = logging.getLogger(__name__)
 
 MAX_WAIT_LIMIT_MS = 60_000
+# How long a topic admin call waits for this broker's partitions to follow the change it made
+# (creating the logs of 10,000 partitions takes seconds), well within clients' 30 s timeout.
+METADATA_SYNC_WAIT_S = 20.0
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -175,6 +178,9 @@ class RequestHandlers:
         # these (without it no authorizer runs and no user exists).
         self.permissions: Callable[[str, str], Permissions | None] = _no_authorizer
         self.credentials: CredentialLookup = _no_users
+        # The broker sets this: wait (bounded) until its hosted partitions reflect the
+        # metadata changes made so far; False if the time ran out.
+        self.await_metadata_sync: Callable[[float], bool] = _no_sync
         # The Flight server dispatches on these, by action name.
         self.routes: dict[str, Route[Any, Any]] = {}
         self.add_routes([
@@ -230,27 +236,40 @@ class RequestHandlers:
                              compression_type=config.compression_type)
 
     def create_topics(self, req: CreateTopicsRequest) -> TopicResults:
-        return TopicResults(topics=[_topic_result(t.name, self._create_topic, t)
-                                    for t in req.topics])
-
-    def _create_topic(self, t: CreatableTopic) -> None:
-        what = f"create_topics[{t.name!r}]"
-        _refuse_internal(t.name, "create_topics")  # the coordinators create them
-        self._controller.create_topic(NewTopic(
-            name=t.name, num_partitions=t.num_partitions,
-            replication_factor=t.replication_factor, config=dict(t.config),
-            value_schema=_value_schema(t.value_schema, what)))
+        """All valid topics in one controller call (one store write, or a few ZooKeeper
+        transactions); the answer comes once they are stored and this broker's metadata sync
+        has created their logs here (in bulk, on its own threads), or after
+        METADATA_SYNC_WAIT_S when that takes longer: the topics exist either way, and a
+        produce or fetch to a partition not yet online gets a retriable error."""
+        results: list[ApiError | None] = [None] * len(req.topics)
+        valid: list[tuple[int, NewTopic]] = []
+        for i, t in enumerate(req.topics):
+            try:
+                valid.append((i, _new_topic(t)))
+            except ApiError as e:
+                results[i] = e
+        try:
+            outcomes = self._controller.create_topics([topic for _, topic in valid])
+        except Exception as e:  # boundary: report, never crash the broker
+            log.exception("create_topics of %d topic(s) failed", len(valid))
+            outcomes = [UnknownServerError(f"{type(e).__name__}: {e}")] * len(valid)
+        for (i, _), error in zip(valid, outcomes, strict=True):
+            results[i] = error
+        if any(e is None for e in outcomes):
+            self._await_sync("create_topics")
+        return TopicResults(topics=[TopicResult(name=t.name, **error_kw(e))
+                                    for t, e in zip(req.topics, results, strict=True)])
 
     def delete_topics(self, req: DeleteTopicsRequest) -> TopicResults:
-        return TopicResults(topics=[_topic_result(name, self._delete_topic, name)
-                                    for name in req.topics])
+        return self._synced("delete_topics", [
+            _topic_result(name, self._delete_topic, name) for name in req.topics])
 
     def _delete_topic(self, name: str) -> None:
         _refuse_internal(name, "delete_topics")
         self._controller.delete_topic(name)
 
     def create_partitions(self, req: CreatePartitionsRequest) -> TopicResults:
-        return TopicResults(topics=[_topic_result(
+        return self._synced("create_partitions", [_topic_result(
             t.name, self._create_partitions, t.name, t.count) for t in req.topics])
 
     def _create_partitions(self, name: str, count: int) -> None:
@@ -258,6 +277,17 @@ class RequestHandlers:
         # and transactional ids away from their stored state.
         _refuse_internal(name, "create_partitions")
         self._controller.create_partitions(name, count)
+
+    def _synced(self, action: str, results: list[TopicResult]) -> TopicResults:
+        """``results``, answered once the changes they made are hosted here (bounded)."""
+        if any(r.error_code == 0 for r in results):
+            self._await_sync(action)
+        return TopicResults(topics=results)
+
+    def _await_sync(self, action: str) -> None:
+        if not self.await_metadata_sync(METADATA_SYNC_WAIT_S):
+            log.warning("%s: answered before this broker's partitions caught up with it "
+                        "(over %.0f s)", action, METADATA_SYNC_WAIT_S)
 
     def describe_configs(self, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
         return DescribeConfigsResponse(topics=[self._topic_config(n) for n in req.topics])
@@ -271,7 +301,7 @@ class RequestHandlers:
         return TopicConfigEntry(name=name, config=config.to_dict(), overrides=sorted(overrides))
 
     def alter_configs(self, req: AlterConfigsRequest) -> TopicResults:
-        return TopicResults(topics=[_topic_result(
+        return self._synced("alter_configs", [_topic_result(
             t.name, self._alter_config, t.name, dict(t.config), req.incremental)
             for t in req.topics])
 
@@ -564,6 +594,10 @@ def _no_users(user: str) -> dict[str, Any]:
     return {}
 
 
+def _no_sync(timeout_s: float) -> bool:
+    return True
+
+
 def _nothing(req: object) -> None:
     return None
 
@@ -581,6 +615,13 @@ def _counted(name: str, fn: Callable[[Req], Resp], counts: Counter[str]
 
     call.__doc__ = fn.__doc__
     return call
+
+
+def _new_topic(t: CreatableTopic) -> NewTopic:
+    _refuse_internal(t.name, "create_topics")  # the coordinators create them
+    return NewTopic(name=t.name, num_partitions=t.num_partitions,
+                    replication_factor=t.replication_factor, config=dict(t.config),
+                    value_schema=_value_schema(t.value_schema, f"create_topics[{t.name!r}]"))
 
 
 def _value_schema(text: str | None, what: str) -> pa.Schema | None:

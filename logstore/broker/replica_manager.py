@@ -155,6 +155,11 @@ class ReplicaManager:
     def hosted(self) -> dict[TopicPartition, Partition]:
         return dict(self._partitions)
 
+    def get(self, tp: TopicPartition) -> Partition | None:
+        """The hosted partition ``tp``, or None (no copy of the map: the metadata sync asks
+        this for every partition)."""
+        return self._partitions.get(tp)
+
     def make_leader(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema,
                     leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
         p = self._get_or_create(tp, config, schema)
@@ -169,16 +174,17 @@ class ReplicaManager:
 
     def _get_or_create(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema
                        ) -> Partition:
-        with self._lock:
-            p = self._partitions.get(tp)
-            if p is None:
-                log_ = self._logs.get_or_create_log(tp, config, schema)
-                p = Partition(tp, log_, self.broker_id, self._clock, self._notify_data,
-                              self._propose_isr, self.isr_stats.on_isr_change)
-                self._partitions[tp] = p
-            else:
-                p.log.update_config(config)
+        """The partition, created with its log if new. The files are made outside the lock, so
+        the metadata sync brings many partitions online at once."""
+        p = self._partitions.get(tp)
+        if p is not None:
+            p.log.update_config(config)
             return p
+        log_ = self._logs.get_or_create_log(tp, config, schema)
+        created = Partition(tp, log_, self.broker_id, self._clock, self._notify_data,
+                            self._propose_isr, self.isr_stats.on_isr_change)
+        with self._lock:
+            return self._partitions.setdefault(tp, created)
 
     def update_config(self, tp: TopicPartition, config: TopicConfig) -> None:
         p = self._partitions.get(tp)

@@ -198,11 +198,20 @@ class Admin:
                           for b in response.brokers), key=lambda b: b.broker_id)
         return ClusterDescription(brokers, response.controller_id)
 
-    def create_topics(self, topics: list[NewTopic]) -> None:
-        _raise_first(self._metadata.call(CreateTopicsRequest(topics=[CreatableTopic(
+    def create_topics(self, topics: list[NewTopic], *, raise_errors: bool = True
+                      ) -> dict[str, ApiError | None]:
+        """Create the topics in one request, answered once they exist and the broker asked
+        has brought its partitions of them online (other brokers' follow within moments; a
+        produce or fetch meanwhile is retried). Per topic: None if it was created, else its
+        error; with ``raise_errors`` the first error is raised instead (the other topics were
+        still created)."""
+        response = self._metadata.call(CreateTopicsRequest(topics=[CreatableTopic(
             name=t.name, num_partitions=t.num_partitions,
             replication_factor=t.replication_factor, config=t.config,
-            value_schema=encode_schema(t.value_schema)) for t in topics])).topics)
+            value_schema=encode_schema(t.value_schema)) for t in topics]))
+        if raise_errors:
+            _raise_first(response.topics)
+        return {t.name: t.error() for t in response.topics}
 
     def delete_topics(self, names: list[str]) -> None:
         _raise_first(self._metadata.call(DeleteTopicsRequest(topics=list(names))).topics)

@@ -30,7 +30,13 @@ from logstore.controller.store import (
     TopicRecord,
     remote_write_fence,
 )
-from logstore.errors import ConfigError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from logstore.errors import (
+    ApiError,
+    ConfigError,
+    KafkaStorageError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from logstore.security.acl import AclBinding
 from logstore.security.scram import ScramCredential
 from logstore.tiering.metadata import (
@@ -134,13 +140,39 @@ class LocalMetadataStore:
             return dict(self._states.get(topic, {}))
 
     def create_topic(self, record: TopicRecord, states: dict[int, PartitionState]) -> None:
+        error = self.create_topics([(record, states)])[0]
+        if error is not None:
+            raise error
+
+    def create_topics(self, topics: list[tuple[TopicRecord, dict[int, PartitionState]]]
+                      ) -> list[ApiError | None]:
+        """One write of the file for the whole batch."""
+        outcomes: list[ApiError | None] = []
         with self._lock:
-            if record.name in self._topics:
-                raise TopicAlreadyExistsError(f"topic {record.name!r} already exists")
-            self._topics[record.name] = record
-            self._states[record.name] = dict(states)
+            for record, states in topics:
+                if record.name in self._topics:
+                    outcomes.append(TopicAlreadyExistsError(
+                        f"topic {record.name!r} already exists"))
+                    continue
+                self._topics[record.name] = record
+                self._states[record.name] = dict(states)
+                outcomes.append(None)
+            if any(o is None for o in outcomes):
+                self._save_or_undo([r.name for (r, _), o in zip(topics, outcomes, strict=True)
+                                    if o is None])
+        if any(o is None for o in outcomes):
+            self._notify()
+        return outcomes
+
+    def _save_or_undo(self, added: list[str]) -> None:
+        """Save; if that fails, forget the topics just added (none of them exists)."""
+        try:
             self._save()
-        self._notify()
+        except OSError as e:
+            for name in added:
+                del self._topics[name]
+                self._states.pop(name, None)
+            raise KafkaStorageError(f"cannot write {self._path}: {e}") from e
 
     def update_topic(self, record: TopicRecord, new_states: dict[int, PartitionState]) -> None:
         with self._lock:

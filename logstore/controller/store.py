@@ -170,6 +170,13 @@ class MetadataStore(Protocol):
 
     def create_topic(self, record: TopicRecord, states: dict[int, PartitionState]) -> None: ...
 
+    def create_topics(self, topics: list[tuple[TopicRecord, dict[int, PartitionState]]]
+                      ) -> list[ApiError | None]:
+        """Create each topic that does not exist yet, with its partitions' states, in as few
+        writes as the store allows; per topic, in order, None or TopicAlreadyExistsError. An
+        error raised instead means none of them was created."""
+        ...
+
     def update_topic(self, record: TopicRecord, new_states: dict[int, PartitionState]) -> None: ...
 
     def delete_topic(self, name: str) -> None: ...

@@ -4,6 +4,11 @@ Owns: validating topic requests, assigning replicas to brokers (distinct brokers
 spread evenly, rack-aware when racks are set), and the initial leader/ISR of new partitions.
 It records decisions in a ``MetadataStore``; brokers learn them through store listeners.
 Must not: touch logs or the network.
+
+Many topics at once (``create_topics``): each is validated on its own, the valid ones are
+recorded in one store call (one file write embedded, few ZooKeeper transactions), and the
+answer says per topic whether it now exists; creating the partitions' logs is the brokers'
+metadata sync, which the call does not wait for.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from logstore.controller.store import (
     new_topic_id,
 )
 from logstore.errors import (
+    ApiError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    InvalidRequestError,
     InvalidTopicError,
     UnknownTopicOrPartitionError,
 )
@@ -77,6 +84,45 @@ class TopicController:
         self._remote_storage_uri = remote_storage_uri
 
     def create_topic(self, req: NewTopic) -> TopicRecord:
+        record = self._plan_topic(req, list(self._store.brokers().values()))
+        self._store.create_topic(record, self._initial_states(record.replicas))
+        log.info("created topic %s with %d partition(s), rf %d", req.name, req.num_partitions,
+                 req.replication_factor)
+        return record
+
+    def create_topics(self, reqs: list[NewTopic]) -> list[ApiError | None]:
+        """Create every valid topic of ``reqs`` in one store call; per topic, in order, None
+        when it now exists or the error that kept it from being created."""
+        outcomes: list[ApiError | None] = [None] * len(reqs)
+        brokers = list(self._store.brokers().values())
+        planned: list[tuple[int, TopicRecord]] = []
+        seen: set[str] = set()
+        for i, req in enumerate(reqs):
+            try:
+                if req.name in seen:
+                    raise InvalidRequestError(f"topic {req.name!r} appears twice in the request")
+                seen.add(req.name)
+                planned.append((i, self._plan_topic(req, brokers)))
+            except ApiError as e:
+                outcomes[i] = e
+        if not planned:
+            return outcomes
+        live = {b.broker_id for b in brokers}
+        try:
+            stored = self._store.create_topics(
+                [(record, self._initial_states(record.replicas, live)) for _, record in planned])
+        except ApiError as e:  # the whole write failed: no topic of it exists
+            stored = [e] * len(planned)
+        for (i, _), error in zip(planned, stored, strict=True):
+            outcomes[i] = error
+        created = [record for (_, record), error in zip(planned, stored, strict=True)
+                   if error is None]
+        log.info("created %d topic(s) with %d partition(s) in all", len(created),
+                 sum(r.num_partitions for r in created))
+        return outcomes
+
+    def _plan_topic(self, req: NewTopic, brokers: list[BrokerInfo]) -> TopicRecord:
+        """The record of a new topic, after every check that needs no write."""
         validate_topic_name(req.name)
         if req.name.startswith("__") and req.name not in INTERNAL_TOPICS:
             raise InvalidTopicError(f"topic names starting with '__' are reserved: {req.name!r}")
@@ -91,15 +137,10 @@ class TopicController:
                          self._remote_storage_uri)
         if req.value_schema is not None:
             topic_schema(req.value_schema)
-        brokers = list(self._store.brokers().values())
         replicas = assign_replicas(brokers, req.num_partitions, req.replication_factor,
                                    offset=zlib.crc32(req.name.encode()) % max(len(brokers), 1))
-        record = TopicRecord(req.name, replicas, config, req.value_schema,
-                             internal=req.name in INTERNAL_TOPICS, topic_id=new_topic_id())
-        self._store.create_topic(record, self._initial_states(replicas))
-        log.info("created topic %s with %d partition(s), rf %d", req.name, req.num_partitions,
-                 req.replication_factor)
-        return record
+        return TopicRecord(req.name, replicas, config, req.value_schema,
+                           internal=req.name in INTERNAL_TOPICS, topic_id=new_topic_id())
 
     def delete_topic(self, name: str) -> None:
         self._require(name)
@@ -142,8 +183,9 @@ class TopicController:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         return record
 
-    def _initial_states(self, replicas: dict[int, tuple[int, ...]]) -> dict[int, PartitionState]:
-        live = set(self._store.brokers())
+    def _initial_states(self, replicas: dict[int, tuple[int, ...]],
+                        live: set[int] | None = None) -> dict[int, PartitionState]:
+        live = set(self._store.brokers()) if live is None else live
         states = {}
         for p, reps in replicas.items():
             isr = tuple(r for r in reps if r in live)

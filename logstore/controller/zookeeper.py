@@ -7,7 +7,8 @@ controller epoch, producer-id blocks (compare-and-set), remote log segment entri
 transactions that check the topic and partition-state znodes (leader-epoch fencing), and a cache
 of what it read, kept fresh by watches (remote segment entries are not cached: a new leader
 reads its partition's once). Users' credentials and ACLs are ``zk_security.py``'s, through the
-``ZNodes`` seam implemented here; with ``zk_set_acl`` (a ``ZkDigest``) every znode this store
+``ZNodes`` seam implemented here; the znodes of new topics and their grouping into
+transactions are ``zk_topic_txn.py``'s; with ``zk_set_acl`` (a ``ZkDigest``) every znode this store
 creates is writable only by that digest identity. The znode layout is ``zk_paths.py``'s. Must not: be imported by anything but
 the composition root, or let kazoo exceptions out (connection trouble becomes the retriable
 ``RequestTimedOutError``); this is the only module that imports kazoo.
@@ -28,7 +29,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,7 @@ from logstore.controller.zk_cache import (
 )
 from logstore.controller.zk_events import EventsThread
 from logstore.controller.zk_security import ZkSecurity
+from logstore.controller.zk_topic_txn import NewTopicState, add_partitions, add_topic, txn_chunks
 from logstore.errors import (
     ApiError,
     ConfigError,
@@ -520,26 +522,56 @@ class KazooMetadataStore:
     # -- topics and partition states ---------------------------------------------------------
 
     def create_topic(self, record: TopicRecord, states: dict[int, PartitionState]) -> None:
+        self._create_one(record, states)
+        self._changed(TOPICS_KEY, states_key(record.name))
+
+    def create_topics(self, topics: list[NewTopicState]) -> list[ApiError | None]:
+        """Topics in transactions of up to MAX_TOPIC_TXN_OPS creations (``zk_topic_txn.py``);
+        a transaction that fails because one of its topics exists is redone one topic at a
+        time."""
+        outcomes: list[ApiError | None] = [None] * len(topics)
+        for chunk in txn_chunks(list(enumerate(topics))):
+            self._create_chunk(chunk, outcomes)
+        created = [states_key(record.name) for (record, _), error in zip(
+            topics, outcomes, strict=True) if error is None]
+        if created:
+            self._changed(TOPICS_KEY, *created)
+        return outcomes
+
+    def _create_chunk(self, chunk: list[tuple[int, NewTopicState]],
+                      outcomes: list[ApiError | None]) -> None:
+        if len(chunk) > 1:
+            what = f"create {len(chunk)} topics"
+            tx = self._client.transaction()
+            for _, (record, states) in chunk:
+                add_topic(tx, record, states)
+            try:
+                error = self._commit(tx, what)
+            except ApiError as e:  # connection trouble: the outcome is unknown, retriable
+                for i, _ in chunk:
+                    outcomes[i] = e
+                return
+            if error is None:
+                return
+            if not isinstance(error, NodeExistsError):
+                for i, _ in chunk:
+                    outcomes[i] = self._unexpected(error, what)
+                return
+        for i, (record, states) in chunk:
+            try:
+                self._create_one(record, states)
+            except ApiError as e:
+                outcomes[i] = e
+
+    def _create_one(self, record: TopicRecord, states: dict[int, PartitionState]) -> None:
         name = record.name
         tx = self._client.transaction()
-        tx.create(zp.topic_path(name), zp.encode_topic(record))
-        tx.create(zp.partitions_path(name))
-        self._create_partitions(tx, name, record.replicas, states)
+        add_topic(tx, record, states)
         error = self._commit(tx, f"create topic {name}")
         if isinstance(error, NodeExistsError):
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         if error is not None:
             raise self._unexpected(error, f"create topic {name}")
-        self._changed(TOPICS_KEY, states_key(name))
-
-    @staticmethod
-    def _create_partitions(tx: Any, topic: str, partitions: Iterable[int],
-                           states: dict[int, PartitionState]) -> None:
-        for p in sorted(partitions):
-            tx.create(zp.partition_path(topic, p))
-            if p in states:
-                tx.create(zp.partition_state_path(topic, p),
-                          zp.encode_partition_state(states[p]))
 
     def update_topic(self, record: TopicRecord, new_states: dict[int, PartitionState]) -> None:
         """Replace the topic's record; create the partitions of ``new_states`` that do not
@@ -550,7 +582,7 @@ class KazooMetadataStore:
             existing = self._existing_partitions(name)
             tx = self._client.transaction()
             tx.set_data(zp.topic_path(name), zp.encode_topic(record))
-            self._create_partitions(tx, name, set(new_states) - existing, new_states)
+            add_partitions(tx, name, set(new_states) - existing, new_states)
             for p in set(new_states) & existing:
                 tx.set_data(zp.partition_state_path(name, p),
                             zp.encode_partition_state(new_states[p]))

@@ -106,14 +106,17 @@ class BrokerCollector:
         # build a dict per sample).
         f, log_ = totals.families, p.log
         labels = {"topic": tp.topic, "partition": str(tp.partition)}
-        segments = log_.segments_info()
+        size, segments = log_.disk_usage()
+        # A log not opened since the start (lazy loading) has no LSO yet: not reported until
+        # its first use, rather than opened by a scrape.
+        lso = log_.last_stable_offset if log_.is_loaded else None
         values = (self._broker.replicas.log_start_offset(tp, log_), log_.log_end_offset,
-                  log_.high_watermark, log_.last_stable_offset,
-                  sum(s["size_bytes"] for s in segments), len(segments))
+                  log_.high_watermark, lso, size, segments)
         for name, value in zip(LOG_GAUGES, values, strict=True):
-            f[name].samples.append(Sample(name, labels, value))
+            if value is not None:
+                f[name].samples.append(Sample(name, labels, value))
         totals.partitions += 1
-        totals.segments += len(segments)
+        totals.segments += segments
         if not p.is_leader:
             return
         under = len(p.isr) < len(p.replicas)

@@ -3,7 +3,12 @@
 Owns: the ordered (epoch, start offset) entries, Kafka's ``OffsetsForLeaderEpoch`` answer
 (``end_offset_for``), truncating the entries with the log, and the checkpoint file
 ``leader-epoch-checkpoint`` in the partition directory, written whole to a temporary file and
-renamed, so a crash leaves the old or the new file and never half of one. Format (Kafka's):
+renamed, so a crash leaves the old or the new file and never half of one. A new partition's
+first epoch is not written at once (``assign(durable=False)`` on an empty cache: bringing
+thousands of partitions online must not wait for a file and an fsync each; Kafka likewise
+stopped fsyncing it there, KAFKA-15046) but by ``make_durable`` before the leader's first
+append: until then no batch carries the epoch, and after a restart the leader assigns it
+again. Format (Kafka's):
 
 | line      | content                                          |
 |-----------|--------------------------------------------------|
@@ -43,6 +48,7 @@ class LeaderEpochCache:
         self._path = None if dir is None else dir / CHECKPOINT_FILE
         self._lock = threading.Lock()
         self._entries: list[EpochEntry] = self._read() if self._path else []
+        self._unwritten = False  # entries not yet in the file (assign(durable=False))
 
     @property
     def entries(self) -> list[EpochEntry]:
@@ -52,16 +58,26 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int) -> None:
+    def assign(self, epoch: int, start_offset: int, durable: bool = True) -> None:
         """Record that ``epoch`` starts at ``start_offset`` (no-op if it is already known or
         older than the latest). Entries at or after ``start_offset`` with older epochs were a
-        divergent tail the caller has truncated; they go too."""
+        divergent tail the caller has truncated; they go too. ``durable`` False leaves the
+        write to ``make_durable`` when the cache was empty (the file then holds nothing)."""
         with self._lock:
             if self._entries and epoch <= self._entries[-1].epoch:
                 return
+            durable = durable or bool(self._entries)
             self._entries = [e for e in self._entries if e.start_offset < start_offset]
             self._entries.append(EpochEntry(epoch, start_offset))
-            self._write()
+            self._write(durable)
+
+    def make_durable(self) -> None:
+        """Write what ``assign(durable=False)`` left in memory, if anything."""
+        if not self._unwritten:
+            return
+        with self._lock:
+            if self._unwritten:
+                self._write()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest known epoch <= ``epoch``, the offset where it ended): the log end offset
@@ -118,8 +134,9 @@ class LeaderEpochCache:
                         self._path, e)
             return []
 
-    def _write(self) -> None:
-        if self._path is None or not self._path.parent.exists():
+    def _write(self, durable: bool = True) -> None:
+        self._unwritten = not durable
+        if self._unwritten or self._path is None or not self._path.parent.exists():
             return
         body = f"{FORMAT_VERSION}\n{len(self._entries)}\n" + "".join(
             f"{e.epoch} {e.start_offset}\n" for e in self._entries)

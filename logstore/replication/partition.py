@@ -128,7 +128,7 @@ class Partition:
             self.replicas, self.isr = replicas, frozenset(isr) | {self.broker_id}
             self._pending_isr = None
             self._followers = {r: FollowerState(0, now) for r in replicas if r != self.broker_id}
-            self.epochs.assign(leader_epoch, self.log.log_end_offset)
+            self.epochs.assign(leader_epoch, self.log.log_end_offset, durable=False)
             self._maybe_advance_high_watermark()
             self._lock.notify_all()
         log.info("%s: leader at epoch %d, isr %s", self.tp, leader_epoch, sorted(self.isr))
@@ -171,6 +171,7 @@ class Partition:
                     f"{self.tp}: isr {sorted(self.isr)} is smaller than min_insync_replicas "
                     f"{self.log.config.min_insync_replicas}")
             epoch = self.leader_epoch
+        self.epochs.make_durable()  # before any batch of the epoch
         info = self.log.append_as_leader(batch, leader_epoch=epoch, verify=verify, guard=guard,
                                          **producer)
         with self._lock:
@@ -191,6 +192,7 @@ class Partition:
                     f"{self.tp}: isr {sorted(self.isr)} is smaller than min_insync_replicas "
                     f"{self.log.config.min_insync_replicas}")
             epoch = self.leader_epoch
+        self.epochs.make_durable()
         info = self.log.append_control_marker(producer_id, producer_epoch, marker,
                                               coordinator_epoch, leader_epoch=epoch)
         with self._lock:

@@ -191,7 +191,7 @@ def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
     sealed, fsynced). ``txns`` carries the transaction state from the previous segments."""
     config = log.config
     out = LogSegment.create(seg.dir, seg.base_offset, seg.read_at(0, seg.data_start),
-                            config.segment_index_bytes, suffix=CLEANED_SUFFIX)
+                            config.segment_index_bytes, suffix=CLEANED_SUFFIX, files=log.files)
     horizon = now_ms - config.delete_retention_ms
     stats = CompactionStats(segments_cleaned=1, bytes_before=seg.size)
     last_dropped_marker = None

@@ -10,7 +10,8 @@ Directory layout::
     <log_dir>/
       recovery-point-offset-checkpoint      text checkpoint (below)
       log-start-offset-checkpoint           text checkpoint (below)
-      .clean_shutdown                       present only between a clean shutdown and startup
+      .clean_shutdown                       present only between a clean shutdown and startup;
+                                            lists the partition directories still to recover
       .incarnation                          random id of the running broker (file_reader.py)
       <topic>-<partition>/                  topic may contain '-' and '.': split on the LAST '-'
         00000000000000000000.arrow          segment: Arrow IPC stream, named by base offset

@@ -36,7 +36,6 @@ class _SparseIndex:
         self.max_entries = max(1, max_entries)
         self._entries: tuple[array[int], array[int]] = (array(self._key_code), array("i"))
         self._pending = bytearray()
-        self._fd: int | None = None
 
     def __len__(self) -> int:
         return len(self._entries[0])
@@ -59,24 +58,29 @@ class _SparseIndex:
         self._pending += self._entry.pack(key, value)
 
     def flush(self) -> None:
-        """Hand entries appended since the last flush to the operating system."""
-        if not self._pending:
-            return
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        data, self._pending = bytes(self._pending), bytearray()
-        os.write(self._fd, data)
+        """Hand entries appended since the last flush to the operating system. The file is
+        opened for each flush, not held: descriptors are bounded per segment file (see
+        file_cache.py), and a flush is rare next to the fsync that usually follows it."""
+        self._write_pending(sync=False)
 
     def fsync(self) -> None:
-        self.flush()
-        if self._fd is not None:
-            os.fsync(self._fd)
+        self._write_pending(sync=True)
+
+    def _write_pending(self, sync: bool) -> None:
+        if not self._pending and not sync:
+            return
+        data, self._pending = bytes(self._pending), bytearray()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            if data:
+                os.write(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         self.flush()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
     def load(self) -> str | None:
         """Read the entries from the file; returns why the file is unusable, or None."""

@@ -33,7 +33,7 @@ import logging
 import shutil
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,7 @@ from logstore.records import (
     schema_message,
 )
 from logstore.segments.batches import LeaderBatches, ProducerData, follower_bytes, follower_marker
+from logstore.segments.file_cache import OpenFileCache
 from logstore.segments.flusher import FlushPlan, LogFlusher, flush_range, take_dirty
 from logstore.segments.log_loader import LoadedSegments, load_segments, replay_producer_state
 from logstore.segments.producer_state import (
@@ -61,10 +62,11 @@ from logstore.segments.producer_state import (
     VerificationGuard,
 )
 from logstore.segments.reads import SegmentList, read_log, search_time
+from logstore.segments.recovery import count_segment_files, segment_files_usage
 from logstore.segments.results import AppendInfo, FetchData
 from logstore.segments.retention import deletable_segments
 from logstore.segments.rolling import roll_reason
-from logstore.segments.segment import Bytes, LogSegment, SegmentClosedError
+from logstore.segments.segment import NO_FILE_LIMIT, Bytes, LogSegment, SegmentClosedError
 from logstore.segments.txn_index import TxnIndexEntry
 from logstore.txn_filter import IsolationLevel
 
@@ -76,54 +78,148 @@ logger = logging.getLogger(__name__)
 _READ_ATTEMPTS = 8
 
 
+@dataclass(frozen=True, slots=True)
+class DeferredOpen:
+    """What a log left unloaded at startup is opened with on its first use (``Log.deferred``).
+    ``known_end``: the log is at rest, its log end offset is ``recovery_point`` (a clean
+    shutdown flushed it), so offsets can be answered without opening it."""
+
+    recovery_point: int
+    log_start_offset: int
+    clean_shutdown: bool
+    known_end: bool
+
+
 class Log:
     """A partition's log in the directory ``dir`` (``<log_dir>/<topic>-<partition>``)."""
 
+    # Set when the log is loaded (``_attach``); a deferred log has none of them yet.
+    _schema: pa.Schema
+    _schema_bytes: bytes
+    _encoder: LeaderBatches
+    _flusher: LogFlusher
+    _producers: ProducerStateManager
+    _dir_dirty: bool
+    _rolled_unflushed: bool
+
     def __init__(self, dir: Path, topic: str, partition: int, config: TopicConfig,
-                 schema: pa.Schema, clock: Clock) -> None:
+                 clock: Clock, files: OpenFileCache = NO_FILE_LIMIT) -> None:
         self._dir = dir
         self._topic = topic
         self._partition = partition
         self._tp = f"{topic}-{partition}"
-        self._schema = schema
-        self._schema_bytes = schema_message(schema)
         self._clock = clock
         self._config = config
-        self._encoder = LeaderBatches(self._tp, schema, config)
+        self._files = files
         self._lock = threading.Lock()
-        self._flusher = LogFlusher(dir, self._tp, clock, self._plan_flush)
+        self._deferred: DeferredOpen | None = None
         self._state = SegmentList((), (), 0)
         self._log_end_offset = 0
         self._high_watermark = 0
         self._last_stable_offset = 0
+        self._closed = False
+        self.cleaned_until = 0
+        # The schema a deferred log is created with if its directory holds no segment file.
+        self._empty_schema: pa.Schema | None = None
+
+    def _attach(self, schema: pa.Schema) -> None:
+        """The parts of a loaded log that need its schema or its files."""
+        self._schema = schema
+        self._schema_bytes = schema_message(schema)
+        self._encoder = LeaderBatches(self._tp, schema, self._config)
+        self._flusher = LogFlusher(self._dir, self._tp, self._clock, self._plan_flush)
+        self._producers = ProducerStateManager(self._dir, self._tp)
         self._dir_dirty = False
         self._rolled_unflushed = False
-        self._closed = False
-        self._producers = ProducerStateManager(dir, self._tp)
-        self.cleaned_until = 0
 
     # -- opening ---------------------------------------------------------------------------
 
     @classmethod
     def open(cls, dir: Path, topic: str, partition: int, config: TopicConfig,
              schema: pa.Schema | None, clock: Clock, recovery_point: int = 0,
-             log_start_offset: int = 0, clean_shutdown: bool = False) -> Log:
+             log_start_offset: int = 0, clean_shutdown: bool = False,
+             files: OpenFileCache = NO_FILE_LIMIT) -> Log:
         """Open (recovering as needed) or create the log in the partition directory ``dir``.
         ``schema`` None reads it from the first segment file; a new log needs one."""
-        tp = f"{topic}-{partition}"
-        loaded = load_segments(dir, tp, config, schema, recovery_point, log_start_offset,
-                               clean_shutdown)
-        log = cls(dir, topic, partition, config, loaded.schema, clock)
-        log._finish_open(loaded, log_start_offset, clock.time_ms())
-        if loaded.created:
-            logger.info("%s: created log at offset %d", tp, log.log_end_offset)
-        else:
-            logger.info("%s: opened log with %d segment(s), offsets [%d, %d), clean_shutdown=%s",
-                        tp, len(loaded.segments), log.log_start_offset, log.log_end_offset,
-                        clean_shutdown)
+        log = cls(dir, topic, partition, config, clock, files)
+        log._load_now(schema, recovery_point, log_start_offset, clean_shutdown, None)
         return log
 
-    def _finish_open(self, loaded: LoadedSegments, log_start_offset: int, now: int) -> None:
+    @classmethod
+    def deferred(cls, dir: Path, topic: str, partition: int, config: TopicConfig,
+                 clock: Clock, how: DeferredOpen, files: OpenFileCache = NO_FILE_LIMIT) -> Log:
+        """The log in ``dir``, opened (and recovered, unless ``how.clean_shutdown``) only on
+        its first use: an append, a read, a flush of what it holds, truncation, retention or
+        compaction with work to do, or any question about its offsets whose answer
+        ``how.known_end`` does not give. Nothing is read from disk here."""
+        log = cls(dir, topic, partition, config, clock, files)
+        log._deferred = how
+        log._state = SegmentList((), (), how.log_start_offset)
+        if how.known_end:
+            log._log_end_offset = how.recovery_point
+        log._high_watermark = how.log_start_offset
+        return log
+
+    def _load_now(self, schema: pa.Schema | None, recovery_point: int, log_start_offset: int,
+                  clean_shutdown: bool, high_watermark: int | None) -> None:
+        loaded = load_segments(self._dir, self._tp, self._config, schema, recovery_point,
+                               log_start_offset, clean_shutdown, self._files,
+                               self._empty_schema)
+        self._attach(loaded.schema)
+        self._finish_open(loaded, log_start_offset, self._clock.time_ms(), high_watermark)
+        if loaded.created:
+            logger.info("%s: created log at offset %d", self._tp, self._log_end_offset)
+        else:
+            logger.info("%s: opened log with %d segment(s), offsets [%d, %d), clean_shutdown=%s",
+                        self._tp, len(loaded.segments), self._state.log_start_offset,
+                        self._log_end_offset, clean_shutdown)
+
+    def _ensure_loaded(self) -> None:
+        if self._deferred is not None:
+            self._load()
+
+    def _ensure_end_known(self) -> None:
+        deferred = self._deferred
+        if deferred is not None and not deferred.known_end:
+            self._load()
+
+    def _load(self) -> None:
+        """Open a deferred log (once; concurrent callers wait for the first). The high
+        watermark it was given while deferred carries over."""
+        with self._lock:
+            how = self._deferred
+            if how is None:
+                return
+            self._check_open()
+            hw = self._high_watermark if how.known_end else None
+            try:
+                self._load_now(None, how.recovery_point, how.log_start_offset,
+                               how.clean_shutdown, hw)
+            except OSError as e:
+                raise KafkaStorageError(f"{self._tp}: cannot open the log in {self._dir}: "
+                                        f"{e}") from e
+            if how.known_end and self._log_end_offset != how.recovery_point:
+                logger.warning("%s: log end offset %d on disk, not the checkpointed %d",
+                               self._tp, self._log_end_offset, how.recovery_point)
+            self._deferred = None
+
+    def expect_schema(self, schema: pa.Schema) -> None:
+        """The topic's schema, for a deferred log whose directory turns out to hold no
+        segment file (a crash before its creation was made durable): it starts empty."""
+        self._empty_schema = schema
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._deferred is None
+
+    @property
+    def needs_recovery(self) -> bool:
+        """Not loaded since an unclean shutdown: its tail may be torn."""
+        deferred = self._deferred
+        return deferred is not None and not deferred.clean_shutdown
+
+    def _finish_open(self, loaded: LoadedSegments, log_start_offset: int, now: int,
+                     high_watermark: int | None) -> None:
         segments = loaded.segments
         active = segments[-1]
         if not active.is_empty:
@@ -132,15 +228,23 @@ class Log:
         self._log_end_offset = max(active.next_offset, active.base_offset)
         lso = min(max(log_start_offset, segments[0].base_offset), self._log_end_offset)
         self._state = SegmentList.of(segments, lso)
-        self._high_watermark = lso
+        self._high_watermark = lso if high_watermark is None else \
+            min(max(high_watermark, lso), self._log_end_offset)
         self._flusher.recovery_point = self._log_end_offset
-        self._load_producer_state(loaded.stale_txn_index_from)
+        if loaded.created:  # the new segment's name is made durable by the first flush
+            self._dir_dirty = True
+        if loaded.fresh:  # nothing to replay
+            self._producers.on_high_watermark(self._high_watermark)
+            self._update_last_stable_offset()
+        else:
+            self._load_producer_state(loaded.stale_txn_index_from)
 
     def _load_producer_state(self, rebuild_from: int | None = None) -> None:
         """Reload producer state (log_loader.py); rebuild the aborted-transaction indexes from
         ``rebuild_from`` on, when given."""
-        replay_producer_state(self._producers, self._state.segments, self.log_start_offset,
-                              self._log_end_offset, self._schema, self._tp, rebuild_from)
+        replay_producer_state(self._producers, self._state.segments,
+                              self._state.log_start_offset, self._log_end_offset, self._schema,
+                              self._tp, rebuild_from)
         self._producers.on_high_watermark(self._high_watermark)
         self._update_last_stable_offset()
 
@@ -149,7 +253,7 @@ class Log:
         first = self._producers.first_unstable_offset
         hw = self._high_watermark
         self._last_stable_offset = max(hw if first is None else min(first, hw),
-                                       self.log_start_offset)
+                                       self._state.log_start_offset)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -167,42 +271,65 @@ class Log:
 
     @property
     def schema(self) -> pa.Schema:
+        self._ensure_loaded()
         return self._schema
 
     @property
     def config(self) -> TopicConfig:
         return self._config
 
+    @property
+    def files(self) -> OpenFileCache:
+        return self._files
+
     def update_config(self, config: TopicConfig) -> None:
-        self._encoder = LeaderBatches(self._tp, self._schema, config)
+        if config == self._config:
+            return
+        if self._deferred is None:
+            self._encoder = LeaderBatches(self._tp, self._schema, config)
         self._config = config
 
     @property
     def log_start_offset(self) -> int:
+        self._ensure_end_known()
         return self._state.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
+        self._ensure_end_known()
         return self._log_end_offset
 
     @property
     def high_watermark(self) -> int:
+        self._ensure_end_known()
         return self._high_watermark
 
     @property
     def last_stable_offset(self) -> int:
         """Below it every transaction is decided and its marker replicated (module docstring)."""
+        self._ensure_loaded()
         return self._last_stable_offset
 
     @property
     def recovery_point(self) -> int:
-        return self._flusher.recovery_point
+        return self.checkpoint_offsets()[0]
+
+    def checkpoint_offsets(self) -> tuple[int, int]:
+        """(recovery point, log start offset) for the log manager's checkpoints; a deferred
+        log keeps the ones it was opened with (nothing of it changed)."""
+        deferred = self._deferred
+        if deferred is not None:
+            return deferred.recovery_point, deferred.log_start_offset
+        return self._flusher.recovery_point, self._state.log_start_offset
 
     @property
     def producer_state(self) -> ProducerStateManager:
+        self._ensure_loaded()
         return self._producers
 
     def __repr__(self) -> str:
+        if self._deferred is not None:
+            return f"Log({self._tp}, not loaded: {self._deferred})"
         return (f"Log({self._tp}, [{self.log_start_offset}, {self.log_end_offset}), "
                 f"hw={self.high_watermark}, lso={self.last_stable_offset})")
 
@@ -211,6 +338,7 @@ class Log:
     def verification_guard(self, producer_id: int, epoch: int) -> VerificationGuard | None:
         """The guard a transactional write of the producer must carry (None: its transaction
         is open here at ``epoch``); see ``ProducerStateManager.verification_guard``."""
+        self._ensure_loaded()
         with self._lock:
             return self._producers.verification_guard(producer_id, epoch)
 
@@ -223,6 +351,7 @@ class Log:
         ``verify``, a transactional batch must join its producer's open transaction or carry
         a verified ``guard`` no marker has cleared (checked under the lock, with the
         append)."""
+        self._ensure_loaded()
         now = self._clock.time_ms()
         data, header = self._encoder.producer_batch(batch, now, leader_epoch, producer_id,
                                                     producer_epoch, base_sequence, flags)
@@ -241,6 +370,7 @@ class Log:
         """Append a COMMIT or ABORT marker for the producer's transaction, as leader (Kafka's
         WriteTxnMarkers): one control batch, replicated like any other; a stale producer or
         coordinator epoch is refused (``ProducerStateManager.check_marker``)."""
+        self._ensure_loaded()
         now = self._clock.time_ms()
         end = EndTxnMarker(ControlType(marker), coordinator_epoch)
         data, header = self._encoder.marker_batch(now, producer_id, producer_epoch, end,
@@ -285,6 +415,7 @@ class Log:
         their CRCs and that they start at or after the log end offset."""
         if not batches:
             return None
+        self._ensure_loaded()
         prepared = [(*follower_bytes(self._tp, b), follower_marker(self._tp, b, self._schema))
                     for b in batches]
         now = self._clock.time_ms()
@@ -318,6 +449,7 @@ class Log:
 
     def roll(self) -> None:
         """Seal the active segment and start a new one at the log end offset."""
+        self._ensure_loaded()
         with self._lock:
             self._check_open()
             self._roll_locked()
@@ -328,7 +460,7 @@ class Log:
             return active
         active.seal()
         new = LogSegment.create(self._dir, leo, self._schema_bytes,
-                                self._config.segment_index_bytes)
+                                self._config.segment_index_bytes, files=self._files)
         self._state = SegmentList.of(self._state.segments + (new,), self.log_start_offset)
         self._dir_dirty = True
         self._rolled_unflushed = True
@@ -346,6 +478,7 @@ class Log:
         for READ_COMMITTED, at or after the last stable offset; a READ_COMMITTED result also
         carries the aborted transactions overlapping the batches."""
         committed = isolation == IsolationLevel.READ_COMMITTED
+        self._ensure_loaded()
         for _ in range(_READ_ATTEMPTS):
             self._check_open()
             stable, hw = self._last_stable_offset, self._high_watermark
@@ -365,6 +498,7 @@ class Log:
 
     def collect_aborted_transactions(self, start: int, end: int) -> list[TxnIndexEntry]:
         """The aborted transactions overlapping [start, end), in marker order."""
+        self._ensure_loaded()
         return self._state.aborted(start, end)
 
     def _check_range(self, offset: int, lso: int, leo: int) -> None:
@@ -375,6 +509,7 @@ class Log:
     def offsets_for_time(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record, in offset order, whose timestamp is >=
         ``timestamp_ms``; None when there is none."""
+        self._ensure_loaded()
         for _ in range(_READ_ATTEMPTS):
             leo, state = self._log_end_offset, self._state
             try:
@@ -387,7 +522,11 @@ class Log:
     # -- offsets ---------------------------------------------------------------------------
 
     def update_high_watermark(self, offset: int) -> None:
-        """Move the high watermark forward to ``offset`` clamped to [log start, log end]."""
+        """Move the high watermark forward to ``offset`` clamped to [log start, log end]. A
+        deferred log whose end is known only remembers it (applied when it loads)."""
+        if self._deferred is not None and self._defer_high_watermark(offset):
+            return
+        self._ensure_loaded()
         with self._lock:
             offset = min(max(offset, self.log_start_offset), self._log_end_offset)
             if offset > self._high_watermark:
@@ -395,9 +534,19 @@ class Log:
                 self._producers.on_high_watermark(offset)
                 self._update_last_stable_offset()
 
+    def _defer_high_watermark(self, offset: int) -> bool:
+        with self._lock:
+            how = self._deferred
+            if how is None or not how.known_end:
+                return False
+            offset = min(max(offset, self._state.log_start_offset), self._log_end_offset)
+            self._high_watermark = max(self._high_watermark, offset)
+            return True
+
     def maybe_increment_log_start_offset(self, offset: int) -> None:
         """Raise the log start offset (never past the log end offset); segments wholly below
         it are deleted by the next ``delete_old_segments``."""
+        self._ensure_loaded()
         with self._lock:
             offset = min(offset, self._log_end_offset)
             if offset <= self.log_start_offset:
@@ -412,17 +561,22 @@ class Log:
 
     def flush_until(self, offset: int) -> None:
         """Return once every batch below ``offset`` is fsynced (group commit, see flusher.py);
-        the recovery point becomes at least ``offset``."""
+        the recovery point becomes at least ``offset``. A deferred log holds nothing this
+        process wrote: nothing to do."""
+        if self._deferred is not None:
+            return
         self._flusher.flush_until(min(offset, self._log_end_offset))
 
     def flush(self) -> None:
         """fsync everything written so far, including the directory."""
+        if self._deferred is not None:
+            return
         self._flusher.flush_until(self._log_end_offset, force=True)
 
     def maybe_flush(self) -> None:
         """For flush_ms > 0: flush when the last full flush is at least flush_ms old."""
         flush_ms = self._config.flush_ms
-        if not flush_ms or self._flusher.recovery_point >= self._log_end_offset:
+        if not flush_ms or self._deferred is not None or self._flusher.recovery_point >= self._log_end_offset:
             return
         if self._clock.time_ms() - self._flusher.last_flush_ms >= flush_ms:
             self.flush()
@@ -431,6 +585,8 @@ class Log:
         """Kafka's flush after a roll, for the background flusher: fsync the sealed segments
         (files and indexes) and move the recovery point up to the active segment's base offset.
         The active segment is left alone. Returns whether a flush ran."""
+        if self._deferred is not None:
+            return False
         base, pending = self._active.base_offset, self._rolled_unflushed
         if not pending and self._flusher.recovery_point >= base:
             return False
@@ -460,6 +616,7 @@ class Log:
         """Drop every batch holding an offset >= ``offset``. A batch straddling ``offset`` goes
         whole: the log end offset becomes ``offset`` or that batch's base offset, if lower (and
         when that is below the log start offset, the log restarts empty there)."""
+        self._ensure_loaded()
         with self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
@@ -499,6 +656,7 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at ``offset``."""
+        self._ensure_loaded()
         with self._lock:
             self._check_open()
             self._truncate_fully_locked(offset)
@@ -510,7 +668,7 @@ class Log:
             seg.delete()
         self._producers.delete_all_snapshots()
         new = LogSegment.create(self._dir, offset, self._schema_bytes,
-                                self._config.segment_index_bytes)
+                                self._config.segment_index_bytes, files=self._files)
         self._replace_segments([new], (), offset, offset)
         self._high_watermark = offset
         logger.info("%s: truncated fully; log restarts at offset %d", self._tp, offset)
@@ -521,7 +679,12 @@ class Log:
         """Delete sealed segments wholly below the log start offset, and (cleanup policy
         "delete") those past retention_ms or beyond retention_bytes, oldest first, only below
         the last stable offset (so below the high watermark) and never the active segment.
-        Returns how many were deleted."""
+        Returns how many were deleted. A deferred log is loaded only when it has a sealed
+        segment (one file is the active segment, which retention never deletes)."""
+        if self._deferred is not None:
+            if count_segment_files(self._dir) < 2:
+                return 0
+            self._load()
         now = self._clock.time_ms()
         with self._lock:
             if self._closed:
@@ -550,11 +713,14 @@ class Log:
         """Compact the sealed segments (see cleaner.py)."""
         from logstore.segments.cleaner import compact_log
 
+        self._ensure_loaded()
         return compact_log(self, self._clock.time_ms() if now_ms is None else now_ms)
 
     def cleanable_segments(self, now_ms: int) -> tuple[list[LogSegment], int]:
-        """For the cleaner: the sealed segments below the last stable offset whose records are
-        all older than min_compaction_lag_ms, acquired (release them); the truncation generation."""
+        """For the cleaner: the sealed segments wholly below the last stable offset whose
+        records are all older than min_compaction_lag_ms, each acquired (release them), and the
+        truncation generation."""
+        self._ensure_loaded()
         horizon = now_ms - self._config.min_compaction_lag_ms
         with self._lock:
             if self._closed:
@@ -565,7 +731,12 @@ class Log:
             return chosen, self._flusher.generation
 
     def dirty_ratio(self) -> float:
-        """Share of the sealed bytes at or after ``cleaned_until`` (not compacted yet)."""
+        """Share of the sealed bytes at or after ``cleaned_until`` (not compacted yet). A
+        deferred log with sealed segments and a compact policy is loaded to tell."""
+        if self._deferred is not None:
+            if not self._config.compact or count_segment_files(self._dir) < 2:
+                return 0.0
+            self._load()
         return self._state.dirty_ratio(self.cleaned_until)
 
     def swap_cleaned_segment(self, old: LogSegment, new: LogSegment, generation: int,
@@ -585,23 +756,45 @@ class Log:
 
     # -- inspection and lifecycle ----------------------------------------------------------
 
+    def disk_usage(self) -> tuple[int, int]:
+        """(bytes, segment files) of the local log; a log not opened since the broker started
+        stays unopened (its directory is listed instead), so a metrics scrape loads nothing."""
+        if self._deferred is not None:
+            return segment_files_usage(self._dir)
+        segments = self._state.segments
+        return sum(seg.size for seg in segments), len(segments)
+
     def segments_info(self) -> list[dict[str, Any]]:
         """base_offset, next_offset, size_bytes, path, sealed and max_timestamp per segment."""
+        self._ensure_loaded()
         return self._state.info(self._log_end_offset)
 
     def close(self) -> None:
-        """Flush, seal the active segment's indexes, snapshot producer state, close files."""
+        """Flush, seal the active segment's indexes, snapshot producer state, close files. A
+        deferred log has nothing open, and a log that took no write since it was loaded has
+        nothing to make durable (10,000 idle logs close without 60,000 fsyncs)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._active.seal()
-            self._producers.take_snapshot(self._log_end_offset, durable=True)
-        self.flush()
+            if self._deferred is not None:
+                return
+            quiet = self._unchanged_since_flush()
+            if not quiet:
+                self._active.seal()
+                self._producers.take_snapshot(self._log_end_offset, durable=True)
+        if not quiet:
+            self.flush()
         with self._lock:
             for seg in self._state.segments:
                 seg.close()
         logger.info("%s: closed at log end offset %d", self._tp, self._log_end_offset)
+
+    def _unchanged_since_flush(self) -> bool:
+        """Under the lock: everything is fsynced and no file changed since."""
+        return (self._flusher.recovery_point >= self._log_end_offset and not self._dir_dirty
+                and not self._rolled_unflushed
+                and not any(seg.dirty for seg in self._state.segments))
 
     def delete(self) -> None:
         """Close the files and remove the partition directory."""

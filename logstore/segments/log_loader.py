@@ -18,10 +18,11 @@ import pyarrow as pa
 from logstore.config import TopicConfig
 from logstore.records import schema_message
 from logstore.segments import recovery
+from logstore.segments.file_cache import OpenFileCache
 from logstore.segments.format import fsync_dir
 from logstore.segments.producer_state import ProducerStateManager
 from logstore.segments.reads import scan_batches
-from logstore.segments.segment import LogSegment
+from logstore.segments.segment import NO_FILE_LIMIT, LogSegment
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,7 @@ class LoadedSegments:
     schema: pa.Schema
     segments: list[LogSegment]
     created: bool
+    fresh: bool = False  # created in a directory made just now: no snapshots to replay
 
     @property
     def stale_txn_index_from(self) -> int | None:
@@ -40,21 +42,31 @@ class LoadedSegments:
 
 
 def load_segments(dir: Path, tp: str, config: TopicConfig, schema: pa.Schema | None,
-                  recovery_point: int, log_start_offset: int,
-                  clean_shutdown: bool) -> LoadedSegments:
-    """Recover the segments in ``dir``, or create the first one (a new log needs ``schema``)."""
-    dir.mkdir(parents=True, exist_ok=True)
-    recovery.finish_interrupted_swaps(dir, tp)
-    bases = recovery.segment_base_offsets(dir)
-    resolved = recovery.resolve_schema(dir, bases, schema, tp)
+                  recovery_point: int, log_start_offset: int, clean_shutdown: bool,
+                  files: OpenFileCache = NO_FILE_LIMIT,
+                  empty_schema: pa.Schema | None = None) -> LoadedSegments:
+    """Recover the segments in ``dir``, or create the first one (a new log needs ``schema``,
+    or ``empty_schema``, which is used only when ``dir`` holds no segment file). A directory
+    made here is known to be empty: it is not scanned. The first segment's name is made
+    durable by the log's first flush (``created``: its directory is dirty), not here: a crash
+    before then loses at most an empty log, which the metadata sync creates again."""
+    fresh = True
+    try:
+        dir.mkdir(parents=True)
+        bases: list[int] = []
+    except FileExistsError:
+        fresh = False
+        recovery.finish_interrupted_swaps(dir, tp)
+        bases = recovery.segment_base_offsets(dir)
+    resolved = recovery.resolve_schema(
+        dir, bases, schema if bases or schema is not None else empty_schema, tp)
     if bases:
         return LoadedSegments(resolved, recovery.load_segments(
             dir, tp, resolved, bases, config.index_interval_bytes, config.segment_index_bytes,
-            recovery_point, clean_shutdown), False)
+            recovery_point, clean_shutdown, files), False)
     first = LogSegment.create(dir, max(0, log_start_offset), schema_message(resolved),
-                              config.segment_index_bytes)
-    fsync_dir(dir)
-    return LoadedSegments(resolved, [first], True)
+                              config.segment_index_bytes, files=files, empty_dir=fresh)
+    return LoadedSegments(resolved, [first], True, fresh)
 
 
 def replay_producer_state(producers: ProducerStateManager, segments: Sequence[LogSegment],

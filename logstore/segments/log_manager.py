@@ -1,10 +1,19 @@
 """Every partition log of one broker, across its log directories.
 
-Owns: loading the ``<topic>-<partition>`` directories at startup (with the recovery-point and
+Owns: finding the ``<topic>-<partition>`` directories at startup (with the recovery-point and
 log-start-offset checkpoints and the clean-shutdown marker), placing new partitions in the log
-directory with the fewest, writing checkpoints, and the background threads (retention, cleaner,
-flusher, periodic checkpoint) that stop on ``shutdown``. Must not: know about replication,
-leadership or the network.
+directory with the fewest, the bound on open segment files (``max_open_segment_files``, an
+``OpenFileCache`` every segment shares), writing checkpoints, and the background threads
+(retention, cleaner, flusher, periodic checkpoint) that stop on ``shutdown``. Must not: know
+about replication, leadership or the network.
+
+Startup opens no log: each directory becomes a deferred ``Log`` that loads (and recovers) on its
+first use, so a broker with 10,000 idle partitions starts in the time it takes to list them.
+After a clean shutdown a deferred log is at rest: its checkpointed recovery point is its log end
+offset (the shutdown flushed it), so leadership and offset questions need not open it. After an
+unclean one, each log is recovered from its recovery point (Kafka's rule) when first used, before
+anything reads it. A clean shutdown that finds logs still unrecovered names them in the marker
+(one partition directory per line), so the next start recovers them too.
 
 The flusher does, as Kafka does: every ``flush_check_interval_ms`` it fsyncs the segments
 rolled since the last pass (moving each log's recovery point to its active segment's base
@@ -15,9 +24,11 @@ has elapsed. The checkpoint thread and ``shutdown`` record the recovery points.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,6 +36,7 @@ import pyarrow as pa
 from logstore.clock import Clock
 from logstore.config import TopicConfig
 from logstore.model import TopicPartition
+from logstore.segments.file_cache import OpenFileCache
 from logstore.segments.format import (
     CLEAN_SHUTDOWN_FILE,
     INCARNATION_FILE,
@@ -38,9 +50,11 @@ from logstore.segments.format import (
     unlink_quietly,
     write_checkpoint,
 )
-from logstore.segments.log import Log
+from logstore.segments.log import DeferredOpen, Log
 
 logger = logging.getLogger(__name__)
+
+CLOSE_THREADS = 16
 
 
 class LogManager:
@@ -50,7 +64,8 @@ class LogManager:
                  config_for: Callable[[str], TopicConfig],
                  retention_check_interval_ms: int = 60_000, cleaner_interval_ms: int = 15_000,
                  flush_check_interval_ms: int = 1_000,
-                 checkpoint_interval_ms: int = 60_000) -> None:
+                 checkpoint_interval_ms: int = 60_000,
+                 max_open_segment_files: int | None = None) -> None:
         if not log_dirs:
             raise ValueError("LogManager needs at least one log directory")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -60,7 +75,10 @@ class LogManager:
         self.cleaner_interval_ms = cleaner_interval_ms
         self.flush_check_interval_ms = flush_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.files = OpenFileCache(max_open_segment_files)
         self._logs: dict[TopicPartition, Log] = {}
+        self._dir_counts: dict[Path, int] = {d: 0 for d in self.log_dirs}
+        self._creating: dict[TopicPartition, threading.Lock] = {}
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self._stop = threading.Event()
@@ -71,7 +89,7 @@ class LogManager:
     # -- startup and shutdown ------------------------------------------------------------------
 
     def startup(self) -> None:
-        """Load every partition directory, recovering as needed, then start the threads."""
+        """Find every partition directory (opening none), then start the threads."""
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._load_dir(log_dir)
@@ -92,18 +110,30 @@ class LogManager:
 
     def _load_dir(self, log_dir: Path) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
+        clean, unrecovered = _read_marker(marker)
         recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-        for path in sorted(log_dir.iterdir()):
-            tp = parse_partition_dir(path.name) if path.is_dir() else None
-            if tp is None:
-                continue
-            log = Log.open(path, tp.topic, tp.partition, self.config_for(tp.topic), None,
-                           self.clock, recovery_point=recovery_points.get(tp, 0),
-                           log_start_offset=start_offsets.get(tp, 0), clean_shutdown=clean)
-            with self._lock:
-                self._logs[tp] = log
+        found: dict[TopicPartition, Log] = {}
+        configs: dict[str, TopicConfig] = {}  # asked once per topic, not per partition
+        with os.scandir(log_dir) as entries:
+            for entry in entries:
+                tp = parse_partition_dir(entry.name) if entry.is_dir() else None
+                if tp is None:
+                    continue
+                tp_clean = clean and entry.name not in unrecovered
+                how = DeferredOpen(recovery_points.get(tp, 0), start_offsets.get(tp, 0),
+                                   tp_clean, tp_clean and tp in recovery_points)
+                config = configs.get(tp.topic)
+                if config is None:
+                    config = configs[tp.topic] = self.config_for(tp.topic)
+                found[tp] = Log.deferred(Path(entry.path), tp.topic, tp.partition, config,
+                                         self.clock, how, self.files)
+        with self._lock:
+            self._logs.update(found)
+            self._dir_counts[log_dir] = self._dir_counts.get(log_dir, 0) + len(found)
+        logger.info("%s: %d log(s) found, %s shutdown%s", log_dir, len(found),
+                    "clean" if clean else "unclean",
+                    f" ({len(unrecovered)} still to recover)" if unrecovered else "")
         unlink_quietly(marker)
         fsync_dir(log_dir)
 
@@ -123,12 +153,19 @@ class LogManager:
         self._threads.clear()
         with self._lock:
             logs = list(self._logs.values())
+        loaded = [log for log in logs if log.is_loaded]
+        if len(loaded) > 1:  # closing is mostly fsync: overlap them
+            with ThreadPoolExecutor(CLOSE_THREADS, thread_name_prefix="log-close") as pool:
+                list(pool.map(Log.close, loaded))
         for log in logs:
             log.close()
         self.checkpoint()
         for log_dir in self.log_dirs:
             if log_dir.exists():
-                atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
+                unrecovered = sorted(log.dir.name for log in logs
+                                     if log.needs_recovery and log.dir.parent == log_dir)
+                atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, "".join(
+                    f"{name}\n" for name in unrecovered).encode())
         self._started = False
         logger.info("log manager shut down cleanly (%d logs)", len(logs))
 
@@ -157,28 +194,45 @@ class LogManager:
 
     def get_or_create_log(self, tp: TopicPartition, config: TopicConfig,
                           schema: pa.Schema) -> Log:
-        """The log of ``tp``, created in the log directory with the fewest partitions."""
+        """The log of ``tp``, created in the log directory with the fewest partitions. Logs of
+        different partitions are created concurrently (the files are made outside the lock)."""
         tp = TopicPartition(tp.topic, tp.partition)
         with self._lock:
             log = self._logs.get(tp)
-            if log is None:
-                log_dir = self._least_loaded_dir()
-                log = Log.open(log_dir / partition_dir_name(tp.topic, tp.partition), tp.topic,
-                               tp.partition, config, schema, self.clock)
-                self._logs[tp] = log
-                logger.info("%s: created log in %s", tp, log_dir)
-            return log
+            if log is not None:
+                log.expect_schema(schema)
+                return log
+            creating = self._creating.setdefault(tp, threading.Lock())
+        with creating:
+            return self._create_log(tp, config, schema)
 
-    def _least_loaded_dir(self) -> Path:
-        counts = {d: 0 for d in self.log_dirs}
-        for log in self._logs.values():
-            counts[log.dir.parent] = counts.get(log.dir.parent, 0) + 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+    def _create_log(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema) -> Log:
+        with self._lock:
+            log = self._logs.get(tp)
+            if log is not None:
+                return log
+            log_dir = min(self.log_dirs, key=lambda d: self._dir_counts.get(d, 0))
+            self._dir_counts[log_dir] = self._dir_counts.get(log_dir, 0) + 1
+        try:
+            log = Log.open(log_dir / partition_dir_name(tp.topic, tp.partition), tp.topic,
+                           tp.partition, config, schema, self.clock, files=self.files)
+        except BaseException:
+            with self._lock:
+                self._dir_counts[log_dir] -= 1
+                self._creating.pop(tp, None)
+            raise
+        with self._lock:
+            self._logs[tp] = log
+            self._creating.pop(tp, None)
+        return log
 
     def delete_log(self, tp: TopicPartition) -> None:
         """Delete the log of ``tp`` and its directory (no-op if absent)."""
         with self._lock:
             log = self._logs.pop(TopicPartition(tp.topic, tp.partition), None)
+            if log is not None:
+                parent = log.dir.parent
+                self._dir_counts[parent] = self._dir_counts.get(parent, 1) - 1
         if log is not None:
             log.delete()
             self.checkpoint()
@@ -192,11 +246,12 @@ class LogManager:
             for log_dir in self.log_dirs:
                 if not log_dir.exists():
                     continue
-                mine = {tp: log for tp, log in logs.items() if log.dir.parent == log_dir}
+                mine = {tp: log.checkpoint_offsets() for tp, log in logs.items()
+                        if log.dir.parent == log_dir}
                 write_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT,
-                                 {tp: log.recovery_point for tp, log in mine.items()})
+                                 {tp: offsets[0] for tp, offsets in mine.items()})
                 write_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT,
-                                 {tp: log.log_start_offset for tp, log in mine.items()})
+                                 {tp: offsets[1] for tp, offsets in mine.items()})
 
     def run_retention_once(self) -> int:
         """Apply retention to every log; returns the number of segments deleted."""
@@ -236,3 +291,12 @@ class LogManager:
             except Exception:
                 logger.exception("%s: background flush failed", tp)
         return flushed
+
+
+def _read_marker(path: Path) -> tuple[bool, frozenset[str]]:
+    """(whether the last shutdown was clean, the partition directories it left unrecovered)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return False, frozenset()
+    return True, frozenset(line for line in text.splitlines() if line)

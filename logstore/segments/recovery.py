@@ -26,6 +26,7 @@ import pyarrow.ipc as ipc
 
 from logstore.errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
 from logstore.records import BatchHeader, decode_message, schema_message
+from logstore.segments.file_cache import OpenFileCache
 from logstore.segments.format import (
     CLEANED_SUFFIX,
     CONTINUATION,
@@ -41,7 +42,7 @@ from logstore.segments.format import (
     parse_file_name,
     unlink_quietly,
 )
-from logstore.segments.segment import LogSegment
+from logstore.segments.segment import NO_FILE_LIMIT, LogSegment
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,26 @@ def _complete_swap(dir: Path, swap: Path, tp: str) -> None:
         os.replace(cleaned_txn_index, dir / (stem + TXN_INDEX_SUFFIX))
     os.replace(swap, final)
     fsync_dir(dir)
+
+
+def count_segment_files(dir: Path) -> int:
+    """How many segment files ``dir`` holds (0 when it is missing), without opening any."""
+    try:
+        with os.scandir(dir) as entries:
+            return sum(1 for e in entries if e.name.endswith(SEGMENT_SUFFIX))
+    except FileNotFoundError:
+        return 0
+
+
+def segment_files_usage(dir: Path) -> tuple[int, int]:
+    """(bytes, count) of the segment files in ``dir`` (0, 0 when it is missing), from their
+    directory entries: nothing is opened."""
+    try:
+        with os.scandir(dir) as entries:
+            sizes = [e.stat().st_size for e in entries if e.name.endswith(SEGMENT_SUFFIX)]
+    except FileNotFoundError:
+        return 0, 0
+    return sum(sizes), len(sizes)
 
 
 def segment_base_offsets(dir: Path) -> list[int]:
@@ -248,12 +269,13 @@ def _recovery_start(bases: list[int], recovery_point: int) -> int:
 
 def load_segments(dir: Path, tp: str, schema: pa.Schema, bases: list[int],
                   index_interval_bytes: int, max_index_bytes: int, recovery_point: int,
-                  clean_shutdown: bool) -> list[LogSegment]:
+                  clean_shutdown: bool, files: OpenFileCache = NO_FILE_LIMIT
+                  ) -> list[LogSegment]:
     """Open, check and (after an unclean shutdown) recover the segments named by ``bases``."""
     validate_from = len(bases) if clean_shutdown else _recovery_start(bases, recovery_point)
     segments: list[LogSegment] = []
     for i, base in enumerate(bases):
-        seg = LogSegment.open(dir, base, max_index_bytes)
+        seg = LogSegment.open(dir, base, max_index_bytes, files)
         segments.append(seg)
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         if i >= validate_from:
@@ -268,6 +290,7 @@ def load_segments(dir: Path, tp: str, schema: pa.Schema, bases: list[int],
     if not clean_shutdown:
         for seg in segments[validate_from:]:
             seg.fsync()
+            seg.dirty = False
         fsync_dir(dir)
     for seg in segments[:-1]:
         seg.offset_index.close()

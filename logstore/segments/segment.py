@@ -1,12 +1,15 @@
 """One segment of a partition's log: a segment file plus its offset, time and aborted-transaction
 indexes.
 
-Owns: the segment's file descriptor (one per segment; ``os.pread`` is thread-safe), appending an
-encoded batch and indexing it, locating the batch that holds an offset, reading whole batches
-with CRC verification, scanning batch headers, truncating, sealing, fsync, and the lifetime of
-the descriptor (readers ``acquire`` it so that deleting or swapping a segment never closes a
-descriptor under a read in flight). Must not: decide when to roll, what to retain, or know about
-other segments.
+Owns: the segment's file descriptor (at most one per segment, opened by the first I/O and
+closed by the log manager's ``OpenFileCache`` when it is among the least recently used; every
+I/O pins it, so it is never closed under a ``pread``), appending an encoded batch and indexing
+it, locating the batch that holds an offset, reading whole batches with CRC verification,
+scanning batch headers, truncating, sealing, fsync, and the lifetime of the descriptor (readers
+``acquire`` it so that deleting or swapping a segment never closes a descriptor under a read in
+flight; a descriptor the cache closed is reopened by path, after checking that the path still
+names this segment's file). Must not: decide when to roll, what to retain, or know about other
+segments.
 
 Writers call the mutating methods under the owning Log's lock. Readers call ``read``,
 ``find_batch`` and ``iter_headers`` without it, bounded by a ``size`` they captured: every byte
@@ -33,6 +36,7 @@ from logstore.records import (
     decode_message,
     iter_messages,
 )
+from logstore.segments.file_cache import OpenFileCache
 from logstore.segments.format import (
     INDEX_SUFFIX,
     PREFIX_SIZE,
@@ -49,6 +53,7 @@ from logstore.segments.txn_index import TxnIndex
 logger = logging.getLogger(__name__)
 
 HEADER_WINDOW_BYTES = 16 * 1024
+NO_FILE_LIMIT = OpenFileCache(None)  # for segments opened outside a log manager (tools, tests)
 Bytes: TypeAlias = "bytes | bytearray | memoryview | pa.Buffer"
 
 
@@ -61,7 +66,7 @@ class LogSegment:
     """A segment file ``{base_offset:020d}.arrow`` and its sidecar indexes."""
 
     def __init__(self, dir: Path, base_offset: int, data_start: int, max_index_bytes: int,
-                 suffix: str = "") -> None:
+                 suffix: str = "", files: OpenFileCache = NO_FILE_LIMIT) -> None:
         self.dir = dir
         self.base_offset = base_offset
         self.data_start = data_start
@@ -82,7 +87,9 @@ class LogSegment:
         self.sealed = False
         self._bytes_since_index = 0
         self._index_sync_pending = False
+        self._files = files
         self._fd: int | None = None
+        self._file_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the file we own
         self._refs = 0
         self._closing = False
         self._state_lock = threading.Lock()
@@ -91,37 +98,86 @@ class LogSegment:
 
     @classmethod
     def create(cls, dir: Path, base_offset: int, schema_bytes: bytes, max_index_bytes: int,
-               suffix: str = "") -> LogSegment:
-        """A new, empty segment file holding only the schema message."""
-        seg = cls(dir, base_offset, len(schema_bytes), max_index_bytes, suffix)
-        seg.offset_index.delete()
-        seg.time_index.delete()
-        seg.txn_index.delete()
-        seg._fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+               suffix: str = "", files: OpenFileCache = NO_FILE_LIMIT,
+               empty_dir: bool = False) -> LogSegment:
+        """A new, empty segment file holding only the schema message. Stale index files of
+        the same base offset are removed first, unless ``dir`` was made just now."""
+        seg = cls(dir, base_offset, len(schema_bytes), max_index_bytes, suffix, files)
+        if not empty_dir:
+            seg.offset_index.delete()
+            seg.time_index.delete()
+            seg.txn_index.delete()
+        fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        stat = os.fstat(fd)
+        seg._fd, seg._file_id = fd, (stat.st_dev, stat.st_ino)
+        files.used(seg)
         seg._write_at(schema_bytes, 0)
         seg.dirty = True
         return seg
 
     @classmethod
-    def open(cls, dir: Path, base_offset: int, max_index_bytes: int) -> LogSegment:
-        """An existing segment file; recovery sets ``data_start``, the indexes and counters."""
-        seg = cls(dir, base_offset, 0, max_index_bytes)
-        seg._fd = os.open(seg.path, os.O_RDWR)
-        seg.size = os.fstat(seg._fd).st_size
+    def open(cls, dir: Path, base_offset: int, max_index_bytes: int,
+             files: OpenFileCache = NO_FILE_LIMIT) -> LogSegment:
+        """An existing segment file; recovery sets ``data_start``, the indexes and counters.
+        The descriptor is opened by the first I/O."""
+        seg = cls(dir, base_offset, 0, max_index_bytes, files=files)
+        stat = os.stat(seg.path)
+        seg.size, seg._file_id = stat.st_size, (stat.st_dev, stat.st_ino)
         return seg
 
     def acquire(self) -> None:
-        """Keep the descriptor open until ``release``; raises SegmentClosedError if it is gone."""
+        """Hold the descriptor open until ``release`` (reopening it if the file cache closed
+        it); raises SegmentClosedError if the segment was closed, deleted or replaced."""
+        self._pin()
+
+    def release(self) -> None:
+        self._unpin()
+
+    def _pin(self) -> int:
         with self._state_lock:
             if self._closing:
                 raise SegmentClosedError(str(self.path))
+            fd = self._fd if self._fd is not None else self._reopen()
             self._refs += 1
+        self._files.used(self)
+        return fd
 
-    def release(self) -> None:
+    def _unpin(self) -> None:
         with self._state_lock:
             self._refs -= 1
-            if self._closing and self._refs == 0:
+            idle = self._refs == 0
+            if idle and self._closing:
                 self._close_fd()
+        if idle:
+            self._files.released()
+
+    def _reopen(self) -> int:
+        """Under the state lock: open the file again, refusing one that is not ours any more
+        (the cleaner renames a cleaned copy over the path before it closes this segment)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            raise SegmentClosedError(f"{self.path} is gone") from None
+        stat = os.fstat(fd)
+        if self._file_id is not None and self._file_id != (stat.st_dev, stat.st_ino):
+            os.close(fd)
+            raise SegmentClosedError(f"{self.path} was replaced")
+        self._fd, self._file_id = fd, (stat.st_dev, stat.st_ino)
+        return fd
+
+    def evict_fd(self) -> bool:
+        """For the file cache: close the descriptor (it reopens on the next use) unless an I/O
+        holds it; then it stays counted as open, unless the segment is closing (the last
+        release closes it)."""
+        with self._state_lock:
+            if self._refs > 0:
+                if not self._closing:
+                    self._files.keep(self)
+                return False
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            return True
 
     def close(self) -> None:
         """Close the descriptor now, or when the last reader releases it."""
@@ -137,6 +193,7 @@ class LogSegment:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._files.forget(self)
 
     def delete(self) -> None:
         """Remove the files; readers holding the descriptor keep reading the unlinked file."""
@@ -149,47 +206,57 @@ class LogSegment:
     def is_empty(self) -> bool:
         return self.size <= self.data_start
 
+    @property
+    def has_open_fd(self) -> bool:
+        return self._fd is not None
+
     def __repr__(self) -> str:
         return f"LogSegment({self.path.name}, size={self.size}, next_offset={self.next_offset})"
 
-    # -- raw I/O ---------------------------------------------------------------------------
-
-    def _require_fd(self) -> int:
-        fd = self._fd
-        if fd is None:
-            raise SegmentClosedError(str(self.path))
-        return fd
+    # -- raw I/O (each pins the descriptor for its duration) -------------------------------
 
     def _write_at(self, data: Bytes | EncodedBatch, position: int) -> None:
         """Write ``data`` at ``position``; an EncodedBatch's two parts with one pwritev."""
-        fd = self._require_fd()
         parts = [memoryview(data.prefix), memoryview(data.body)] if isinstance(
             data, EncodedBatch) else [memoryview(data)]
-        while parts:
-            written = os.pwritev(fd, parts, position)
-            position += written
-            while parts and written >= len(parts[0]):
-                written -= len(parts[0])
-                parts.pop(0)
-            if parts:
-                parts[0] = parts[0][written:]
+        fd = self._pin()
+        try:
+            while parts:
+                written = os.pwritev(fd, parts, position)
+                position += written
+                while parts and written >= len(parts[0]):
+                    written -= len(parts[0])
+                    parts.pop(0)
+                if parts:
+                    parts[0] = parts[0][written:]
+        finally:
+            self._unpin()
 
     def read_at(self, position: int, length: int) -> bytes:
         """Up to ``length`` bytes at ``position`` (fewer only at the end of the file)."""
-        fd = self._require_fd()
-        data = os.pread(fd, length, position)
-        while len(data) < length:
-            more = os.pread(fd, length - len(data), position + len(data))
-            if not more:
-                break
-            data += more
-        return data
+        fd = self._pin()
+        try:
+            data = os.pread(fd, length, position)
+            while len(data) < length:
+                more = os.pread(fd, length - len(data), position + len(data))
+                if not more:
+                    break
+                data += more
+            return data
+        finally:
+            self._unpin()
 
     def fsync(self) -> None:
         """fsync the segment file, and the index files once after sealing (the caller holds a
         reference)."""
-        if self._fd is not None:
-            os.fsync(self._fd)
+        try:
+            fd = self._pin()
+        except SegmentClosedError:
+            return  # closed or deleted: nothing of it needs to be durable any more
+        try:
+            os.fsync(fd)
+        finally:
+            self._unpin()
         if self._index_sync_pending:
             self._index_sync_pending = False
             for path in (self.offset_index.path, self.time_index.path, self.txn_index.path):
@@ -207,7 +274,11 @@ class LogSegment:
         self.data_start = self.size = len(schema_bytes)
 
     def truncate_file(self, size: int) -> None:
-        os.ftruncate(self._require_fd(), size)
+        fd = self._pin()
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            self._unpin()
         self.size = size
         self.dirty = True
 

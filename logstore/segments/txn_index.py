@@ -83,7 +83,6 @@ class TxnIndex:
         self.base_offset = base_offset
         self.stale = False  # emptied by recovery: the log rebuilds it from producer state
         self._entries: list[TxnIndexEntry] = []
-        self._fd: int | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -98,11 +97,12 @@ class TxnIndex:
         if self._entries and entry.last_offset <= self._entries[-1].last_offset:
             raise ValueError(f"{self.path}: entry {entry} is not after the last entry "
                              f"{self._entries[-1]}")
-        created = False
-        if self._fd is None:
-            created = not self.path.exists()
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(self._fd, TXN_ENTRY.pack(*entry))
+        created = not self.path.exists()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:  # not held open: aborts are rare, and descriptors are bounded (file_cache.py)
+            os.write(fd, TXN_ENTRY.pack(*entry))
+        finally:
+            os.close(fd)
         self._entries.append(entry)
         return created
 
@@ -118,9 +118,7 @@ class TxnIndex:
             os.close(fd)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Nothing is held open (``append`` opens the file for each entry)."""
 
     def delete(self) -> None:
         self.close()

@@ -130,6 +130,32 @@ def test_creating_an_existing_topic_fails_and_keeps_the_first(open_store: OpenSt
     assert len(store.partition_states("orders")) == 2
 
 
+def test_create_topics_creates_the_new_ones_and_reports_each_existing_one(
+        open_store: OpenStore) -> None:
+    """Goal: a batch creates every topic that does not exist yet, with one state per
+    partition, and answers TopicAlreadyExists for one that does without failing the others;
+    listeners hear of it; it survives a restart. Method: create one topic, then a batch of
+    twelve 100-partition topics holding it in the middle (over one ZooKeeper transaction's
+    worth, so the ZooKeeper store splits it and redoes the failing part one by one)."""
+    store = open_store()
+    store.create_topic(_record("bulk-05", 3), _states(3))
+    probe = ListenerProbe(store)
+    batch = [(_record(f"bulk-{i:02d}", 100), _states(100)) for i in range(12)]
+    outcomes = store.create_topics(batch)
+    assert [type(o) for o in outcomes] == [type(None)] * 5 + [TopicAlreadyExistsError] + \
+        [type(None)] * 6
+    probe.wait_until(lambda: probe.calls > 0 and len(store.topics()) == 12, "the batch")
+    assert store.topics()["bulk-05"].num_partitions == 3
+    for record, states in batch:
+        if record.name != "bulk-05":
+            assert store.topics()[record.name] == record
+            assert store.partition_states(record.name) == states
+    store.close()
+    again = open_store()
+    assert sorted(again.topics()) == [f"bulk-{i:02d}" for i in range(12)]
+    assert len(again.partition_states("bulk-11")) == 100
+
+
 def test_update_topic_adds_partitions_and_replaces_config(open_store: OpenStore) -> None:
     """update_topic replaces the record and adds the new partitions' states; the states of the
     partitions it does not name stay as they were."""

@@ -199,6 +199,25 @@ def test_epoch_cache_answers_end_offsets_and_survives_a_restart(tmp_path: Path) 
     assert cache.latest_epoch == 2
 
 
+def test_a_new_leaders_first_epoch_is_written_before_its_first_append(tmp_path: Path) -> None:
+    """Goal: a new partition's first leader epoch costs no file (nor fsync) when it is brought
+    online, and is in the checkpoint before any batch of that epoch is appended; a later epoch
+    over existing entries is written at once.
+    Method: a Partition on an empty log; make it leader: no checkpoint file; append: the file
+    holds the epoch; a new epoch: written at once (read back by a fresh cache)."""
+    clock = FakeClock()
+    p = make_partition(tmp_path, clock)
+    checkpoint = p.log.dir / "leader-epoch-checkpoint"
+    p.make_leader(3, (1,), (1,))
+    assert not checkpoint.exists()
+    assert p.end_offset_for_epoch(3) == (3, 0)
+    p.append_records_to_leader(keyed(0, 4), 1)
+    assert [(e.epoch, e.start_offset) for e in LeaderEpochCache(p.log.dir).entries] == [(3, 0)]
+    p.make_leader(4, (1,), (1,))
+    assert [(e.epoch, e.start_offset) for e in LeaderEpochCache(p.log.dir).entries] == [
+        (3, 0), (4, 4)]
+
+
 class _LeaderConn:
     """Answers offsets_for_leader_epoch from a leader Partition in this process."""
 
