@@ -386,3 +386,34 @@ def cli(*args: str) -> str:
                             text=True, env=subprocess_env(), timeout=60)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr}"
     return result.stdout
+
+
+def test_the_lso_series_stops_at_an_open_transaction(metered: tuple[BrokerProcess, str]
+                                                     ) -> None:
+    """Goal: kafka_log_log_laststableoffset is the LSO, not the high watermark: it stays at
+    the first offset of an open transaction and joins the high watermark once it commits.
+    Method: 5 plain records, then a transaction of 3 left open; scrape; commit; scrape."""
+    broker, address = metered
+    topic = new_topic(broker.bootstrap, 1)
+    produce(broker.bootstrap, topic, {0: 5}, int(time.time() * 1000))
+    producer = Producer(broker.bootstrap, transactional_id=f"m-tx-{uuid.uuid4().hex[:8]}",
+                        linger_ms=1)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(3):
+            producer.send(topic, b"t%d" % i, partition=0)
+        producer.flush(30)
+
+        def offsets() -> tuple[float | None, float | None]:
+            s = scrape(address)
+            return (s.value("kafka_log_log_highwatermark", topic=topic, partition=0),
+                    s.value("kafka_log_log_laststableoffset", topic=topic, partition=0))
+
+        assert wait_for(lambda: offsets() == (8, 5), "HW 8 and LSO 5 while the transaction "
+                        "is open")
+        producer.commit_transaction()
+        # the commit marker takes one offset: both end at 9
+        assert wait_for(lambda: offsets() == (9, 9), "HW and LSO 9 after the commit")
+    finally:
+        producer.close()
