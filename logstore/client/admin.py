@@ -305,7 +305,8 @@ class Admin:
     def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
         out = []
         for group_id in group_ids:
-            (g,) = self._group(group_id).call(DescribeGroupsRequest(group_ids=[group_id])).groups
+            (g,) = self._group(group_id).call(DescribeGroupsRequest(group_ids=[group_id]),
+                                              entries=lambda r: r.groups).groups
             g.raise_error()
             out.append(GroupDescription(
                 g.group_id, g.state, g.protocol_type, g.protocol, g.generation_id,
@@ -358,7 +359,8 @@ class Admin:
         """Delete empty groups and their offsets (tombstones in __consumer_offsets)."""
         entries = []
         for group_id in group_ids:
-            entries += self._group(group_id).call(DeleteGroupsRequest(group_ids=[group_id])).groups
+            entries += self._group(group_id).call(DeleteGroupsRequest(group_ids=[group_id]),
+                                                  entries=lambda r: r.groups).groups
         for entry in entries:
             entry.raise_error()
 

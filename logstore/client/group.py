@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -109,9 +109,12 @@ class GroupMember:
         response.raise_error()
         return self._metadata.connection(f"{response.host}:{response.port}")
 
-    def call(self, request: Request[R], timeout_s: float | None = None) -> R:
+    def call(self, request: Request[R], timeout_s: float | None = None,
+             entries: Callable[[R], Iterable[ErrorFields]] | None = None) -> R:
         """``request`` on the coordinator; its top-level error raised, after retrying the
-        retriable ones (bounded)."""
+        retriable ones (bounded). With ``entries``, a retriable error of one of the
+        response's entries (a group's NOT_COORDINATOR while its offsets partition comes
+        online) is retried the same way; the last answer is returned with it."""
         for attempt in range(COORDINATOR_ATTEMPTS):
             try:
                 with self._lock:
@@ -121,6 +124,9 @@ class GroupMember:
                 response = conn.call(request, timeout_s)
                 if isinstance(response, ErrorFields):
                     response.raise_error()
+                if entries is not None and attempt < COORDINATOR_ATTEMPTS - 1:
+                    for entry in entries(response):
+                        entry.raise_error()
                 return response
             except ApiError as e:
                 if not e.retriable or attempt == COORDINATOR_ATTEMPTS - 1:
