@@ -1,13 +1,15 @@
-"""Ingest JSON-lines files landing in a directory into a topic, with a dead-letter topic:
+"""Ingest JSON-lines files landing in a directory (local or s3://) into a topic, bad lines
+to a dead-letter topic.
+
 ``spark-submit jobs/ingest.py --source-dir DIR --topic T --checkpoint CP ...``.
 
 Owns: the structured-streaming query (``format("logstore-files")``, jobs/ingest_source.py, over
 the directory: a local path or any fsspec URL such as ``s3://bucket/landing``, one micro-batch
-of newly landed files per trigger), parsing lines into the topic's columns (a typed topic's value columns
-and an optional ``"key"``, with the same strict JSON rules as ``logstore produce``; an untyped
-topic takes each JSON line as its value), and routing bad lines, with the reason in the
-``error`` header and the file in ``source.file``, to the dead-letter topic. Must not: parse
-options of the logstore sink or read topics.
+of newly landed files per trigger), parsing lines into the topic's columns (a typed topic's
+value columns and an optional ``"key"``, with the same strict JSON rules as ``logstore
+produce``; an untyped topic takes each JSON line as its value), and routing bad lines, with
+the reason in the ``error`` header and the file in ``source.file``, to the dead-letter topic.
+Must not: parse options of the logstore sink or read topics.
 
 Files are admitted once each, in (modification time, path) order, into a file log kept in the
 checkpoint (``CP/ingest-files``); names starting with ``.`` or ``_`` are skipped, so land a file
@@ -55,7 +57,8 @@ META = [pa.field("_error", pa.string()), pa.field("_line", pa.string()),
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ingest", description=__doc__.split("\n")[0])
+    summary = __doc__.split("\n\n")[0].replace("\n", " ")
+    p = argparse.ArgumentParser(prog="ingest", description=summary)
     p.add_argument("--source-dir", required=True,
                    help="directory of JSON-lines files: a local path or an fsspec URL "
                    "(s3://bucket/prefix through s3fs; credentials from AWS_* variables)")
@@ -289,8 +292,9 @@ def _routed(batch: pa.RecordBatch, topic: str | None) -> pa.RecordBatch:
 
 
 def write_batch(bootstrap: str, topic: str, dead_letter: str, sink_id: Any = None) -> Any:
-    """foreachBatch: the micro-batch's lines and their files (``format("logstore-files")``) to ``format("logstore-ingest")``;
-    ``sink_id`` (a function giving it) makes the write exactly once."""
+    """foreachBatch: the micro-batch's lines and their files (``format("logstore-files")``)
+    to ``format("logstore-ingest")``; ``sink_id`` (a function giving it) makes the write
+    exactly once."""
     def write(batch: Any, batch_id: int) -> None:
         writer = (batch.select("value", "file").write
                   .format("logstore-ingest").option("bootstrap.servers", bootstrap)

@@ -1,5 +1,6 @@
-"""jobs/ingest.py: JSON-lines files in a directory (local, or s3:// on moto's server) -> a typed topic, bad lines -> the
-dead-letter topic with the reason in a header; a restarted query ingests no file twice.
+"""jobs/ingest.py: JSON-lines files in a directory (local, or s3:// on moto's server) -> a
+typed topic, bad lines -> the dead-letter topic with the reason in a header; a restarted query
+ingests no file twice.
 
 At least once: files already in the checkpoint are never ingested again, so a stop and restart
 adds no duplicate. Exactly once (--delivery exactly-once): no duplicate either when Spark
