@@ -178,3 +178,35 @@ def test_a_missing_directory_or_bucket_is_refused_naming_it(spark: Any, moto_s3:
     with pytest.raises(IngestError, match="--source-options.secret looks like a credential"):
         start(spark, parser().parse_args(["--source-dir", str(tmp_path), "--source-options",
                                           '{"secret": "x"}', *base]))
+
+
+def test_a_running_query_ingests_files_as_they_land_in_s3(
+        spark: Any, broker: BrokerProcess, moto_s3: Any, tmp_path: Path) -> None:
+    """Goal: with a processing-time trigger the query keeps listing the s3:// directory (no
+    stale cached listing) and ingests each file that lands, once. Method: start the query on
+    an empty prefix, put two files one after the other, wait for each in the topic."""
+    import boto3
+
+    from tests.helpers import wait_for
+    from tests.txn_reading import read_values
+
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic("live-in", 1, value_schema=value_schema_arg("n:int64")),
+                             NewTopic("live-in.dlq", 1)])
+    bucket = moto_s3.create_bucket()
+    s3 = boto3.client("s3", endpoint_url=moto_s3.endpoint_url, region_name="us-east-1")
+    query = start(spark, parser().parse_args([
+        "--source-dir", f"s3://{bucket}/landing", "--topic", "live-in", "--checkpoint",
+        str(tmp_path / "cp"), "--bootstrap-server", broker.bootstrap, "--trigger-interval",
+        "0.5", "--source-options", json.dumps(moto_s3.options())]))
+    try:
+        def ingested() -> list[int]:
+            assert query.exception() is None
+            return read_values(broker.bootstrap, "live-in", [0], column="n")[0]
+        s3.put_object(Bucket=bucket, Key="landing/a.jsonl", Body=b'{"n": 1}\n{"n": 2}\n')
+        wait_for(lambda: ingested() == [1, 2], "a.jsonl ingested", QUERY_TIMEOUT_S)
+        s3.put_object(Bucket=bucket, Key="landing/b.jsonl", Body=b'{"n": 3}\n')
+        wait_for(lambda: ingested() == [1, 2, 3], "b.jsonl ingested", QUERY_TIMEOUT_S)
+    finally:
+        query.stop()
+
