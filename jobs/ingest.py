@@ -1,12 +1,20 @@
-"""Ingest JSON-lines files landing in a directory into a topic, with a dead-letter topic:
+"""Ingest JSON-lines files landing in a directory (local or s3://) into a topic, bad lines
+to a dead-letter topic.
+
 ``spark-submit jobs/ingest.py --source-dir DIR --topic T --checkpoint CP ...``.
 
-Owns: the structured-streaming query (Spark's text file source over the directory, one
-micro-batch per trigger), parsing lines into the topic's columns (a typed topic's value columns
-and an optional ``"key"``, with the same strict JSON rules as ``logstore produce``; an untyped
-topic takes each JSON line as its value), and routing bad lines, with the reason in the
-``error`` header and the file in ``source.file``, to the dead-letter topic. Must not: parse
-options of the logstore sink or read topics.
+Owns: the structured-streaming query (``format("logstore-files")``, jobs/ingest_source.py, over
+the directory: a local path or any fsspec URL such as ``s3://bucket/landing``, one micro-batch
+of newly landed files per trigger), parsing lines into the topic's columns (a typed topic's
+value columns and an optional ``"key"``, with the same strict JSON rules as ``logstore
+produce``; an untyped topic takes each JSON line as its value), and routing bad lines, with
+the reason in the ``error`` header and the file in ``source.file``, to the dead-letter topic.
+Must not: parse options of the logstore sink or read topics.
+
+Files are admitted once each, in (modification time, path) order, into a file log kept in the
+checkpoint (``CP/ingest-files``); names starting with ``.`` or ``_`` are skipped, so land a file
+under such a name and rename it when complete. Credentials for object stores come from the
+environment (``AWS_ACCESS_KEY_ID``, ...), never from ``--source-options``.
 
 Delivery (``--delivery``): at least once by default: the checkpoint records which files were
 ingested, so a stopped and restarted query never ingests a file twice, but a crash between the
@@ -29,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from jobs.ingest_files import IngestError as IngestError  # re-exported: the job raises it
+from jobs.ingest_files import list_files, storage_options_of
 from logstore.cli.arguments import add_bootstrap
 from logstore.cli.json_rows import rows_to_table
 from logstore.client.admin import Admin
@@ -46,13 +56,15 @@ META = [pa.field("_error", pa.string()), pa.field("_line", pa.string()),
         pa.field("_file", pa.string())]
 
 
-class IngestError(LogstoreError, ValueError):
-    """An ingest option or topic that cannot be used; the message names it."""
-
-
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ingest", description=__doc__.split("\n")[0])
-    p.add_argument("--source-dir", required=True, help="local directory of *.jsonl files")
+    summary = __doc__.split("\n\n")[0].replace("\n", " ")
+    p = argparse.ArgumentParser(prog="ingest", description=summary)
+    p.add_argument("--source-dir", required=True,
+                   help="directory of JSON-lines files: a local path or an fsspec URL "
+                   "(s3://bucket/prefix through s3fs; credentials from AWS_* variables)")
+    p.add_argument("--source-options", metavar="JSON",
+                   help='fsspec options of the source directory, e.g. '
+                   '\'{"endpoint_url": "http://127.0.0.1:9000"}\' (no credentials)')
     p.add_argument("--topic", required=True)
     p.add_argument("--dead-letter-topic", help="where bad lines go (default TOPIC.dlq)")
     p.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
@@ -280,12 +292,11 @@ def _routed(batch: pa.RecordBatch, topic: str | None) -> pa.RecordBatch:
 
 
 def write_batch(bootstrap: str, topic: str, dead_letter: str, sink_id: Any = None) -> Any:
-    """foreachBatch: the micro-batch's lines (and files) to ``format("logstore-ingest")``;
-    ``sink_id`` (a function giving it) makes the write exactly once."""
-    from pyspark.sql import functions as F
-
+    """foreachBatch: the micro-batch's lines and their files (``format("logstore-files")``)
+    to ``format("logstore-ingest")``; ``sink_id`` (a function giving it) makes the write
+    exactly once."""
     def write(batch: Any, batch_id: int) -> None:
-        writer = (batch.select("value", F.input_file_name().alias("file")).write
+        writer = (batch.select("value", "file").write
                   .format("logstore-ingest").option("bootstrap.servers", bootstrap)
                   .option("topic", topic).option("deadLetterTopic", dead_letter))
         if sink_id is not None:
@@ -320,15 +331,19 @@ def sink_id_of(args: argparse.Namespace) -> Any:
 
 def start(spark: Any, args: argparse.Namespace) -> Any:
     """Start the query (checks first: delivery, source directory, topics)."""
-    if "://" in args.source_dir and not args.source_dir.startswith("file://"):
-        raise IngestError(f"--source-dir {args.source_dir}: Spark's file source here has no "
-                          "S3 connector (the pyspark wheel ships none); use a local directory")
+    from jobs.ingest_source import FilesDataSource
+
+    storage = storage_options_of(args.source_options, "--source-options")
+    list_files(args.source_dir, storage)  # fails naming the directory: missing, unreachable
     dead_letter = args.dead_letter_topic or f"{args.topic}.dlq"
     value_schema(args.bootstrap_server, args.topic)  # both must exist: fails naming them
     value_schema(args.bootstrap_server, dead_letter)
     spark.dataSource.register(ingest_source())
-    lines = (spark.readStream.format("text").option("maxFilesPerTrigger",
-                                                      args.max_files_per_trigger)
+    spark.dataSource.register(FilesDataSource)
+    lines = (spark.readStream.format("logstore-files")
+             .option("maxFilesPerTrigger", args.max_files_per_trigger)
+             .option("storageOptions", json.dumps(storage))
+             .option("fileLog", f"{args.checkpoint.rstrip('/')}/ingest-files")
              .load(args.source_dir))
     trigger = {"availableNow": True} if args.once else \
         {"processingTime": f"{args.trigger_interval} seconds"}
