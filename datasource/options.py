@@ -154,8 +154,8 @@ def parse_read_options(raw: Mapping[str, str], streaming: bool | None) -> ReadOp
         ending=ending, timestamp_strategy_latest=strategy == "latest",
         min_partitions=_positive_int(opts, "minPartitions"),
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
-        fail_on_data_loss=_boolean(opts, "failOnDataLoss", True),
-        include_headers=_boolean(opts, "includeHeaders", False),
+        fail_on_data_loss=boolean_option(opts, "failOnDataLoss", True),
+        include_headers=boolean_option(opts, "includeHeaders", False),
         max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
         min_offsets_per_trigger=_positive_int(opts, "minOffsetsPerTrigger"),
         max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60 * 1000),
@@ -372,6 +372,12 @@ def _int_text(text: str, name: str) -> int:
         raise OptionError(f"{name} must be an integer, got {text!r}") from None
 
 
+def positive_option(opts: Mapping[str, str], name: str, default: int) -> int:
+    """``name`` of lower-cased ``opts`` as a positive integer, ``default`` when absent."""
+    value = _positive_int(opts, name)
+    return default if value is None else value
+
+
 def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
     if name.lower() not in opts:
         return None
@@ -381,7 +387,8 @@ def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
     return value
 
 
-def _boolean(opts: Mapping[str, str], name: str, default: bool) -> bool:
+def boolean_option(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    """``name`` of lower-cased ``opts`` as true/false (any case), ``default`` when absent."""
     text = opts.get(name.lower())
     if text is None:
         return default

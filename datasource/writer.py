@@ -38,7 +38,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from datasource.options import OptionError
+from datasource.options import OptionError, boolean_option, positive_option
 from datasource.security_options import SECURITY_OPTIONS, parse_security
 from logstore.client.admin import Admin
 from logstore.client.producer import Producer
@@ -90,7 +90,7 @@ def parse_sink_options(options: dict[str, str], streaming: bool) -> SinkSettings
     if not bootstrap:
         raise OptionError("option 'bootstrap.servers' is required")
     name = "exactlyOnce" if streaming else "transactional"
-    transactional = _boolean(opts, name, streaming)
+    transactional = boolean_option(opts, name, streaming)
     acks = _acks(opts.get("acks", "all"))
     if transactional and acks != "all":
         raise OptionError(f"acks={opts['acks']!r} with {name}=true: transactions need "
@@ -98,7 +98,7 @@ def parse_sink_options(options: dict[str, str], streaming: bool) -> SinkSettings
     return SinkSettings(
         bootstrap, opts.get("topic"), acks, parse_security(opts), _producer_options(opts),
         transactional, _sink_id(opts), opts.get("checkpointlocation"),
-        _positive(opts, "transactionTimeoutMs", DEFAULT_TRANSACTION_TIMEOUT_MS))
+        positive_option(opts, "transactionTimeoutMs", DEFAULT_TRANSACTION_TIMEOUT_MS))
 
 
 @dataclass(frozen=True)
@@ -291,28 +291,6 @@ def _acks(text: str) -> str | int:
     if value in ("0", "1"):
         return int(value)
     raise OptionError(f"acks must be 'all', '1' or '0', got {text!r}")
-
-
-def _boolean(opts: dict[str, str], name: str, default: bool) -> bool:
-    text = opts.get(name.lower())
-    if text is None:
-        return default
-    if text.strip().lower() not in ("true", "false"):
-        raise OptionError(f"{name} must be 'true' or 'false', got {text!r}")
-    return text.strip().lower() == "true"
-
-
-def _positive(opts: dict[str, str], name: str, default: int) -> int:
-    text = opts.get(name.lower())
-    if text is None:
-        return default
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise OptionError(f"{name} must be an integer, got {text!r}") from None
-    if value <= 0:
-        raise OptionError(f"{name} must be positive, got {value}")
-    return value
 
 
 MAX_SINK_ID_LENGTH = 200  # its tasks' transactional ids add "-<partition>-<attempt>-<k>"

@@ -107,29 +107,29 @@ class RequestMetrics:
             self._observe(request, seconds, error_codes[0] if error_codes else 0)
             for code in error_codes[1:]:
                 self._count_error(request, code)
-            counters = self._topic(topic, create=records > 0)
-            if counters is None:
-                return
-            if follower:
-                counters[4] += size
-                return
-            counters[2] += records
-            counters[3] += size
-            counters[6] += 1
-            counters[8] += bool(error_codes)
+            counters = self._sent(topic, follower, records, size)
+            if counters is not None and not follower:
+                counters[6] += 1
+                counters[8] += bool(error_codes)
 
     def pushed(self, topic: str, follower: bool, records: int, size: int) -> None:
         """What a fetch session pushed: traffic out, like a fetch's, but no request (so no
         request count or latency) of its own."""
         with self._lock:
-            counters = self._topic(topic, create=records > 0)
-            if counters is None:
-                return
-            if follower:
-                counters[4] += size
-                return
+            self._sent(topic, follower, records, size)
+
+    def _sent(self, topic: str, follower: bool, records: int, size: int) -> list[int] | None:
+        """Count traffic out of ``topic`` (caller holds the lock): replication bytes for a
+        follower, else messages and bytes out; the topic's counters, if it has any."""
+        counters = self._topic(topic, create=records > 0)
+        if counters is None:
+            return None
+        if follower:
+            counters[4] += size
+        else:
             counters[2] += records
             counters[3] += size
+        return counters
 
     def _observe(self, request: str, seconds: float, error_code: int) -> None:
         histogram = self._latency.get(request)

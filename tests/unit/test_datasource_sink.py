@@ -48,7 +48,7 @@ def test_streams_are_exactly_once_and_batch_writes_are_not_transactional_by_defa
     (False, {"transactional": "true", "acks": "1"}, ["acks='1' with transactional=true"]),
     (True, {"sinkId": "a b"}, ["sinkId: sink id 'a b' must be"]),
     (True, {"sinkId": "x" * 201}, ["must be 1 to 200"]),
-    (True, {"transactionTimeoutMs": "0"}, ["transactionTimeoutMs must be positive"]),
+    (True, {"transactionTimeoutMs": "0"}, ["transactionTimeoutMs must be a positive integer"]),
     (True, {"transactionTimeoutMs": "1m"}, ["transactionTimeoutMs must be an integer"]),
 ])
 def test_bad_sink_options_name_the_option(streaming: bool, options: dict[str, str],
