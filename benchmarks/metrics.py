@@ -86,6 +86,7 @@ def get(address: str) -> bytes:
 
 SCRAPER = """
 import select, sys, urllib.request
+print("ready", flush=True)
 count = 0
 while not select.select([sys.stdin], [], [], 1.0)[0]:  # until stdin closes
     with urllib.request.urlopen(f"http://{sys.argv[1]}/metrics", timeout=60) as response:
@@ -102,6 +103,10 @@ class Scraper:
     def __init__(self, address: str) -> None:
         self._proc = subprocess.Popen([sys.executable, "-c", SCRAPER, address],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        # The interpreter's start is not the endpoint's cost: the round is timed once the
+        # scraper is up (its first scrape follows at once).
+        assert self._proc.stdout is not None
+        assert self._proc.stdout.readline().strip() == "ready"
 
     def stop(self) -> int:
         out, _ = self._proc.communicate(timeout=120)  # closes stdin
