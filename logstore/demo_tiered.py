@@ -15,6 +15,7 @@ in as ``DemoStep``s), or boto3/s3fs (the tiering adapter reaches S3).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -60,6 +61,8 @@ def remote_store(data_dir: str, enabled: bool = True) -> Iterator[RemoteStore | 
         return
     for name, value in DEMO_S3_ENV.items():
         os.environ.setdefault(name, value)
+    # moto's HTTP server logs every request at INFO (hundreds of lines over the demo's table)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
