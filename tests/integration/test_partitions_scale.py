@@ -17,6 +17,7 @@ from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
 from logstore.model import LATEST
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, bounded_producer
+from tests.helpers import wait_for
 
 TOPICS, PER_TOPIC = 20, 200
 FILE_CAP = 50
@@ -27,16 +28,16 @@ def _wait_usable(bootstrap: str, topics: dict[str, int]) -> None:
     """Until every partition answers list_offsets without an error (a bounded wait)."""
     conn = BrokerConnection(bootstrap)
     pending = dict(topics)
-    deadline = time.monotonic() + WAIT_S
-    while pending:
+
+    def all_usable() -> bool:
         for name, count in list(pending.items()):
             response = conn.call(ListOffsetsRequest(topic=name, partitions=[
                 ListOffsetsPartition(partition=p, timestamp=LATEST) for p in range(count)]))
             if all(r.error_code == 0 for r in response.partitions):
                 del pending[name]
-        assert time.monotonic() < deadline, f"not usable after {WAIT_S:.0f} s: {sorted(pending)}"
-        if pending:
-            time.sleep(0.1)
+        return not pending
+
+    wait_for(all_usable, "every partition answering list_offsets", timeout_s=WAIT_S)
 
 
 def _segment_fds(pid: int) -> int:
