@@ -344,7 +344,8 @@ class Consumer:
         self.assign(sorted(new))
         committed = group.committed(sorted(added), self._require_stable) if added else {}
         for tp, om in committed.items():
-            self._positions[tp] = om.offset
+            # through _set_position: a fetch session may have pushed past the committed offset
+            self._set_position(tp, om.offset)
         log.info("group %s generation %d: assigned %s", group.settings.group_id,
                  outcome.generation_id, sorted(map(str, new)))
         if self._listener is not None:

@@ -145,6 +145,8 @@ class FetchSessions:
                 self._drop(session)
             elif stale:
                 self._send(session, {}, stale)
+        for target in [t for t in self._retry_at if t not in targets]:
+            del self._retry_at[target]  # no longer wanted (the leader moved): no retry
         now = time.monotonic()
         for target, offsets in targets.items():
             if self._retry_at.get(target, 0.0) > now:
@@ -156,6 +158,10 @@ class FetchSessions:
                 self._open(target, offsets)
             elif add:
                 self._send(current, add, [])
+
+    def retry_pending(self) -> bool:
+        """Whether a wanted session waits to be opened again (``wait`` returns early for it)."""
+        return bool(self._retry_at)
 
     def wait(self, timeout_s: float) -> list[Event]:
         """The frames that arrived, waiting up to ``timeout_s`` (less while a session waits to

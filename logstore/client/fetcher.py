@@ -363,6 +363,8 @@ class Fetcher:
         anew (their targets may have changed)."""
         for tp in set(self._fetch_offsets) - keep:
             self.metrics.forget(tp.topic, tp.partition)
+            if self._sessions is not None:  # assigned again later, it is positioned anew
+                self._sessions.forget(tp)
         for tp in set(self._buffer) - keep:
             _release(self._buffer.pop(tp))
         self._fetch_offsets = {tp: o for tp, o in self._fetch_offsets.items() if tp in keep}

@@ -349,6 +349,44 @@ def test_static_member_restart_keeps_assignment_without_rebalance(gbroker: Broke
         b.stop()
 
 
+def test_rebalance_resumes_from_the_committed_offsets(gbroker: BrokerProcess,
+                                                     admin: Admin) -> None:
+    """A member that polled past its committed offsets starts again from them after a
+    rebalance (as Kafka's consumer does), though its fetch session already pushed everything:
+    the partition it keeps through the rebalance is positioned anew in the session, and the
+    uncommitted records come again. Two partitions, so that a member keeps one of them."""
+    topic, group = new_topic(admin, 2), group_name()
+    tps = [TopicPartition(topic, p) for p in range(2)]
+    produce(gbroker.bootstrap, topic, 2, 200)
+    again: set[tuple[int, int]] = set()
+    stop = threading.Event()
+    with Consumer(gbroker.bootstrap, group_id=group, enable_auto_commit=False, **FAST) as a:
+        a.subscribe([topic])
+        assert len(consume(a, 200)) == 200
+        a.commit(dict.fromkeys(tps, 40))
+        generation = a._group.generation_id
+
+        def poll_a() -> None:  # a rejoins from its poll loop while b joins and leaves
+            while not stop.is_set():
+                again.update((tp.partition, r.offset) for tp, rs in a.poll(50).items()
+                             for r in rs)
+
+        poller = threading.Thread(target=poll_a)
+        poller.start()
+        try:
+            with Consumer(gbroker.bootstrap, group_id=group, enable_auto_commit=False,
+                          **FAST) as b:
+                b.subscribe([topic])
+                wait_for(lambda: b.poll(50) is not None and
+                         b._group.generation_id > generation, "b in the group")
+            wait_for(lambda: again >= {(p, o) for p in range(2) for o in range(40, 100)},
+                     "offsets 40-99 of both partitions consumed again after the rebalances")
+        finally:
+            stop.set()
+            poller.join(WAIT_S)
+    assert min(o for _, o in again) == 40
+
+
 def test_member_that_stops_polling_leaves_and_rejoins(gbroker: BrokerProcess,
                                                       admin: Admin) -> None:
     topic, group = new_topic(admin, 2), group_name()
