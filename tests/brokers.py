@@ -73,6 +73,17 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+# A Spark application started as a subprocess (the kill tests start a dozen) starts its JVM
+# with the client JIT only and the serial collector: about 2.5 s less per start on two cores.
+SPARK_JOB_SUBMIT_ARGS = \
+    "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"
+
+
+def spark_job_env() -> dict[str, str]:
+    """``subprocess_env()`` for a process that starts its own Spark session."""
+    return {**subprocess_env(), "PYSPARK_SUBMIT_ARGS": SPARK_JOB_SUBMIT_ARGS}
+
+
 class BrokerProcess:
     """One broker subprocess. The port and log directory stay the same across restarts, so a
     restarted broker finds its data and clients find the broker."""

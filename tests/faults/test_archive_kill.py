@@ -22,7 +22,7 @@ from pathlib import Path
 from datasource.iceberg import catalog_settings, referenced_files, stored_files
 from jobs.archive_write import run_id_of
 from logstore import Admin
-from tests.brokers import REPO_ROOT, BrokerProcess, bounded_producer, new_topic, subprocess_env
+from tests.brokers import REPO_ROOT, BrokerProcess, bounded_producer, new_topic, spark_job_env
 from tests.spark.archive_helpers import load_table, table_rows, warehouse_args
 from tests.spark.helpers import consumer_rows
 
@@ -54,7 +54,7 @@ def _job(argv: list[str], mode: str, log_path: Path) -> tuple[subprocess.Popen[s
     command = [sys.executable, "-m", "jobs.archive", *argv, "--mode", mode,
                "--trigger-interval", "1", "--master", "local[1]", "--no-progress"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, env=subprocess_env(), cwd=REPO_ROOT)
+                               text=True, env=spark_job_env(), cwd=REPO_ROOT)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
@@ -115,7 +115,7 @@ def test_archive_killed_ten_times_keeps_every_record_exactly_once(
         producers.thread.join(60)
     final = subprocess.run([sys.executable, "-m", "jobs.archive", *argv, "--no-progress",
                             "--master", "local[1]"], capture_output=True, text=True,
-                           env=subprocess_env(), cwd=REPO_ROOT, timeout=RUN_TIMEOUT_S)
+                           env=spark_job_env(), cwd=REPO_ROOT, timeout=RUN_TIMEOUT_S)
     assert final.returncode == 0, f"{history}\n{final.stderr[-3000:]}"
     print("kills:", *history, sep="\n  ")
     table = load_table(where, "ns.kill")

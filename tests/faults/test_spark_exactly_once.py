@@ -32,7 +32,7 @@ import pyarrow as pa
 import pytest
 
 from logstore import Admin, NewTopic, Producer
-from tests.brokers import REPO_ROOT, BrokerFactory, BrokerProcess, subprocess_env
+from tests.brokers import REPO_ROOT, BrokerFactory, BrokerProcess, spark_job_env
 from tests.helpers import WAIT_S
 from tests.txn_reading import end_offsets, read_values
 
@@ -78,7 +78,7 @@ def run(command: list[str], stderr: Path, kill_after: tuple[int, float] | None) 
     if it finished first (a failure of its own fails the test)."""
     with open(stderr, "a") as err:
         job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True,
-                               env=subprocess_env(), cwd=REPO_ROOT, start_new_session=True)
+                               env=spark_job_env(), cwd=REPO_ROOT, start_new_session=True)
     assert job.stdout is not None
     seen = 0
     try:

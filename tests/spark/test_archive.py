@@ -260,7 +260,8 @@ def test_stream_group_id_commits_batches_so_lag_reaches_zero(
 
 
 def test_bad_input_fails_clearly_without_a_commit(spark: Any, broker: BrokerProcess,
-                                                  tmp_path: Path) -> None:
+                                                  tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Goal: an unknown catalog type, an unreachable warehouse, a table whose columns do not
     fit the topic and a pattern matching nothing each fail with a message naming it, and
     nothing is committed. Method: each mistake in turn against one good table."""
@@ -283,6 +284,8 @@ def test_bad_input_fails_clearly_without_a_commit(spark: Any, broker: BrokerProc
 
     fails(r"cannot load the nosuch catalog", "--topic", topic, *base, "--catalog", "type=nosuch")
     dead = warehouse_args(tmp_path / "dead", "s3://nowhere/wh", "http://127.0.0.1:9")
+    # botocore retries a refused connection for about 25 s by default; one attempt says the same
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     fails(r"--warehouse s3://nowhere/wh: cannot reach it", "--topic", topic, "--table", "ns.t",
           *dead, "--bootstrap-server", broker.bootstrap)
     fails(r"table 'ns.good' does not match topic\(s\) \[.*-typed'\]: missing columns \['id'\]",
