@@ -264,12 +264,15 @@ class Producer:
         """Queue one record; the future's ``result(timeout)`` is its RecordMetadata. Blocks
         while ``buffer_memory`` is full, up to ``max_block_ms``."""
         # The common record (bytes value, bytes or no key, nothing else) costs two list
-        # appends under the lock; everything else takes _send_any.
+        # appends under the lock; everything else takes _send_any. The lock is taken with
+        # acquire/release, not ``with``: a tenth of a microsecond less, a tenth of this call.
         if type(value) is not bytes or key is not None and type(key) is not bytes or \
                 partition is not None or timestamp_ms is not None or headers is not None or \
                 self._txn is not None:
             return self._send_any(topic, value, key, partition, timestamp_ms, headers)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             chunk = self._chunks.get(topic)
             if chunk is not None:
                 values = chunk.values
@@ -281,6 +284,8 @@ class Producer:
                 elif index == 0 and self.linger_s == 0:
                     self._wake.set()  # linger_ms=0: go now, with whatever gathers meanwhile
                 return FutureRecordMetadata(chunk, index)
+        finally:
+            lock.release()
         return self._send_any(topic, value, key, partition, timestamp_ms, headers)
 
     def _send_any(self, topic: str, value: Any, key: Any, partition: int | None,
