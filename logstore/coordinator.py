@@ -17,11 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
 from logstore.records import DEFAULT_SCHEMA, TIMESTAMP_TYPE, ControlType
+
+if TYPE_CHECKING:
+    from logstore.segments.producer_state import VerificationGuard
 
 R = TypeVar("R")
 S = TypeVar("S")
@@ -143,9 +146,14 @@ class CoordinatorLog(Protocol):
         """The leader epoch if this broker leads ``partition``, else None."""
 
     def append(self, partition: int, batch: pa.RecordBatch,
-               producer: TxnProducer | None = None) -> int:
+               producer: TxnProducer | None = None, verify: bool = False,
+               guard: VerificationGuard | None = None) -> int:
         """Append and wait for the acknowledgement (acks=all); the batch's base offset;
-        raises ApiError. With ``producer``, as that producer's transactional batch."""
+        raises ApiError. With ``producer``, as that producer's transactional batch; with
+        ``verify`` too, that batch must join the producer's transaction open on the partition
+        or carry the verified ``guard`` of the partition leader's check with the transaction
+        coordinator that no marker has cleared since (else TRANSACTION_ABORTABLE, nothing
+        written: KIP-890 part 1, as for a producer's own batch)."""
 
     def read(self, partition: int) -> Iterator[LoggedBatch]:
         """Every batch up to the log end (this broker leads the partition), in offset order,

@@ -4,7 +4,7 @@ Owns: ``ReplicaCoordinatorLog``, the ``CoordinatorLog`` seam over one internal t
 (``__consumer_offsets``, ``__transaction_state``): reading a led partition to its log end as
 ``LoggedBatch`` values (control batches and transactional batches marked as such) and appending
 through the replica manager with acks=all (as a producer's transactional batch when a result
-names one); and ``InternalTopic``, which creates such a topic on first use (compacted, its
+names one, checked against the verification guard the caller brings); and ``InternalTopic``, which creates such a topic on first use (compacted, its
 partition count, a replication factor capped to the live brokers, a min ISR the replication
 factor allows) and answers which broker leads the partition of a key. Must not: hold
 coordinator state or rules, or touch the transport.
@@ -30,6 +30,7 @@ from logstore.errors import (
 from logstore.messages.groups import FindCoordinatorResponse
 from logstore.model import NewTopic, TopicPartition
 from logstore.records import DEFAULT_SCHEMA, FLAG_TRANSACTIONAL, control_marker
+from logstore.segments.producer_state import VerificationGuard
 
 READ_CHUNK_BYTES = 8 * 1024 * 1024
 APPEND_TIMEOUT_MS = 30_000
@@ -57,14 +58,16 @@ class ReplicaCoordinatorLog:
         return p.leader_epoch if p.is_leader else None
 
     def append(self, partition: int, batch: pa.RecordBatch,
-               producer: TxnProducer | None = None) -> int:
+               producer: TxnProducer | None = None, verify: bool = False,
+               guard: VerificationGuard | None = None) -> int:
         tp = TopicPartition(self.topic, partition)
         if producer is None:
             pending = self._replicas.append_records(tp, batch, -1)
         else:  # no sequence: the coordinator, not the producer, writes it (Kafka's origin)
             pending = self._replicas.append_records(
                 tp, batch, -1, producer_id=producer.producer_id,
-                producer_epoch=producer.producer_epoch, flags=FLAG_TRANSACTIONAL)
+                producer_epoch=producer.producer_epoch, flags=FLAG_TRANSACTIONAL,
+                verify=verify, guard=guard)
         return pending.wait(APPEND_TIMEOUT_MS).first_offset
 
     def read(self, partition: int) -> Iterator[LoggedBatch]:

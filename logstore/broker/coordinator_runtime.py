@@ -49,6 +49,7 @@ from logstore.errors import (
     NotCoordinatorError,
     UnknownServerError,
 )
+from logstore.segments.producer_state import VerificationGuard
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +110,14 @@ class CoordinatorRuntime(Generic[S]):
     # -- requests ----------------------------------------------------------------------------
 
     def write(self, partition: int, key: Hashable, handler: Handler[S, R], *,
-              exclusive: bool = True) -> R:
+              exclusive: bool = True, verify: bool = False,
+              guard: VerificationGuard | None = None) -> R:
         """Run a handler that may append records; its response once they are durable.
         ``exclusive``: the change replaces ``key``'s state, so updates of ``key`` wait while
         the records are appended; a change that merges into it (an offset commit) passes
-        False."""
+        False. ``verify`` and ``guard`` go with a transactional append (the result names its
+        producer) to the log, which checks them under its lock (``CoordinatorLog.append``);
+        the handler never sees them."""
         part = self._current(partition)
         with part.write_lock:
             self._check_current(partition, part)
@@ -125,7 +129,7 @@ class CoordinatorRuntime(Generic[S]):
                 keys = {key} if exclusive else set()
                 part.in_flight.update(keys)
             self._append_then_apply(partition, part, result.records,
-                                    _applier(result), keys, result.producer)
+                                    _applier(result), keys, result.producer, verify, guard)
         return result.response
 
     def update(self, partition: int, key: Hashable, handler: Handler[S, R]) -> R:
@@ -216,14 +220,15 @@ class CoordinatorRuntime(Generic[S]):
 
     def _append_then_apply(self, partition: int, part: _Partition[S],
                            records: list[pa.RecordBatch], apply: Callable[[int], None],
-                           keys: Collection[Hashable], producer: TxnProducer | None = None
+                           keys: Collection[Hashable], producer: TxnProducer | None = None,
+                           verify: bool = False, guard: VerificationGuard | None = None
                            ) -> None:
         """Append with no state lock held; apply (given the batch's offset) only if the
         append succeeded; always let the keys' updates go on."""
         applied: Callable[[], None] | None = None
         try:
             batch = records[0] if len(records) == 1 else pa.concat_batches(records)
-            offset = self._log.append(partition, batch, producer)
+            offset = self._log.append(partition, batch, producer, verify, guard)
             applied = functools.partial(apply, offset)
         except ApiError as e:
             log.info("%s-%d: append failed, nothing applied: %s", self.topic, partition, e)

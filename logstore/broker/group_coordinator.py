@@ -49,6 +49,7 @@ from logstore.messages.groups import (
 )
 from logstore.messages.transactions import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from logstore.model import OFFSETS_TOPIC
+from logstore.segments.producer_state import VerificationGuard
 
 
 @dataclass
@@ -111,12 +112,17 @@ class GroupCoordinatorService:
         self.stats.offset_commits += sum(1 for o in resp.offsets if not o.error_code)
         return resp
 
-    def txn_offset_commit(self, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    def txn_offset_commit(self, req: TxnOffsetCommitRequest, verify: bool = False,
+                          guard: VerificationGuard | None = None) -> TxnOffsetCommitResponse:
         """Offsets staged in the producer's transaction. Written under the producer's key, so
-        its marker's completion (``complete_txn``) waits until they are applied."""
+        its marker's completion (``complete_txn``) waits until they are applied. With
+        ``verify``, the batch must join the producer's transaction open on the offsets
+        partition or carry ``guard``, the partition leader's verification with the
+        transaction coordinator, still valid when it lands (else TRANSACTION_ABORTABLE and
+        nothing is staged)."""
         return self.runtime.write(self.partition(req.group_id), ("txn", req.producer_id),
                                   lambda shard, now: txn_offsets.txn_offset_commit(
-                                      shard, req, now))
+                                      shard, req, now), verify=verify, guard=guard)
 
     def complete_txn(self, partition: int, producer_id: int, committed: bool,
                      marker_offset: int) -> int:

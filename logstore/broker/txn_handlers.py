@@ -4,7 +4,8 @@ broker put together.
 Owns: the Routes of init_producer_id (an idempotent producer's id from any broker, a
 transactional one's from its coordinator), add_partitions_to_txn (and its verify-only form),
 add_offsets_to_txn, txn_offset_commit (to the group coordinator, after the partition leader's
-check that the group's partition is in the transaction), end_txn (answered once the decided
+check that the group's partition is in the transaction, whose guard goes with the offsets
+batch to the log), end_txn (answered once the decided
 transactions are complete, or, if their markers take longer than END_TXN_WAIT_S, once the
 decision is durable, as Kafka answers), prepare_txn, write_txn_markers, describe_transactions,
 list_transactions and describe_producers; the transactional half of find_coordinator; creating
@@ -170,12 +171,20 @@ class TxnHandlers:
                               partition_for(group_id, self._groups.ensure_offsets_topic()))
 
     def txn_offset_commit(self, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+        """Unless the producer's transaction is open on the group's offsets partition at its
+        epoch, ask the transactional id's coordinator first (KIP-890 part 1), as a leader
+        does for a data batch (``handlers._transactional_flags``): the offsets batch then
+        carries the guard of that answer, which the log checks under its lock, so a marker
+        written meanwhile makes the commit TRANSACTION_ABORTABLE instead of opening a
+        transaction nobody would end on ``__consumer_offsets``."""
         def commit() -> TxnOffsetCommitResponse:
             tp = self._offsets_partition(req.group_id)
-            if not self._replicas.has_open_transaction(tp, req.producer_id):
+            guard = self._replicas.verification_guard(tp, req.producer_id, req.producer_epoch)
+            if guard is not None and not guard.verified:
                 self.verifier.verify(req.transactional_id, req.producer_id,
                                      req.producer_epoch, tp)
-            return self._groups.coordinator.txn_offset_commit(req)
+                guard.verified = True
+            return self._groups.coordinator.txn_offset_commit(req, verify=True, guard=guard)
         return _answer(TxnOffsetCommitResponse, commit)
 
     def end_txn(self, req: EndTxnRequest) -> EndTxnResponse:

@@ -19,8 +19,9 @@ Rules (``check``), for a leader batch of producer ``pid`` with ``epoch``, sequen
   is known (as in Kafka, a producer whose epoch only a marker wrote, or whose batches
   retention took, may go on from any sequence);
 - a non-transactional batch from a producer with an open transaction: InvalidTxnStateError;
-- with verification (KIP-890 part 1, ``verification_guard``): a transactional batch joins the
-  producer's transaction open on this partition at its epoch, or else must carry the guard
+- with verification (KIP-890 part 1, ``verification_guard``): a transactional batch (the
+  producer's, or one a coordinator writes for it: offsets committed in its transaction) joins
+  the producer's transaction open on this partition at its epoch, or else must carry the guard
   of a verification with the coordinator that no marker has cleared since: otherwise
   TransactionAbortableError (its transaction ended meanwhile). Checked under the log's lock
   together with the append, so a batch whose transaction was completed or aborted between its
@@ -189,20 +190,20 @@ class ProducerStateManager:
         """Validate a leader append; returns the original batch when it is a duplicate. A
         transactional batch without a sequence (-1) is one a coordinator writes for the
         producer (offsets committed in its transaction): only its epoch is checked. With
-        ``verify``, a producer's transactional batch must join its open transaction or carry
-        a still valid, verified ``guard``."""
+        ``verify``, a producer's transactional batch (a coordinator's too) must join its open
+        transaction or carry a still valid, verified ``guard``."""
         if epoch < 0 or (base_sequence < 0 and not (transactional and base_sequence == -1)):
             raise InvalidRecordError(f"{self.tp}: producer {producer_id} sent base_sequence "
                                      f"{base_sequence} and epoch {epoch}; both must be >= 0")
         entry = self._producers.get(producer_id)
+        duplicate = None
         if entry is not None and base_sequence < 0:
             self._check_epoch(entry, epoch)
-            return None
-        duplicate = None if entry is None else \
-            self._check_sequence(entry, epoch, base_sequence, record_count)
-        if duplicate is None and entry is not None:
-            self._check_txn_state(entry, transactional)
-        if duplicate is None and transactional and verify and base_sequence >= 0:
+        elif entry is not None:
+            duplicate = self._check_sequence(entry, epoch, base_sequence, record_count)
+            if duplicate is None:
+                self._check_txn_state(entry, transactional)
+        if duplicate is None and transactional and verify:
             self._check_verified(entry, producer_id, epoch, guard)
         return duplicate
 

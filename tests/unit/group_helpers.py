@@ -67,7 +67,9 @@ class MemoryOffsetsLog:
         return self.epochs[partition]
 
     def append(self, partition: int, batch: pa.RecordBatch,
-               producer: TxnProducer | None = None) -> int:
+               producer: TxnProducer | None = None, verify: bool = False,
+               guard: object = None) -> int:
+        """(No producer state here: ``verify`` and ``guard`` are the real log's.)"""
         gate = self.gates.get(partition)
         if gate is not None:
             gate.entered.set()

@@ -7,7 +7,9 @@ Goal: a batch whose transaction ended (a marker reached the partition) between i
 with the coordinator and its append is refused with TRANSACTION_ABORTABLE and writes nothing,
 so it can never open a transaction nobody will end and pin the last stable offset; an
 unverified guard, a guard of another epoch and a missing guard are refused the same way;
-without verification (``verify`` False) the log behaves as before. Method: a real Log on
+without verification (``verify`` False) the log behaves as before. The same holds for the
+batch a group coordinator writes for the producer (offsets committed in its transaction, no
+sequence). Method: a real Log on
 tmp_path with a FakeClock; the test plays the broker (takes the guard, marks it verified as
 a positive answer does) and the coordinator's marker writer.
 """
@@ -111,3 +113,44 @@ def test_a_duplicate_of_a_written_batch_is_answered_even_after_its_marker(
     again = send(log, 0, None)
     assert again.duplicate and again.first_offset == first.first_offset
     assert_nothing_pinned(log, 2)
+
+
+def coordinator_send(log: Log, guard: VerificationGuard | None, verify: bool = True
+                     ) -> AppendInfo:
+    """Offsets a group coordinator commits in the producer's transaction: its transactional
+    batch without a sequence."""
+    return log.append_as_leader(keyed(0, 1), producer_id=PID, producer_epoch=0,
+                                base_sequence=-1, flags=FLAG_TRANSACTIONAL, verify=verify,
+                                guard=guard)
+
+
+@pytest.mark.parametrize("known", [False, True], ids=["new producer", "known producer"])
+def test_a_coordinators_batch_after_a_marker_is_refused_like_the_producers(
+        tmp_path: Path, known: bool) -> None:
+    """Goal: the same check holds for the batch a group coordinator writes for the producer
+    (no sequence), whether or not the partition knew the producer before."""
+    log = open_log(tmp_path, FakeClock())
+    if known:
+        coordinator_send(log, verified(log))        # 0: a first transaction ...
+        log.append_control_marker(PID, 0, COMMIT, 0)  # 1: ... committed
+    guard = verified(log)
+    log.append_control_marker(PID, 0, ABORT, 0)     # aborted between the check and the append
+    with pytest.raises(errors.TransactionAbortableError, match="producer 7 epoch 0"):
+        coordinator_send(log, guard)
+    assert_nothing_pinned(log, 3 if known else 1)
+
+
+def test_a_coordinators_batch_joins_the_open_transaction_or_needs_a_guard(
+        tmp_path: Path) -> None:
+    log = open_log(tmp_path, FakeClock())
+    with pytest.raises(errors.TransactionAbortableError):
+        coordinator_send(log, None)                 # not open here, no verification
+    coordinator_send(log, verified(log))            # 0: opens the transaction
+    coordinator_send(log, None)                     # 1: joins it
+    assert log.producer_state.open_transactions == {PID: 0}
+    log.append_control_marker(PID, 0, ABORT, 0)     # 2
+    with pytest.raises(errors.TransactionAbortableError):
+        coordinator_send(log, None)                 # open at the check, ended before the append
+    assert_nothing_pinned(log, 3)
+    coordinator_send(log, None, verify=False)       # without verification: as before
+    assert log.producer_state.open_transactions == {PID: 3}
