@@ -3,7 +3,8 @@ partition of an internal topic, which answers a request with the records to appe
 memory change to make once they are durable.
 
 Owns: ``CoordinatorResult`` (records, response, apply, and the producer of a transactional
-append, whose change learns the appended batch's offset), ``Completions`` (futures a state machine resolves only when its change is applied),
+append, whose change learns the appended batch's offset), ``Completions`` (futures a state
+machine resolves only when its change is applied),
 ``LoggedBatch`` (a batch as a replay reads it: its records, producer, transactional flag and, for
 a control batch, its COMMIT or ABORT), and the two seams a coordinator runtime drives:
 ``CoordinatorLog`` (the internal topic's partitions on this broker) and ``ShardLoader`` (builds a

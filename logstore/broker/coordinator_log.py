@@ -4,10 +4,11 @@ Owns: ``ReplicaCoordinatorLog``, the ``CoordinatorLog`` seam over one internal t
 (``__consumer_offsets``, ``__transaction_state``): reading a led partition to its log end as
 ``LoggedBatch`` values (control batches and transactional batches marked as such) and appending
 through the replica manager with acks=all (as a producer's transactional batch when a result
-names one, checked against the verification guard the caller brings); and ``InternalTopic``, which creates such a topic on first use (compacted, its
-partition count, a replication factor capped to the live brokers, a min ISR the replication
-factor allows) and answers which broker leads the partition of a key. Must not: hold
-coordinator state or rules, or touch the transport.
+names one, checked against the verification guard the caller brings); and ``InternalTopic``,
+which creates such a topic on first use (compacted, its partition count, a replication factor
+capped to the live brokers, a min ISR the replication factor allows) and answers which broker
+leads the partition of a key. Must not: hold coordinator state or rules, or touch the
+transport.
 """
 
 from __future__ import annotations

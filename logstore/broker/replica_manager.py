@@ -231,10 +231,6 @@ class ReplicaManager:
         return self.partition(tp).append_marker_to_leader(producer_id, producer_epoch, marker,
                                                           coordinator_epoch)
 
-    def has_open_transaction(self, tp: TopicPartition, producer_id: int) -> bool:
-        """Whether ``producer_id`` has a transaction open on ``tp`` (on this replica)."""
-        return producer_id in self.partition(tp).log.producer_state.open_transactions
-
     def producers(self, tp: TopicPartition) -> list[ProducerEntry]:
         """The producers of a led partition (describe_producers)."""
         p = self.partition(tp)
