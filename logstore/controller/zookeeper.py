@@ -11,7 +11,9 @@ reads its partition's once). Users' credentials and ACLs are ``zk_security.py``'
 transactions are ``zk_topic_txn.py``'s; with ``zk_set_acl`` (a ``ZkDigest``) every znode this store
 creates is writable only by that digest identity. The znode layout is ``zk_paths.py``'s. Must not: be imported by anything but
 the composition root, or let kazoo exceptions out (connection trouble becomes the retriable
-``RequestTimedOutError``); this is the only module that imports kazoo.
+``RequestTimedOutError``). kazoo is imported only here and by the ``zk_*.py`` modules that hold
+this store's parts: ``zk_session.py`` (the kazoo client, and every call on it bounded by the
+session timeout).
 
 Threads: kazoo calls watches and the connection-state listener on its own threads, which must
 not block, so they only drop cache entries and queue an event. The events thread
@@ -29,26 +31,17 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from collections.abc import Hashable
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionClosedError,
-    ConnectionLoss,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
-    RolledBackError,
-    RuntimeInconsistency,
-    SessionExpiredError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
-from kazoo.retry import KazooRetry
-from kazoo.security import make_acl, make_digest_acl
 
 from logstore.controller import zk_paths as zp
 from logstore.controller.store import (
@@ -73,13 +66,13 @@ from logstore.controller.zk_cache import (
 )
 from logstore.controller.zk_events import EventsThread
 from logstore.controller.zk_security import ZkSecurity
+from logstore.controller.zk_session import MAX_CAS_ATTEMPTS, ZkDigest, ZkSession
 from logstore.controller.zk_topic_txn import NewTopicState, add_partitions, add_topic, txn_chunks
 from logstore.errors import (
     ApiError,
     ConfigError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
-    UnknownServerError,
     UnknownTopicOrPartitionError,
 )
 from logstore.security.acl import AclBinding
@@ -92,31 +85,12 @@ from logstore.tiering.metadata import (
     parse_topic_dir,
 )
 
+__all__ = ["KazooMetadataStore", "ZkDigest"]  # ZkDigest: zk_session.py's, for main.py
+
 log = logging.getLogger(__name__)
 
 _SESSION_LOST = "session-lost"
 _RECONNECTED = "reconnected"
-MAX_CAS_ATTEMPTS = 100
-RECONNECT_MAX_DELAY_S = 1.0
-_CONNECTION_ERRORS = (KazooTimeoutError, ConnectionLoss, SessionExpiredError,
-                      ConnectionClosedError)
-_ROLLED_BACK = (RolledBackError, RuntimeInconsistency)
-
-
-def _failure(results: list[Any]) -> Exception | None:
-    """The operation that failed a transaction (the others report that they rolled back)."""
-    for r in results:
-        if isinstance(r, Exception) and not isinstance(r, _ROLLED_BACK):
-            return r
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class ZkDigest:
-    """The digest identity brokers authenticate to ZooKeeper with (``zk_set_acl``)."""
-
-    username: str
-    password: str = field(repr=False)
 
 
 class KazooMetadataStore:
@@ -124,143 +98,57 @@ class KazooMetadataStore:
 
     def __init__(self, zk_connect: str, broker_id: int, session_timeout_ms: int = 18_000,
                  digest: ZkDigest | None = None) -> None:
-        self._hosts, self._chroot = zp.split_zk_connect(zk_connect)
+        hosts, chroot = zp.split_zk_connect(zk_connect)
         self._broker_id = broker_id
-        self._timeout_s = session_timeout_ms / 1000
-        self._digest = digest
-        self._client = self._new_client(self._hosts + (self._chroot or ""))
+        self._zk = ZkSession(hosts, chroot, broker_id, session_timeout_ms / 1000, digest,
+                             self._on_watch)
         self._cache = WatchedCache()
         self._listeners: list[MetadataListener] = []
-        self._connected = threading.Event()
         self._events = EventsThread(f"zk-events-{broker_id}", self._handle,
-                                    retry_while=self._connected.is_set)
+                                    retry_while=self._zk.connected.is_set)
         self._lock = threading.RLock()  # registration and election state
         self._registered: BrokerInfo | None = None
         self._candidate: tuple[ElectedCallback, ResignedCallback | None] | None = None
         self._is_controller = False
         self._won_epoch = 0
         self._started = False
-        self._security = ZkSecurity(_KazooZNodes(self))
-
-    def _new_client(self, hosts: str) -> KazooClient:
-        # Reconnect attempts back off to at most a second, so a restarted ZooKeeper is found
-        # again well inside the session timeout (kazoo's default backoff grows to an hour).
-        retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S)
-        if self._digest is None:
-            return KazooClient(hosts=hosts, timeout=self._timeout_s, connection_retry=retry)
-        d = self._digest
-        return KazooClient(hosts=hosts, timeout=self._timeout_s, connection_retry=retry,
-                           auth_data=[("digest", f"{d.username}:{d.password}")],
-                           default_acl=[make_digest_acl(d.username, d.password, all=True),
-                                        make_acl("world", "anyone", read=True)])
+        self._security = ZkSecurity(_KazooZNodes(self._zk))
 
     def sensitive_acl(self) -> list[Any] | None:
         """The ACL of znodes only the brokers may read (None: ZooKeeper's open default)."""
-        if self._digest is None:
-            return None
-        return [make_digest_acl(self._digest.username, self._digest.password, all=True)]
+        return self._zk.sensitive_acl()
 
     @property
     def client_id(self) -> tuple[int, bytes] | None:
         """(session id, password) of the current session; fault-injection tests use it to
         expire the session from outside."""
-        return self._client.client_id  # type: ignore[no-any-return]
+        return self._zk.client_id
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._chroot:
-            self._create_chroot()
-        self._connect(self._client)
+        self._zk.start()
         self._started = True
-        self._connected.set()
-        self._client.add_listener(self._on_connection_state)
+        self._zk.connected.set()
+        self._zk.client.add_listener(self._on_connection_state)
         for path in zp.PERSISTENT_PATHS:
-            self._op(f"create {path}", self._client.ensure_path_async, path)
-        self._create_if_missing(zp.CONTROLLER_EPOCH,
-                                zp.encode_controller_epoch(zp.INITIAL_CONTROLLER_EPOCH))
+            self._zk.op(f"create {path}", self._zk.client.ensure_path_async, path)
+        self._zk.create_if_missing(zp.CONTROLLER_EPOCH,
+                                   zp.encode_controller_epoch(zp.INITIAL_CONTROLLER_EPOCH))
         self._events.start()
         self._reload_all()
         log.info("broker %d: connected to ZooKeeper at %s%s (session 0x%x)", self._broker_id,
-                 self._hosts, self._chroot or "", self._client.client_id[0])
-
-    def _create_chroot(self) -> None:
-        client = self._new_client(self._hosts)
-        self._connect(client)
-        try:
-            self._wait(client.ensure_path_async(self._chroot), f"create chroot {self._chroot}",
-                       self._timeout_s)
-        finally:
-            client.stop()
-            client.close()
-
-    def _connect(self, client: KazooClient) -> None:
-        try:
-            client.start(timeout=self._timeout_s)
-        except KazooTimeoutError:
-            raise RequestTimedOutError(
-                f"could not connect to ZooKeeper at {self._hosts} within "
-                f"{self._timeout_s * 1000:.0f} ms") from None
+                 self._zk.hosts, self._zk.chroot or "", self._zk.client.client_id[0])
 
     def close(self) -> None:
         """End the session: ZooKeeper deletes this broker's ephemeral znodes at once."""
         if not self._started:
             return
         self._started = False
-        self._client.remove_listener(self._on_connection_state)
-        self._events.stop(self._timeout_s)
+        self._zk.client.remove_listener(self._on_connection_state)
+        self._events.stop(self._zk.timeout_s)
         self._resign("the store is closing")
-        self._client.stop()
-        self._client.close()
-
-    # -- kazoo plumbing ----------------------------------------------------------------------
-
-    def _op(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run an asynchronous kazoo call once connected, all bounded by the session timeout.
-        Waiting for the connection first (as Kafka's ZooKeeper client does) keeps kazoo from
-        queueing a request that it would send after we have given up on it."""
-        start = time.monotonic()
-        if not self._connected.wait(self._timeout_s):
-            raise RequestTimedOutError(f"ZooKeeper did not {what}: not connected")
-        remaining = self._timeout_s - (time.monotonic() - start)
-        return self._wait(call(*args, **kwargs), what, max(remaining, 1.0))
-
-    @staticmethod
-    def _wait(result: Any, what: str, timeout_s: float) -> Any:
-        try:
-            return result.get(timeout=timeout_s)
-        except _CONNECTION_ERRORS as e:
-            raise RequestTimedOutError(f"ZooKeeper did not {what}: {type(e).__name__}") from None
-
-    def _get(self, path: str, watch: bool = False) -> tuple[bytes, Any]:
-        data: tuple[bytes, Any] = self._op(f"read {path}", self._client.get_async, path,
-                                           self._on_watch if watch else None)
-        return data
-
-    def _get_or_none(self, path: str, watch: bool = False) -> tuple[bytes, Any] | None:
-        """Data and stat, or None if the znode does not exist (a read after its parent was
-        listed may find it gone; the parent's watch reports that)."""
-        try:
-            return self._get(path, watch)
-        except NoNodeError:
-            return None
-
-    def _children(self, path: str, watch: bool = False) -> list[str]:
-        children: list[str] = self._op(f"list {path}", self._client.get_children_async, path,
-                                       self._on_watch if watch else None)
-        return children
-
-    def _commit(self, tx: Any, what: str) -> Exception | None:
-        """Commit a transaction; the error of the operation that failed it, or None."""
-        return _failure(self._op(what, tx.commit_async))
-
-    def _create_if_missing(self, path: str, data: bytes) -> None:
-        with contextlib.suppress(NodeExistsError):
-            self._op(f"create {path}", self._client.create_async, path, data)
-
-    def _unexpected(self, error: Exception, what: str) -> ApiError:
-        log.error("broker %d: ZooKeeper refused to %s: %r", self._broker_id, what, error)
-        return UnknownServerError(f"ZooKeeper refused to {what}: {type(error).__name__}")
+        self._zk.stop()
 
     # -- watches, connection state and the events thread -------------------------------------
 
@@ -277,10 +165,10 @@ class KazooMetadataStore:
         """kazoo's thread: only note the change; the events thread acts on it."""
         log.info("broker %d: ZooKeeper connection %s", self._broker_id, state)
         if state == KazooState.CONNECTED:
-            self._connected.set()
+            self._zk.connected.set()
             self._events.put(_RECONNECTED)
             return
-        self._connected.clear()
+        self._zk.connected.clear()
         if state == KazooState.LOST:
             self._events.put(_SESSION_LOST)
 
@@ -362,8 +250,8 @@ class KazooMetadataStore:
 
     def _load_brokers(self) -> tuple[dict[int, BrokerInfo], bool]:
         out = {}
-        for child in self._children(zp.BROKER_IDS, watch=True):
-            if found := self._get_or_none(zp.broker_path(int(child)), watch=True):
+        for child in self._zk.children(zp.BROKER_IDS, watch=True):
+            if found := self._zk.get_or_none(zp.broker_path(int(child)), watch=True):
                 out[int(child)] = zp.decode_broker(found[0])
         return out, True
 
@@ -372,10 +260,10 @@ class KazooMetadataStore:
 
     def _load_controller(self) -> tuple[int | None, bool]:
         # exists() leaves a watch whether or not the znode is there.
-        if self._op(f"read {zp.CONTROLLER}", self._client.exists_async, zp.CONTROLLER,
+        if self._zk.op(f"read {zp.CONTROLLER}", self._zk.client.exists_async, zp.CONTROLLER,
                     self._on_watch) is None:
             return None, True
-        found = self._get_or_none(zp.CONTROLLER)  # None: deleted since; the watch fires
+        found = self._zk.get_or_none(zp.CONTROLLER)  # None: deleted since; the watch fires
         return (zp.decode_controller(found[0]).broker_id if found else None), True
 
     def topics(self) -> dict[str, TopicRecord]:
@@ -383,8 +271,8 @@ class KazooMetadataStore:
 
     def _load_topics(self) -> tuple[dict[str, TopicRecord], bool]:
         out = {}
-        for name in self._children(zp.TOPICS, watch=True):
-            if found := self._get_or_none(zp.topic_path(name), watch=True):
+        for name in self._zk.children(zp.TOPICS, watch=True):
+            if found := self._zk.get_or_none(zp.topic_path(name), watch=True):
                 out[name] = zp.decode_topic(found[0])
         return out, True
 
@@ -393,12 +281,12 @@ class KazooMetadataStore:
 
     def _load_states(self, topic: str) -> tuple[dict[int, PartitionState], bool]:
         try:
-            children = self._children(zp.partitions_path(topic), watch=True)
+            children = self._zk.children(zp.partitions_path(topic), watch=True)
         except NoNodeError:
             return {}, False  # no such topic: nothing to watch, so nothing to cache
         out = {}
         for p in map(int, children):
-            if found := self._get_or_none(zp.partition_state_path(topic, p), watch=True):
+            if found := self._zk.get_or_none(zp.partition_state_path(topic, p), watch=True):
                 out[p] = zp.decode_partition_state(found[0])
         return out, True
 
@@ -417,30 +305,26 @@ class KazooMetadataStore:
         """Create our ephemeral znode. One left by an earlier process of this broker id (kill
         -9, then a restart) disappears when its session expires, so wait for that a while."""
         path, data = zp.broker_path(info.broker_id), zp.encode_broker(info)
-        deadline = time.monotonic() + 1.5 * self._timeout_s + 1.0
+        deadline = time.monotonic() + 1.5 * self._zk.timeout_s + 1.0
         while True:
             try:
-                self._op(f"create {path}", self._client.create_async, path, data,
+                self._zk.op(f"create {path}", self._zk.client.create_async, path, data,
                          ephemeral=True)
                 log.info("broker %d: registered at %s", info.broker_id, path)
                 return
             except NodeExistsError:
-                if self._owned_by_us(path):
-                    self._op(f"update {path}", self._client.set_async, path, data)
+                if self._zk.owned_by_us(path):
+                    self._zk.op(f"update {path}", self._zk.client.set_async, path, data)
                     return
             if not self._wait_until_gone(path, deadline):
                 raise ConfigError(f"broker_id {info.broker_id} is already registered in "
                                   f"ZooKeeper by another live broker ({path})")
 
-    def _owned_by_us(self, path: str) -> bool:
-        found = self._get_or_none(path)
-        return found is not None and found[1].ephemeralOwner == self._client.client_id[0]
-
     def _wait_until_gone(self, path: str, deadline: float) -> bool:
         gone = threading.Event()
         while time.monotonic() < deadline:
             gone.clear()
-            if self._op(f"read {path}", self._client.exists_async, path,
+            if self._zk.op(f"read {path}", self._zk.client.exists_async, path,
                         lambda event: gone.set()) is None:
                 return True
             gone.wait(max(0.0, deadline - time.monotonic()))
@@ -491,22 +375,22 @@ class KazooMetadataStore:
         node = zp.encode_controller(zp.ControllerZNode(self._broker_id, int(time.time() * 1000)))
         for _ in range(MAX_CAS_ATTEMPTS):
             epoch, version = self._read_controller_epoch()
-            tx = self._client.transaction()
+            tx = self._zk.transaction()
             tx.create(zp.CONTROLLER, node, ephemeral=True)
             tx.set_data(zp.CONTROLLER_EPOCH, zp.encode_controller_epoch(epoch + 1),
                         version=version)
-            error = self._commit(tx, "elect a controller")
+            error = self._zk.commit(tx, "elect a controller")
             if error is None:
                 return epoch + 1
             if isinstance(error, NodeExistsError):
                 # Ours if an earlier attempt's answer was lost; then the epoch is ours too.
-                return epoch if self._owned_by_us(zp.CONTROLLER) else None
+                return epoch if self._zk.owned_by_us(zp.CONTROLLER) else None
             if not isinstance(error, BadVersionError):
-                raise self._unexpected(error, "elect a controller")
+                raise self._zk.unexpected(error, "elect a controller")
         raise RequestTimedOutError(f"controller election lost {MAX_CAS_ATTEMPTS} races")
 
     def _read_controller_epoch(self) -> tuple[int, int]:
-        data, stat = self._get(zp.CONTROLLER_EPOCH)
+        data, stat = self._zk.get(zp.CONTROLLER_EPOCH)
         return zp.decode_controller_epoch(data), stat.version
 
     def _resign(self, reason: str) -> None:
@@ -542,11 +426,11 @@ class KazooMetadataStore:
                       outcomes: list[ApiError | None]) -> None:
         if len(chunk) > 1:
             what = f"create {len(chunk)} topics"
-            tx = self._client.transaction()
+            tx = self._zk.transaction()
             for _, (record, states) in chunk:
                 add_topic(tx, record, states)
             try:
-                error = self._commit(tx, what)
+                error = self._zk.commit(tx, what)
             except ApiError as e:  # connection trouble: the outcome is unknown, retriable
                 for i, _ in chunk:
                     outcomes[i] = e
@@ -555,7 +439,7 @@ class KazooMetadataStore:
                 return
             if not isinstance(error, NodeExistsError):
                 for i, _ in chunk:
-                    outcomes[i] = self._unexpected(error, what)
+                    outcomes[i] = self._zk.unexpected(error, what)
                 return
         for i, (record, states) in chunk:
             try:
@@ -565,13 +449,13 @@ class KazooMetadataStore:
 
     def _create_one(self, record: TopicRecord, states: dict[int, PartitionState]) -> None:
         name = record.name
-        tx = self._client.transaction()
+        tx = self._zk.transaction()
         add_topic(tx, record, states)
-        error = self._commit(tx, f"create topic {name}")
+        error = self._zk.commit(tx, f"create topic {name}")
         if isinstance(error, NodeExistsError):
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         if error is not None:
-            raise self._unexpected(error, f"create topic {name}")
+            raise self._zk.unexpected(error, f"create topic {name}")
 
     def update_topic(self, record: TopicRecord, new_states: dict[int, PartitionState]) -> None:
         """Replace the topic's record; create the partitions of ``new_states`` that do not
@@ -580,23 +464,23 @@ class KazooMetadataStore:
         name = record.name
         for _ in range(MAX_CAS_ATTEMPTS):
             existing = self._existing_partitions(name)
-            tx = self._client.transaction()
+            tx = self._zk.transaction()
             tx.set_data(zp.topic_path(name), zp.encode_topic(record))
             add_partitions(tx, name, set(new_states) - existing, new_states)
             for p in set(new_states) & existing:
                 tx.set_data(zp.partition_state_path(name, p),
                             zp.encode_partition_state(new_states[p]))
-            error = self._commit(tx, f"update topic {name}")
+            error = self._zk.commit(tx, f"update topic {name}")
             if error is None:
                 self._changed(TOPICS_KEY, states_key(name))
                 return
             if not isinstance(error, NodeExistsError | NoNodeError):
-                raise self._unexpected(error, f"update topic {name}")
+                raise self._zk.unexpected(error, f"update topic {name}")
         raise RequestTimedOutError(f"topic {name!r}: update lost {MAX_CAS_ATTEMPTS} races")
 
     def _existing_partitions(self, topic: str) -> set[int]:
         try:
-            return {int(p) for p in self._children(zp.partitions_path(topic))}
+            return {int(p) for p in self._zk.children(zp.partitions_path(topic))}
         except NoNodeError:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
 
@@ -606,21 +490,21 @@ class KazooMetadataStore:
             paths = self._subtree(zp.topic_path(name))
             if not paths:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            tx = self._client.transaction()
+            tx = self._zk.transaction()
             for path in paths:
                 tx.delete(path)
-            error = self._commit(tx, f"delete topic {name}")
+            error = self._zk.commit(tx, f"delete topic {name}")
             if error is None:
                 self._changed(TOPICS_KEY, states_key(name))
                 return
             if not isinstance(error, NotEmptyError | NoNodeError):
-                raise self._unexpected(error, f"delete topic {name}")
+                raise self._zk.unexpected(error, f"delete topic {name}")
         raise RequestTimedOutError(f"topic {name!r}: delete lost {MAX_CAS_ATTEMPTS} races")
 
     def _subtree(self, path: str) -> list[str]:
         """``path`` and everything below it, children before parents; [] if it is missing."""
         try:
-            children = self._children(path)
+            children = self._zk.children(path)
         except NoNodeError:
             return []
         out: list[str] = []
@@ -631,7 +515,7 @@ class KazooMetadataStore:
     def set_partition_state(self, topic: str, partition: int, state: PartitionState,
                             expected_epoch: int | None = None) -> bool:
         path = zp.partition_state_path(topic, partition)
-        found = self._get_or_none(path)
+        found = self._zk.get_or_none(path)
         if found is None:
             raise UnknownTopicOrPartitionError(f"partition {topic}-{partition} does not exist")
         current, stat = zp.decode_partition_state(found[0]), found[1]
@@ -642,14 +526,14 @@ class KazooMetadataStore:
             log.warning("%s-%d: refused a state from controller epoch %d; the epoch is %d",
                         topic, partition, state.controller_epoch, epoch)
             return False
-        tx = self._client.transaction()
+        tx = self._zk.transaction()
         tx.check(zp.CONTROLLER_EPOCH, epoch_version)  # fences a replaced controller
         tx.set_data(path, zp.encode_partition_state(state), version=stat.version)
-        error = self._commit(tx, f"write the state of {topic}-{partition}")
+        error = self._zk.commit(tx, f"write the state of {topic}-{partition}")
         if isinstance(error, BadVersionError | NoNodeError):
             return False  # a concurrent writer won
         if error is not None:
-            raise self._unexpected(error, f"write the state of {topic}-{partition}")
+            raise self._zk.unexpected(error, f"write the state of {topic}-{partition}")
         self._changed(states_key(topic))
         return True
 
@@ -667,11 +551,11 @@ class KazooMetadataStore:
     def _try_claim_block(self, size: int) -> int | None:
         """One compare-and-set of /latest_producer_id_block; None if another broker won."""
         path = zp.PRODUCER_ID_BLOCK
-        found = self._get_or_none(path)
+        found = self._zk.get_or_none(path)
         if found is None:
             block = zp.ProducerIdBlock(self._broker_id, 0, size - 1)
             try:
-                self._op(f"create {path}", self._client.create_async, path,
+                self._zk.op(f"create {path}", self._zk.client.create_async, path,
                          zp.encode_producer_id_block(block))
                 return 0
             except NodeExistsError:
@@ -679,7 +563,7 @@ class KazooMetadataStore:
         start, stat = zp.decode_producer_id_block(found[0]).block_end + 1, found[1]
         block = zp.ProducerIdBlock(self._broker_id, start, start + size - 1)
         try:
-            self._op(f"update {path}", self._client.set_async, path,
+            self._zk.op(f"update {path}", self._zk.client.set_async, path,
                      zp.encode_producer_id_block(block), stat.version)
         except BadVersionError:
             return None
@@ -689,21 +573,21 @@ class KazooMetadataStore:
 
     def remote_log_segments(self, partition: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         try:
-            children = self._children(zp.remote_partition_path(partition))
+            children = self._zk.children(zp.remote_partition_path(partition))
         except NoNodeError:
             return []
-        found = (self._get_or_none(zp.remote_segment_path(partition, c)) for c in children)
+        found = (self._zk.get_or_none(zp.remote_segment_path(partition, c)) for c in children)
         entries = [zp.decode_remote_segment(f[0]) for f in found if f is not None]
         return sorted(entries, key=lambda m: (m.base_offset, m.segment_id))
 
     def remote_log_partitions(self) -> list[TopicIdPartition]:
         out: list[TopicIdPartition] = []
-        for topic_dir in self._children(zp.REMOTE_LOG_SEGMENTS):
+        for topic_dir in self._zk.children(zp.REMOTE_LOG_SEGMENTS):
             parsed = parse_topic_dir(topic_dir)
             with contextlib.suppress(NoNodeError):
                 if parsed is not None:
                     out += [TopicIdPartition(parsed[0], parsed[1], int(p))
-                            for p in self._children(zp.remote_topic_path(topic_dir))]
+                            for p in self._zk.children(zp.remote_topic_path(topic_dir))]
         return sorted(out)
 
     def put_remote_log_segment(self, metadata: RemoteLogSegmentMetadata,
@@ -715,14 +599,14 @@ class KazooMetadataStore:
         finished = metadata.state is RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
         for _ in range(MAX_CAS_ATTEMPTS):
             checks = self._remote_fence(tp, leader_epoch)
-            found = self._get_or_none(path)
+            found = self._zk.get_or_none(path)
             if not check_transition(None if found is None else
                                     zp.decode_remote_segment(found[0]), metadata):
                 return
             if found is None:
-                self._op(f"create {tp.topic_dir}", self._client.ensure_path_async,
+                self._zk.op(f"create {tp.topic_dir}", self._zk.client.ensure_path_async,
                          zp.remote_partition_path(tp))
-            tx = self._client.transaction()
+            tx = self._zk.transaction()
             for checked, version in checks:
                 tx.check(checked, version)
             data = zp.encode_remote_segment(metadata)
@@ -732,13 +616,13 @@ class KazooMetadataStore:
                 tx.delete(path, version=found[1].version)
             else:
                 tx.set_data(path, data, version=found[1].version)
-            error = self._commit(tx, what)
+            error = self._zk.commit(tx, what)
             if error is None:
                 if finished:
                     self._prune_remote_dirs(tp)
                 return
             if not isinstance(error, BadVersionError | NoNodeError | NodeExistsError):
-                raise self._unexpected(error, what)
+                raise self._zk.unexpected(error, what)
         raise RequestTimedOutError(f"{metadata.describe()}: write lost {MAX_CAS_ATTEMPTS} races")
 
     def _remote_fence(self, tp: TopicIdPartition, leader_epoch: int | None
@@ -746,12 +630,12 @@ class KazooMetadataStore:
         """The (path, version) pairs the write's transaction checks; raises the fencing error
         (store.remote_write_fence) if the write may not happen at all. A deleted topic's id
         never comes back, so its cleanup needs no check."""
-        topic = self._get_or_none(zp.topic_path(tp.topic))
+        topic = self._zk.get_or_none(zp.topic_path(tp.topic))
         record = None if topic is None else zp.decode_topic(topic[0])
         state_path = zp.partition_state_path(tp.topic, tp.partition)
         state = None
         if leader_epoch is not None and record is not None:
-            state = self._get_or_none(state_path)
+            state = self._zk.get_or_none(state_path)
         fenced = remote_write_fence(tp, leader_epoch, record,
                                     None if state is None else
                                     zp.decode_partition_state(state[0]))
@@ -766,7 +650,7 @@ class KazooMetadataStore:
         does not grow with deleted topics (a writer racing with this retries its create)."""
         for path in (zp.remote_partition_path(tp), zp.remote_topic_path(tp.topic_dir)):
             try:
-                self._op(f"delete {path}", self._client.delete_async, path)
+                self._zk.op(f"delete {path}", self._zk.client.delete_async, path)
             except (NotEmptyError, NoNodeError):
                 return
 
@@ -797,48 +681,47 @@ class KazooMetadataStore:
 class _KazooZNodes:
     """``zk_security.ZNodes`` on the store's session: its waits, watches and ACLs."""
 
-    def __init__(self, store: KazooMetadataStore) -> None:
-        self._store = store
+    def __init__(self, zk: ZkSession) -> None:
+        self._zk = zk
 
     def children(self, path: str) -> list[str]:
         try:
-            return self._store._children(path, watch=True)
+            return self._zk.children(path, watch=True)
         except NoNodeError:
             return []
 
     def read_many(self, paths: list[str]) -> dict[str, bytes]:
-        client, watch = self._store._client, self._store._on_watch
+        client, watch = self._zk.client, self._zk.on_watch
         pending = [(p, client.get_async(p, watch)) for p in paths]
         out = {}
         for path, result in pending:
             with contextlib.suppress(NoNodeError):
-                out[path] = self._store._wait(result, f"read {path}", self._store._timeout_s)[0]
+                out[path] = self._zk.wait(result, f"read {path}", self._zk.timeout_s)[0]
         return out
 
     def read(self, path: str) -> tuple[bytes, int] | None:
-        found = self._store._get_or_none(path)
+        found = self._zk.get_or_none(path)
         return None if found is None else (found[0], found[1].version)
 
     def create(self, path: str, data: bytes, sensitive: bool) -> bool:
-        acl = self._store.sensitive_acl() if sensitive else None
+        acl = self._zk.sensitive_acl() if sensitive else None
         try:
-            self._store._op(f"create {path}", self._store._client.create_async, path, data,
-                            acl=acl, makepath=True)
+            self._zk.op(f"create {path}", self._zk.client.create_async, path, data,
+                        acl=acl, makepath=True)
             return True
         except NodeExistsError:
             return False
 
     def write(self, path: str, data: bytes, version: int) -> bool:
         try:
-            self._store._op(f"update {path}", self._store._client.set_async, path, data,
-                            version)
+            self._zk.op(f"update {path}", self._zk.client.set_async, path, data, version)
             return True
         except (BadVersionError, NoNodeError):
             return False
 
     def delete(self, path: str, version: int) -> bool:
         try:
-            self._store._op(f"delete {path}", self._store._client.delete_async, path, version)
+            self._zk.op(f"delete {path}", self._zk.client.delete_async, path, version)
             return True
         except (BadVersionError, NoNodeError):
             return False
