@@ -13,7 +13,7 @@ creates is writable only by that digest identity. The znode layout is ``zk_paths
 the composition root, or let kazoo exceptions out (connection trouble becomes the retriable
 ``RequestTimedOutError``). kazoo is imported only here and by the ``zk_*.py`` modules that hold
 this store's parts: ``zk_session.py`` (the kazoo client, and every call on it bounded by the
-session timeout).
+session timeout), ``zk_election.py`` (the controller election).
 
 Threads: kazoo calls watches and the connection-state listener on its own threads, which must
 not block, so they only drop cache entries and queue an event. The events thread
@@ -64,6 +64,7 @@ from logstore.controller.zk_cache import (
     key_for,
     states_key,
 )
+from logstore.controller.zk_election import ZkElection
 from logstore.controller.zk_events import EventsThread
 from logstore.controller.zk_security import ZkSecurity
 from logstore.controller.zk_session import MAX_CAS_ATTEMPTS, ZkDigest, ZkSession
@@ -108,9 +109,8 @@ class KazooMetadataStore:
                                     retry_while=self._zk.connected.is_set)
         self._lock = threading.RLock()  # registration and election state
         self._registered: BrokerInfo | None = None
-        self._candidate: tuple[ElectedCallback, ResignedCallback | None] | None = None
-        self._is_controller = False
-        self._won_epoch = 0
+        self._election = ZkElection(self._zk, self._lock, self.controller_id,
+                                    functools.partial(self._changed, CONTROLLER_KEY))
         self._started = False
         self._security = ZkSecurity(_KazooZNodes(self._zk))
 
@@ -147,7 +147,7 @@ class KazooMetadataStore:
         self._started = False
         self._zk.client.remove_listener(self._on_connection_state)
         self._events.stop(self._zk.timeout_s)
-        self._resign("the store is closing")
+        self._election.resign("the store is closing")
         self._zk.stop()
 
     # -- watches, connection state and the events thread -------------------------------------
@@ -175,14 +175,14 @@ class KazooMetadataStore:
     def _handle(self, keys: set[Hashable]) -> None:
         """The events thread: act on a batch of watch and connection events."""
         if _SESSION_LOST in keys:
-            self._resign("the ZooKeeper session expired")
+            self._election.resign("the ZooKeeper session expired")
         if _RECONNECTED in keys:
             self._resync()
         else:
             for key in keys - {_SESSION_LOST}:
                 self._reload(key)  # type: ignore[arg-type]
             if CONTROLLER_KEY in keys:
-                self._check_controller()
+                self._election.check()
         self._notify()
 
     def _resync(self) -> None:
@@ -194,7 +194,7 @@ class KazooMetadataStore:
         if info is not None:
             self._register(info)
         self._reload_all()
-        self._check_controller()
+        self._election.check()
 
     def _reload(self, key: CacheKey) -> None:
         if key == BROKERS_KEY:
@@ -330,78 +330,18 @@ class KazooMetadataStore:
             gone.wait(max(0.0, deadline - time.monotonic()))
         return False
 
-    # -- controller election -----------------------------------------------------------------
+    # -- controller election (zk_election.py) ------------------------------------------------
 
     def elect_controller(self, on_elected: ElectedCallback,
                          on_resigned: ResignedCallback | None = None) -> None:
-        with self._lock:
-            self._candidate = (on_elected, on_resigned)
-        self._check_controller()
+        self._election.elect(on_elected, on_resigned)
 
     def is_controller(self) -> bool:
-        return self._is_controller
+        return self._election.is_controller()
 
     @property
     def controller_epoch(self) -> int:
-        return self._won_epoch
-
-    def _check_controller(self) -> None:
-        """Resign if ``/controller`` names someone else; stand if it is vacant. The callbacks
-        run under the election lock, so an election is always reported before its end."""
-        elected = False
-        with self._lock:
-            if self._candidate is None:
-                return
-            current = self.controller_id()
-            if self._is_controller and current != self._broker_id:
-                self._resign(f"broker {current} is controller now")
-            if current is None or (current == self._broker_id and not self._is_controller):
-                elected = self._stand(self._candidate[0])
-        if elected:
-            self._changed(CONTROLLER_KEY)
-
-    def _stand(self, on_elected: ElectedCallback) -> bool:
-        epoch = self._try_become_controller()
-        if epoch is None:
-            return False
-        self._is_controller, self._won_epoch = True, epoch
-        log.info("broker %d: elected controller at epoch %d", self._broker_id, epoch)
-        on_elected(epoch)
-        return True
-
-    def _try_become_controller(self) -> int | None:
-        """Create /controller and move /controller_epoch on in one transaction; the new epoch,
-        or None if another broker is controller."""
-        node = zp.encode_controller(zp.ControllerZNode(self._broker_id, int(time.time() * 1000)))
-        for _ in range(MAX_CAS_ATTEMPTS):
-            epoch, version = self._read_controller_epoch()
-            tx = self._zk.transaction()
-            tx.create(zp.CONTROLLER, node, ephemeral=True)
-            tx.set_data(zp.CONTROLLER_EPOCH, zp.encode_controller_epoch(epoch + 1),
-                        version=version)
-            error = self._zk.commit(tx, "elect a controller")
-            if error is None:
-                return epoch + 1
-            if isinstance(error, NodeExistsError):
-                # Ours if an earlier attempt's answer was lost; then the epoch is ours too.
-                return epoch if self._zk.owned_by_us(zp.CONTROLLER) else None
-            if not isinstance(error, BadVersionError):
-                raise self._zk.unexpected(error, "elect a controller")
-        raise RequestTimedOutError(f"controller election lost {MAX_CAS_ATTEMPTS} races")
-
-    def _read_controller_epoch(self) -> tuple[int, int]:
-        data, stat = self._zk.get(zp.CONTROLLER_EPOCH)
-        return zp.decode_controller_epoch(data), stat.version
-
-    def _resign(self, reason: str) -> None:
-        with self._lock:
-            if not self._is_controller:
-                return
-            self._is_controller = False
-            log.info("broker %d: no longer controller (epoch %d): %s", self._broker_id,
-                     self._won_epoch, reason)
-            if self._candidate is not None and self._candidate[1] is not None:
-                self._candidate[1]()
+        return self._election.controller_epoch
 
     # -- topics and partition states ---------------------------------------------------------
 
@@ -521,7 +461,7 @@ class KazooMetadataStore:
         current, stat = zp.decode_partition_state(found[0]), found[1]
         if expected_epoch is not None and current.leader_epoch != expected_epoch:
             return False
-        epoch, epoch_version = self._read_controller_epoch()
+        epoch, epoch_version = self._election.read_controller_epoch()
         if state.controller_epoch != epoch:
             log.warning("%s-%d: refused a state from controller epoch %d; the epoch is %d",
                         topic, partition, state.controller_epoch, epoch)
