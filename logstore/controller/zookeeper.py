@@ -13,7 +13,8 @@ creates is writable only by that digest identity. The znode layout is ``zk_paths
 the composition root, or let kazoo exceptions out (connection trouble becomes the retriable
 ``RequestTimedOutError``). kazoo is imported only here and by the ``zk_*.py`` modules that hold
 this store's parts: ``zk_session.py`` (the kazoo client, and every call on it bounded by the
-session timeout), ``zk_election.py`` (the controller election).
+session timeout), ``zk_election.py`` (the controller election), ``zk_remote_log.py`` (remote log segment
+entries).
 
 Threads: kazoo calls watches and the connection-state listener on its own threads, which must
 not block, so they only drop cache entries and queue an event. The events thread
@@ -52,7 +53,6 @@ from logstore.controller.store import (
     PartitionState,
     ResignedCallback,
     TopicRecord,
-    remote_write_fence,
 )
 from logstore.controller.zk_cache import (
     BROKERS_KEY,
@@ -66,6 +66,7 @@ from logstore.controller.zk_cache import (
 )
 from logstore.controller.zk_election import ZkElection
 from logstore.controller.zk_events import EventsThread
+from logstore.controller.zk_remote_log import ZkRemoteLog
 from logstore.controller.zk_security import ZkSecurity
 from logstore.controller.zk_session import MAX_CAS_ATTEMPTS, ZkDigest, ZkSession
 from logstore.controller.zk_topic_txn import NewTopicState, add_partitions, add_topic, txn_chunks
@@ -80,10 +81,7 @@ from logstore.security.acl import AclBinding
 from logstore.security.scram import ScramCredential
 from logstore.tiering.metadata import (
     RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
     TopicIdPartition,
-    check_transition,
-    parse_topic_dir,
 )
 
 __all__ = ["KazooMetadataStore", "ZkDigest"]  # ZkDigest: zk_session.py's, for main.py
@@ -112,6 +110,7 @@ class KazooMetadataStore:
         self._election = ZkElection(self._zk, self._lock, self.controller_id,
                                     functools.partial(self._changed, CONTROLLER_KEY))
         self._started = False
+        self._remote_log = ZkRemoteLog(self._zk)
         self._security = ZkSecurity(_KazooZNodes(self._zk))
 
     def sensitive_acl(self) -> list[Any] | None:
@@ -509,90 +508,17 @@ class KazooMetadataStore:
             return None
         return start
 
-    # -- remote log segment metadata ---------------------------------------------------------
+    # -- remote log segment metadata (zk_remote_log.py) ---------------------------------------
 
     def remote_log_segments(self, partition: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-        try:
-            children = self._zk.children(zp.remote_partition_path(partition))
-        except NoNodeError:
-            return []
-        found = (self._zk.get_or_none(zp.remote_segment_path(partition, c)) for c in children)
-        entries = [zp.decode_remote_segment(f[0]) for f in found if f is not None]
-        return sorted(entries, key=lambda m: (m.base_offset, m.segment_id))
+        return self._remote_log.segments(partition)
 
     def remote_log_partitions(self) -> list[TopicIdPartition]:
-        out: list[TopicIdPartition] = []
-        for topic_dir in self._zk.children(zp.REMOTE_LOG_SEGMENTS):
-            parsed = parse_topic_dir(topic_dir)
-            with contextlib.suppress(NoNodeError):
-                if parsed is not None:
-                    out += [TopicIdPartition(parsed[0], parsed[1], int(p))
-                            for p in self._zk.children(zp.remote_topic_path(topic_dir))]
-        return sorted(out)
+        return self._remote_log.partitions()
 
     def put_remote_log_segment(self, metadata: RemoteLogSegmentMetadata,
                                leader_epoch: int | None) -> None:
-        """One transaction: the fence's version checks plus the entry's create, compare-and-set
-        or delete; retried from the reads when a checked znode changed meanwhile."""
-        tp, what = metadata.partition, f"write {metadata.describe()}"
-        path = zp.remote_segment_path(tp, metadata.segment_id)
-        finished = metadata.state is RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
-        for _ in range(MAX_CAS_ATTEMPTS):
-            checks = self._remote_fence(tp, leader_epoch)
-            found = self._zk.get_or_none(path)
-            if not check_transition(None if found is None else
-                                    zp.decode_remote_segment(found[0]), metadata):
-                return
-            if found is None:
-                self._zk.op(f"create {tp.topic_dir}", self._zk.client.ensure_path_async,
-                         zp.remote_partition_path(tp))
-            tx = self._zk.transaction()
-            for checked, version in checks:
-                tx.check(checked, version)
-            data = zp.encode_remote_segment(metadata)
-            if found is None:
-                tx.create(path, data)
-            elif finished:
-                tx.delete(path, version=found[1].version)
-            else:
-                tx.set_data(path, data, version=found[1].version)
-            error = self._zk.commit(tx, what)
-            if error is None:
-                if finished:
-                    self._prune_remote_dirs(tp)
-                return
-            if not isinstance(error, BadVersionError | NoNodeError | NodeExistsError):
-                raise self._zk.unexpected(error, what)
-        raise RequestTimedOutError(f"{metadata.describe()}: write lost {MAX_CAS_ATTEMPTS} races")
-
-    def _remote_fence(self, tp: TopicIdPartition, leader_epoch: int | None
-                      ) -> list[tuple[str, int]]:
-        """The (path, version) pairs the write's transaction checks; raises the fencing error
-        (store.remote_write_fence) if the write may not happen at all. A deleted topic's id
-        never comes back, so its cleanup needs no check."""
-        topic = self._zk.get_or_none(zp.topic_path(tp.topic))
-        record = None if topic is None else zp.decode_topic(topic[0])
-        state_path = zp.partition_state_path(tp.topic, tp.partition)
-        state = None
-        if leader_epoch is not None and record is not None:
-            state = self._zk.get_or_none(state_path)
-        fenced = remote_write_fence(tp, leader_epoch, record,
-                                    None if state is None else
-                                    zp.decode_partition_state(state[0]))
-        if fenced is not None:
-            raise fenced
-        if topic is None or state is None:
-            return []
-        return [(zp.topic_path(tp.topic), topic[1].version), (state_path, state[1].version)]
-
-    def _prune_remote_dirs(self, tp: TopicIdPartition) -> None:
-        """Remove the partition's and topic's entry directories once empty, so the metadata
-        does not grow with deleted topics (a writer racing with this retries its create)."""
-        for path in (zp.remote_partition_path(tp), zp.remote_topic_path(tp.topic_dir)):
-            try:
-                self._zk.op(f"delete {path}", self._zk.client.delete_async, path)
-            except (NotEmptyError, NoNodeError):
-                return
+        self._remote_log.put(metadata, leader_epoch)
 
     # -- security: users and ACLs (zk_security.py) -------------------------------------------
 
