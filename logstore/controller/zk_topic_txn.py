@@ -5,8 +5,8 @@ partition and its state), those of partitions added later, and the split of a ba
 into consecutive transactions of at most MAX_TOPIC_TXN_OPS creations: a multi travels as one
 request, and ZooKeeper refuses requests over jute.maxbuffer (1 MB by default); a partition's
 two znodes take about 200 bytes. A topic larger than that bound still goes alone in one
-transaction (a topic is created whole or not at all). Must not: import kazoo (``zookeeper.py``
-commits the transactions and reads their errors).
+transaction (a topic is created whole or not at all). Must not: import kazoo
+(``zk_topic_writes.py`` commits the transactions and reads their errors).
 """
 
 from __future__ import annotations

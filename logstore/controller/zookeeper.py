@@ -14,7 +14,7 @@ the composition root, or let kazoo exceptions out (connection trouble becomes th
 ``RequestTimedOutError``). kazoo is imported only here and by the ``zk_*.py`` modules that hold
 this store's parts: ``zk_session.py`` (the kazoo client, and every call on it bounded by the
 session timeout), ``zk_election.py`` (the controller election), ``zk_remote_log.py`` (remote log segment
-entries).
+entries), ``zk_topic_writes.py`` (topic creation, update and deletion).
 
 Threads: kazoo calls watches and the connection-state listener on its own threads, which must
 not block, so they only drop cache entries and queue an event. The events thread
@@ -40,7 +40,6 @@ from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
     NoNodeError,
-    NotEmptyError,
 )
 from kazoo.protocol.states import EventType, WatchedEvent
 
@@ -69,12 +68,12 @@ from logstore.controller.zk_events import EventsThread
 from logstore.controller.zk_remote_log import ZkRemoteLog
 from logstore.controller.zk_security import ZkSecurity
 from logstore.controller.zk_session import MAX_CAS_ATTEMPTS, ZkDigest, ZkSession
-from logstore.controller.zk_topic_txn import NewTopicState, add_partitions, add_topic, txn_chunks
+from logstore.controller.zk_topic_txn import NewTopicState
+from logstore.controller.zk_topic_writes import ZkTopicWrites
 from logstore.errors import (
     ApiError,
     ConfigError,
     RequestTimedOutError,
-    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from logstore.security.acl import AclBinding
@@ -110,6 +109,7 @@ class KazooMetadataStore:
         self._election = ZkElection(self._zk, self._lock, self.controller_id,
                                     functools.partial(self._changed, CONTROLLER_KEY))
         self._started = False
+        self._topic_writes = ZkTopicWrites(self._zk, self._changed)
         self._remote_log = ZkRemoteLog(self._zk)
         self._security = ZkSecurity(_KazooZNodes(self._zk))
 
@@ -342,114 +342,19 @@ class KazooMetadataStore:
     def controller_epoch(self) -> int:
         return self._election.controller_epoch
 
-    # -- topics and partition states ---------------------------------------------------------
+    # -- topics (zk_topic_writes.py) and partition states ------------------------------------
 
     def create_topic(self, record: TopicRecord, states: dict[int, PartitionState]) -> None:
-        self._create_one(record, states)
-        self._changed(TOPICS_KEY, states_key(record.name))
+        self._topic_writes.create(record, states)
 
     def create_topics(self, topics: list[NewTopicState]) -> list[ApiError | None]:
-        """Topics in transactions of up to MAX_TOPIC_TXN_OPS creations (``zk_topic_txn.py``);
-        a transaction that fails because one of its topics exists is redone one topic at a
-        time."""
-        outcomes: list[ApiError | None] = [None] * len(topics)
-        for chunk in txn_chunks(list(enumerate(topics))):
-            self._create_chunk(chunk, outcomes)
-        created = [states_key(record.name) for (record, _), error in zip(
-            topics, outcomes, strict=True) if error is None]
-        if created:
-            self._changed(TOPICS_KEY, *created)
-        return outcomes
-
-    def _create_chunk(self, chunk: list[tuple[int, NewTopicState]],
-                      outcomes: list[ApiError | None]) -> None:
-        if len(chunk) > 1:
-            what = f"create {len(chunk)} topics"
-            tx = self._zk.transaction()
-            for _, (record, states) in chunk:
-                add_topic(tx, record, states)
-            try:
-                error = self._zk.commit(tx, what)
-            except ApiError as e:  # connection trouble: the outcome is unknown, retriable
-                for i, _ in chunk:
-                    outcomes[i] = e
-                return
-            if error is None:
-                return
-            if not isinstance(error, NodeExistsError):
-                for i, _ in chunk:
-                    outcomes[i] = self._zk.unexpected(error, what)
-                return
-        for i, (record, states) in chunk:
-            try:
-                self._create_one(record, states)
-            except ApiError as e:
-                outcomes[i] = e
-
-    def _create_one(self, record: TopicRecord, states: dict[int, PartitionState]) -> None:
-        name = record.name
-        tx = self._zk.transaction()
-        add_topic(tx, record, states)
-        error = self._zk.commit(tx, f"create topic {name}")
-        if isinstance(error, NodeExistsError):
-            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        if error is not None:
-            raise self._zk.unexpected(error, f"create topic {name}")
+        return self._topic_writes.create_many(topics)
 
     def update_topic(self, record: TopicRecord, new_states: dict[int, PartitionState]) -> None:
-        """Replace the topic's record; create the partitions of ``new_states`` that do not
-        exist yet and overwrite the states of those that do (last writer wins, as in the local
-        store)."""
-        name = record.name
-        for _ in range(MAX_CAS_ATTEMPTS):
-            existing = self._existing_partitions(name)
-            tx = self._zk.transaction()
-            tx.set_data(zp.topic_path(name), zp.encode_topic(record))
-            add_partitions(tx, name, set(new_states) - existing, new_states)
-            for p in set(new_states) & existing:
-                tx.set_data(zp.partition_state_path(name, p),
-                            zp.encode_partition_state(new_states[p]))
-            error = self._zk.commit(tx, f"update topic {name}")
-            if error is None:
-                self._changed(TOPICS_KEY, states_key(name))
-                return
-            if not isinstance(error, NodeExistsError | NoNodeError):
-                raise self._zk.unexpected(error, f"update topic {name}")
-        raise RequestTimedOutError(f"topic {name!r}: update lost {MAX_CAS_ATTEMPTS} races")
-
-    def _existing_partitions(self, topic: str) -> set[int]:
-        try:
-            return {int(p) for p in self._zk.children(zp.partitions_path(topic))}
-        except NoNodeError:
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+        self._topic_writes.update(record, new_states)
 
     def delete_topic(self, name: str) -> None:
-        """Delete the topic's whole subtree in one transaction (retried if it changed)."""
-        for _ in range(MAX_CAS_ATTEMPTS):
-            paths = self._subtree(zp.topic_path(name))
-            if not paths:
-                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            tx = self._zk.transaction()
-            for path in paths:
-                tx.delete(path)
-            error = self._zk.commit(tx, f"delete topic {name}")
-            if error is None:
-                self._changed(TOPICS_KEY, states_key(name))
-                return
-            if not isinstance(error, NotEmptyError | NoNodeError):
-                raise self._zk.unexpected(error, f"delete topic {name}")
-        raise RequestTimedOutError(f"topic {name!r}: delete lost {MAX_CAS_ATTEMPTS} races")
-
-    def _subtree(self, path: str) -> list[str]:
-        """``path`` and everything below it, children before parents; [] if it is missing."""
-        try:
-            children = self._zk.children(path)
-        except NoNodeError:
-            return []
-        out: list[str] = []
-        for child in children:
-            out += self._subtree(f"{path}/{child}")
-        return out + [path]
+        self._topic_writes.delete(name)
 
     def set_partition_state(self, topic: str, partition: int, state: PartitionState,
                             expected_epoch: int | None = None) -> bool:
@@ -508,7 +413,7 @@ class KazooMetadataStore:
             return None
         return start
 
-    # -- remote log segment metadata (zk_remote_log.py) ---------------------------------------
+    # -- remote log segment metadata (zk_remote_log.py) --------------------------------------
 
     def remote_log_segments(self, partition: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         return self._remote_log.segments(partition)
