@@ -67,7 +67,7 @@ class ZkRemoteLog:
                 return
             if found is None:
                 self._zk.op(f"create {tp.topic_dir}", self._zk.client.ensure_path_async,
-                         zp.remote_partition_path(tp))
+                            zp.remote_partition_path(tp))
             tx = self._zk.transaction()
             for checked, version in checks:
                 tx.check(checked, version)

@@ -14,7 +14,8 @@ the composition root, or let kazoo exceptions out (connection trouble becomes th
 ``RequestTimedOutError``). kazoo is imported only here and by the ``zk_*.py`` modules that hold
 this store's parts: ``zk_session.py`` (the kazoo client, and every call on it bounded by the
 session timeout), ``zk_election.py`` (the controller election), ``zk_remote_log.py`` (remote log segment
-entries), ``zk_topic_writes.py`` (topic creation, update and deletion).
+entries), ``zk_topic_writes.py`` (topic creation, update and deletion),
+``zk_producer_ids.py`` (producer id blocks).
 
 Threads: kazoo calls watches and the connection-state listener on its own threads, which must
 not block, so they only drop cache entries and queue an event. The events thread
@@ -65,9 +66,10 @@ from logstore.controller.zk_cache import (
 )
 from logstore.controller.zk_election import ZkElection
 from logstore.controller.zk_events import EventsThread
+from logstore.controller.zk_producer_ids import ZkProducerIds
 from logstore.controller.zk_remote_log import ZkRemoteLog
 from logstore.controller.zk_security import ZkSecurity
-from logstore.controller.zk_session import MAX_CAS_ATTEMPTS, ZkDigest, ZkSession
+from logstore.controller.zk_session import ZkDigest, ZkSession
 from logstore.controller.zk_topic_txn import NewTopicState
 from logstore.controller.zk_topic_writes import ZkTopicWrites
 from logstore.errors import (
@@ -110,6 +112,7 @@ class KazooMetadataStore:
                                     functools.partial(self._changed, CONTROLLER_KEY))
         self._started = False
         self._topic_writes = ZkTopicWrites(self._zk, self._changed)
+        self._producer_ids = ZkProducerIds(self._zk)
         self._remote_log = ZkRemoteLog(self._zk)
         self._security = ZkSecurity(_KazooZNodes(self._zk))
 
@@ -260,7 +263,7 @@ class KazooMetadataStore:
     def _load_controller(self) -> tuple[int | None, bool]:
         # exists() leaves a watch whether or not the znode is there.
         if self._zk.op(f"read {zp.CONTROLLER}", self._zk.client.exists_async, zp.CONTROLLER,
-                    self._on_watch) is None:
+                       self._on_watch) is None:
             return None, True
         found = self._zk.get_or_none(zp.CONTROLLER)  # None: deleted since; the watch fires
         return (zp.decode_controller(found[0]).broker_id if found else None), True
@@ -308,7 +311,7 @@ class KazooMetadataStore:
         while True:
             try:
                 self._zk.op(f"create {path}", self._zk.client.create_async, path, data,
-                         ephemeral=True)
+                            ephemeral=True)
                 log.info("broker %d: registered at %s", info.broker_id, path)
                 return
             except NodeExistsError:
@@ -324,7 +327,7 @@ class KazooMetadataStore:
         while time.monotonic() < deadline:
             gone.clear()
             if self._zk.op(f"read {path}", self._zk.client.exists_async, path,
-                        lambda event: gone.set()) is None:
+                           lambda event: gone.set()) is None:
                 return True
             gone.wait(max(0.0, deadline - time.monotonic()))
         return False
@@ -381,37 +384,10 @@ class KazooMetadataStore:
         self._changed(states_key(topic))
         return True
 
-    # -- producer ids ------------------------------------------------------------------------
+    # -- producer ids (zk_producer_ids.py) ---------------------------------------------------
 
     def next_producer_id_block(self, size: int) -> int:
-        if size <= 0:
-            raise ValueError(f"producer id block size must be positive, got {size}")
-        for _ in range(MAX_CAS_ATTEMPTS):
-            start = self._try_claim_block(size)
-            if start is not None:
-                return start
-        raise RequestTimedOutError(f"producer id allocation lost {MAX_CAS_ATTEMPTS} races")
-
-    def _try_claim_block(self, size: int) -> int | None:
-        """One compare-and-set of /latest_producer_id_block; None if another broker won."""
-        path = zp.PRODUCER_ID_BLOCK
-        found = self._zk.get_or_none(path)
-        if found is None:
-            block = zp.ProducerIdBlock(self._broker_id, 0, size - 1)
-            try:
-                self._zk.op(f"create {path}", self._zk.client.create_async, path,
-                         zp.encode_producer_id_block(block))
-                return 0
-            except NodeExistsError:
-                return None
-        start, stat = zp.decode_producer_id_block(found[0]).block_end + 1, found[1]
-        block = zp.ProducerIdBlock(self._broker_id, start, start + size - 1)
-        try:
-            self._zk.op(f"update {path}", self._zk.client.set_async, path,
-                     zp.encode_producer_id_block(block), stat.version)
-        except BadVersionError:
-            return None
-        return start
+        return self._producer_ids.next_block(size)
 
     # -- remote log segment metadata (zk_remote_log.py) --------------------------------------
 
