@@ -5,8 +5,8 @@ ZooKeeper round trip: well inside a second) into one snapshot that readers share
 with compare-and-set (an ACL znode holds every entry of one resource pattern, so two brokers
 adding entries to the same resource both land), and telling the security listeners after each
 reload. Credential znodes are sensitive: with ``zk_set_acl`` only the brokers may read them.
-Must not: import kazoo (``zookeeper.py`` implements the ``ZNodes`` seam this uses and fires
-``reload`` from its watches).
+Must not: import kazoo (``zk_znodes.py`` implements the ``ZNodes`` seam this uses;
+``zookeeper.py`` fires ``reload`` from its watches).
 """
 
 from __future__ import annotations

@@ -1,21 +1,23 @@
 """Cluster coordination: the MetadataStore on ZooKeeper, through kazoo.
 
-Owns: one broker's ZooKeeper session, its ephemeral registration (made again after the session
-expires), the controller election (ephemeral ``/controller`` plus a conditional increment of
-``/controller_epoch`` in one transaction), conditional partition-state writes fenced by the
-controller epoch, producer-id blocks (compare-and-set), remote log segment entries written in
-transactions that check the topic and partition-state znodes (leader-epoch fencing), and a cache
-of what it read, kept fresh by watches (remote segment entries are not cached: a new leader
-reads its partition's once). Users' credentials and ACLs are ``zk_security.py``'s, through the
-``ZNodes`` seam implemented here; the znodes of new topics and their grouping into
-transactions are ``zk_topic_txn.py``'s; with ``zk_set_acl`` (a ``ZkDigest``) every znode this store
-creates is writable only by that digest identity. The znode layout is ``zk_paths.py``'s. Must not: be imported by anything but
-the composition root, or let kazoo exceptions out (connection trouble becomes the retriable
-``RequestTimedOutError``). kazoo is imported only here and by the ``zk_*.py`` modules that hold
-this store's parts: ``zk_session.py`` (the kazoo client, and every call on it bounded by the
-session timeout), ``zk_election.py`` (the controller election), ``zk_remote_log.py`` (remote log segment
-entries), ``zk_topic_writes.py`` (topic creation, update and deletion),
-``zk_producer_ids.py`` (producer id blocks).
+Owns: one broker's ZooKeeper session (``zk_session.py`` holds its kazoo client), its ephemeral
+registration (made again after the session expires), conditional partition-state writes fenced
+by the controller epoch, and a cache of what it read, kept fresh by watches (remote segment
+entries are not cached: a new leader reads its partition's once). It composes the store's other
+parts, one module each: the controller election (ephemeral ``/controller`` plus a conditional
+increment of ``/controller_epoch`` in one transaction; ``zk_election.py``), topic creation,
+update and deletion (``zk_topic_writes.py``; the znodes of new topics and their grouping into
+transactions are ``zk_topic_txn.py``'s), producer-id blocks (compare-and-set;
+``zk_producer_ids.py``) and remote log segment entries written in transactions that check the
+topic and partition-state znodes (leader-epoch fencing; ``zk_remote_log.py``). Users'
+credentials and ACLs are ``zk_security.py``'s, through the ``ZNodes`` seam that ``zk_znodes.py``
+implements; with ``zk_set_acl`` (a ``ZkDigest``) every znode this store creates is writable only
+by that digest identity. The znode layout is ``zk_paths.py``'s. Must not: be imported by
+anything but the composition root, or let kazoo exceptions out (connection trouble becomes the
+retriable ``RequestTimedOutError``). kazoo is imported only by this module and the parts above
+that talk to ZooKeeper (``zk_session.py``, ``zk_election.py``, ``zk_topic_writes.py``,
+``zk_producer_ids.py``, ``zk_remote_log.py``, ``zk_znodes.py``); ``zk_paths.py``,
+``zk_cache.py``, ``zk_events.py``, ``zk_security.py`` and ``zk_topic_txn.py`` stay free of it.
 
 Threads: kazoo calls watches and the connection-state listener on its own threads, which must
 not block, so they only drop cache entries and queue an event. The events thread
@@ -28,7 +30,6 @@ while ZooKeeper is away.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
@@ -72,6 +73,7 @@ from logstore.controller.zk_security import ZkSecurity
 from logstore.controller.zk_session import ZkDigest, ZkSession
 from logstore.controller.zk_topic_txn import NewTopicState
 from logstore.controller.zk_topic_writes import ZkTopicWrites
+from logstore.controller.zk_znodes import KazooZNodes
 from logstore.errors import (
     ApiError,
     ConfigError,
@@ -114,7 +116,7 @@ class KazooMetadataStore:
         self._topic_writes = ZkTopicWrites(self._zk, self._changed)
         self._producer_ids = ZkProducerIds(self._zk)
         self._remote_log = ZkRemoteLog(self._zk)
-        self._security = ZkSecurity(_KazooZNodes(self._zk))
+        self._security = ZkSecurity(KazooZNodes(self._zk))
 
     def sensitive_acl(self) -> list[Any] | None:
         """The ACL of znodes only the brokers may read (None: ZooKeeper's open default)."""
@@ -423,52 +425,3 @@ class KazooMetadataStore:
 
     def add_security_listener(self, listener: MetadataListener) -> None:
         self._security.add_listener(listener)
-
-
-class _KazooZNodes:
-    """``zk_security.ZNodes`` on the store's session: its waits, watches and ACLs."""
-
-    def __init__(self, zk: ZkSession) -> None:
-        self._zk = zk
-
-    def children(self, path: str) -> list[str]:
-        try:
-            return self._zk.children(path, watch=True)
-        except NoNodeError:
-            return []
-
-    def read_many(self, paths: list[str]) -> dict[str, bytes]:
-        client, watch = self._zk.client, self._zk.on_watch
-        pending = [(p, client.get_async(p, watch)) for p in paths]
-        out = {}
-        for path, result in pending:
-            with contextlib.suppress(NoNodeError):
-                out[path] = self._zk.wait(result, f"read {path}", self._zk.timeout_s)[0]
-        return out
-
-    def read(self, path: str) -> tuple[bytes, int] | None:
-        found = self._zk.get_or_none(path)
-        return None if found is None else (found[0], found[1].version)
-
-    def create(self, path: str, data: bytes, sensitive: bool) -> bool:
-        acl = self._zk.sensitive_acl() if sensitive else None
-        try:
-            self._zk.op(f"create {path}", self._zk.client.create_async, path, data,
-                        acl=acl, makepath=True)
-            return True
-        except NodeExistsError:
-            return False
-
-    def write(self, path: str, data: bytes, version: int) -> bool:
-        try:
-            self._zk.op(f"update {path}", self._zk.client.set_async, path, data, version)
-            return True
-        except (BadVersionError, NoNodeError):
-            return False
-
-    def delete(self, path: str, version: int) -> bool:
-        try:
-            self._zk.op(f"delete {path}", self._zk.client.delete_async, path, version)
-            return True
-        except (BadVersionError, NoNodeError):
-            return False
