@@ -38,11 +38,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from kazoo.client import KazooState
-from kazoo.exceptions import (
-    BadVersionError,
-    NodeExistsError,
-    NoNodeError,
-)
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from logstore.controller import zk_paths as zp
@@ -82,10 +78,7 @@ from logstore.errors import (
 )
 from logstore.security.acl import AclBinding
 from logstore.security.scram import ScramCredential
-from logstore.tiering.metadata import (
-    RemoteLogSegmentMetadata,
-    TopicIdPartition,
-)
+from logstore.tiering.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 __all__ = ["KazooMetadataStore", "ZkDigest"]  # ZkDigest: zk_session.py's, for main.py
 
