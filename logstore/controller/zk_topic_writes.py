@@ -11,6 +11,7 @@ or watch (``zookeeper.py`` does), or let kazoo exceptions out.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
@@ -92,7 +93,8 @@ class ZkTopicWrites:
         exist yet and overwrite the states of those that do (last writer wins, as in the local
         store)."""
         name = record.name
-        for _ in range(MAX_CAS_ATTEMPTS):
+
+        def build() -> Any:
             existing = self._existing_partitions(name)
             tx = self._zk.transaction()
             tx.set_data(zp.topic_path(name), zp.encode_topic(record))
@@ -100,13 +102,9 @@ class ZkTopicWrites:
             for p in set(new_states) & existing:
                 tx.set_data(zp.partition_state_path(name, p),
                             zp.encode_partition_state(new_states[p]))
-            error = self._zk.commit(tx, f"update topic {name}")
-            if error is None:
-                self._changed(TOPICS_KEY, states_key(name))
-                return
-            if not isinstance(error, NodeExistsError | NoNodeError):
-                raise self._zk.unexpected(error, f"update topic {name}")
-        raise RequestTimedOutError(f"topic {name!r}: update lost {MAX_CAS_ATTEMPTS} races")
+            return tx
+
+        self._commit_retried(name, "update", build, (NodeExistsError, NoNodeError))
 
     def _existing_partitions(self, topic: str) -> set[int]:
         try:
@@ -116,20 +114,29 @@ class ZkTopicWrites:
 
     def delete(self, name: str) -> None:
         """Delete the topic's whole subtree in one transaction (retried if it changed)."""
-        for _ in range(MAX_CAS_ATTEMPTS):
+        def build() -> Any:
             paths = self._subtree(zp.topic_path(name))
             if not paths:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             tx = self._zk.transaction()
             for path in paths:
                 tx.delete(path)
-            error = self._zk.commit(tx, f"delete topic {name}")
+            return tx
+
+        self._commit_retried(name, "delete", build, (NotEmptyError, NoNodeError))
+
+    def _commit_retried(self, name: str, verb: str, build: Callable[[], Any],
+                        races: tuple[type[Exception], ...]) -> None:
+        """Commit the transaction ``build`` makes, built afresh after each lost race (one of
+        ``races``: the topic's znodes changed meanwhile), at most MAX_CAS_ATTEMPTS times."""
+        for _ in range(MAX_CAS_ATTEMPTS):
+            error = self._zk.commit(build(), f"{verb} topic {name}")
             if error is None:
                 self._changed(TOPICS_KEY, states_key(name))
                 return
-            if not isinstance(error, NotEmptyError | NoNodeError):
-                raise self._zk.unexpected(error, f"delete topic {name}")
-        raise RequestTimedOutError(f"topic {name!r}: delete lost {MAX_CAS_ATTEMPTS} races")
+            if not isinstance(error, races):
+                raise self._zk.unexpected(error, f"{verb} topic {name}")
+        raise RequestTimedOutError(f"topic {name!r}: {verb} lost {MAX_CAS_ATTEMPTS} races")
 
     def _subtree(self, path: str) -> list[str]:
         """``path`` and everything below it, children before parents; [] if it is missing."""
