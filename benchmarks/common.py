@@ -7,10 +7,10 @@
 - helper processes: ``ready_process`` starts ``python -c <source>`` and waits for its "ready";
 - data and timed loops: ``value_batch`` (100-byte values, null keys), ``send_batches_rps``,
   ``record_send_rps``, ``poll_arrow_rps``;
-- ratios on a shared machine: ``alternate`` (the two sides of a ratio measured in turn) and
-  ``median_ratio``;
-- the command line and output: ``bench_parser`` (the script's docstring as help, ``--json``) and
-  ``report`` (one JSON object, or one row per figure).
+- ratios on a shared machine: ``alternate`` (the two sides of a ratio measured in turn),
+  ``median_ratio``, and ``timed`` (the median of runs after a warm-up);
+- the command line and output: ``bench_parser`` (the script's docstring as help, ``--json``),
+  ``report`` (one JSON object, or one row per figure) and ``met`` (a figure against its target).
 
 The repository root is appended to ``sys.path`` (``tests.*`` must be importable when a script
 runs as ``python benchmarks/x.py``), not prepended: a tree named by ``PYTHONPATH`` (the README's
@@ -44,8 +44,9 @@ if TYPE_CHECKING:
     from tests.faults.cluster import Cluster
 
 __all__ = ["ROWS_PER_BATCH", "VALUE", "Broker", "Brokers", "alternate", "bench_parser",
-           "broker_factory", "free_port", "median_ratio", "poll_arrow_rps", "ready_process",
-           "record_send_rps", "report", "send_batches_rps", "value_batch", "zk_cluster"]
+           "broker_factory", "free_port", "median_ratio", "met", "poll_arrow_rps",
+           "ready_process", "record_send_rps", "report", "send_batches_rps", "timed",
+           "value_batch", "zk_cluster"]
 
 VALUE = b"x" * 100
 ROWS_PER_BATCH = 10_000
@@ -164,7 +165,7 @@ def send_batches_rps(producer: Producer, topic: str, batches: Sequence[pa.Record
     return float(sum(b.num_rows for b in batches)) / elapsed
 
 
-def record_send_rps(bootstrap: str, topic: str, n: int, acks: object = 1) -> float:
+def record_send_rps(bootstrap: str, topic: str, n: int, acks: str | int = 1) -> float:
     """Records/s of ``n`` per-record ``send()`` calls of ``VALUE`` (linger_ms=5) and a flush."""
     with Producer(bootstrap, acks=acks, linger_ms=5) as producer:
         send = producer.send
@@ -202,6 +203,18 @@ def alternate(rounds: int, first: Callable[[], T], second: Callable[[], T], swap
     return a, b
 
 
+def timed(query: Callable[[], T], runs: int) -> tuple[float, T]:
+    """Median seconds of ``runs`` runs of ``query`` after one untimed warm-up run; and the
+    last run's result."""
+    result = query()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = query()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
 def median_ratio(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
     """The medians of ``a`` and of ``b``, and the median of their rounds' ratios a/b."""
     ratios = [x / y for x, y in zip(a, b, strict=True)]
@@ -217,6 +230,15 @@ def bench_parser(description: str) -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def met(value: float, target: str) -> str:
+    """"met" or "MISSED" for a target such as ">= 0.8" or "<= 300"; "" for no target."""
+    if not target:
+        return ""
+    op, bound = target.split()
+    ok = value >= float(bound) if op == ">=" else value <= float(bound)
+    return "met" if ok else "MISSED"
 
 
 def report(results: Mapping[str, Any], as_json: bool, row: Callable[[str, Any], str], *,
