@@ -25,11 +25,8 @@ Each Spark query runs once untimed first, then the median of ``--runs`` runs is 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,15 +39,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from common import bench_parser, broker_factory, report, timed
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.*, run as a script
-
-from datasource.archive_offsets import RANGES_KEY, decode  # noqa: E402
-from datasource.iceberg import catalog_settings, filesystem  # noqa: E402
-from jobs.session import local_session  # noqa: E402
-from logstore import Admin, NewTopic, Producer  # noqa: E402
-from tests.brokers import REPO_ROOT, BrokerFactory, subprocess_env  # noqa: E402
-from tests.spark.archive_helpers import load_table, run_archive, warehouse_args  # noqa: E402
+from datasource.archive_offsets import RANGES_KEY, decode
+from datasource.iceberg import catalog_settings, filesystem
+from jobs.session import local_session
+from logstore import Admin, NewTopic, Producer
+from tests.brokers import REPO_ROOT, subprocess_env
+from tests.spark.archive_helpers import load_table, run_archive, warehouse_args
 
 PARTITIONS = 4
 VALUE_BYTES = 100
@@ -104,16 +100,6 @@ def archive_vs_raw(spark: Any, bootstrap: str, topic: str, records: int, tmp: Pa
             "archive_vs_raw_parquet": raw_s / archive_s, **phases}
 
 
-def _timed(query: Any, runs: int) -> float:
-    query()
-    times = []
-    for _ in range(runs):
-        began = time.perf_counter()
-        query()
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
-
-
 def history_vs_log(spark: Any, bootstrap: str, topic: str, tmp: Path, runs: int
                    ) -> dict[str, float]:
     from pyspark.sql import functions as F
@@ -131,9 +117,9 @@ def history_vs_log(spark: Any, bootstrap: str, topic: str, tmp: Path, runs: int
             return reader.load().agg(F.count("*"), F.sum(F.length("value"))).collect()
         return go
 
-    log_s = _timed(query(), runs)
-    archive_s = _timed(query(archiveTable="bench.hist",
-                             archiveWarehouse=str(tmp / "local-wh")), runs)
+    log_s, _ = timed(query(), runs)
+    archive_s, _ = timed(query(archiveTable="bench.hist",
+                               archiveWarehouse=str(tmp / "local-wh")), runs)
     return {"log_read_s": log_s, "history_read_s": archive_s,
             "history_read_vs_log_read": log_s / archive_s}
 
@@ -221,20 +207,18 @@ def _delays(table: Any) -> np.ndarray:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--stream-s", type=float, default=30.0)
     parser.add_argument("--trigger-interval", type=float, default=5.0)
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from tests.moto_s3 import CREDENTIALS_ENV, MotoS3
 
     os.environ.update(CREDENTIALS_ENV)
-    with tempfile.TemporaryDirectory(prefix="bench-archive-") as tmp_name:
+    with tempfile.TemporaryDirectory(prefix="bench-archive-") as tmp_name, \
+            broker_factory(Path(tmp_name)) as brokers:
         tmp = Path(tmp_name)
-        brokers = BrokerFactory(tmp)
         broker = brokers()
         moto = MotoS3().start()
         spark = local_session("bench-archive")
@@ -250,13 +234,8 @@ def main() -> int:
         finally:
             spark.stop()
             moto.stop()
-            brokers.stop_all()
     results["load_average_1m"] = os.getloadavg()[0]
-    if args.json:
-        print(json.dumps({k: round(v, 3) for k, v in results.items()}))
-    else:
-        for key, value in results.items():
-            print(f"{key:<28} {value:,.3f}")
+    report(results, args.json, lambda k, v: f"{k:<28} {v:,.3f}")
     return 0
 
 

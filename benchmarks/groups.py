@@ -14,8 +14,6 @@ One broker process; figures are printed, never asserted (machines are shared).
 
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -26,13 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+from common import Brokers, bench_parser, report
 
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from produce_consume import BrokerProcess  # noqa: E402 (the benchmarks share one helper)
-
-GROUP_CONF = "group_initial_rebalance_delay_ms = 0\ngroup_min_session_timeout_ms = 100\n"
+GROUP_CONF = {"group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 100}
+TARGETS = {"rebalance_s": "<= 0.5", "group_vs_single": ">= 1.0"}
 FAST = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 100,
         "auto_offset_reset": "earliest", "fetch_max_wait_ms": 50}
 WAIT_S = 60.0
@@ -168,26 +165,17 @@ def _wait(condition, what: str) -> None:  # noqa: ANN001
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = BrokerProcess(Path(tmp), GROUP_CONF)
-        try:
-            with Admin(broker.bootstrap) as admin:
-                results = {"rebalance_s": rebalance_s(broker.bootstrap, admin),
-                           "commit_rps": commit_rps(broker.bootstrap, admin),
-                           **group_vs_single(broker.bootstrap, admin, args.records)}
-        finally:
-            broker.stop()
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return
-    print(f"{'metric':<18}{'value':>14}  target")
-    targets = {"rebalance_s": "<= 0.5", "group_vs_single": ">= 1.0"}
-    for name, value in results.items():
-        print(f"{name:<18}{value:>14.3f}  {targets.get(name, '')}")
+    with tempfile.TemporaryDirectory() as tmp, Brokers(Path(tmp)) as brokers:
+        broker = brokers(**GROUP_CONF)
+        with Admin(broker.bootstrap) as admin:
+            results = {"rebalance_s": rebalance_s(broker.bootstrap, admin),
+                       "commit_rps": commit_rps(broker.bootstrap, admin),
+                       **group_vs_single(broker.bootstrap, admin, args.records)}
+    report(results, args.json, lambda k, v: f"{k:<18}{v:>14.3f}  {TARGETS.get(k, '')}",
+           header=f"{'metric':<18}{'value':>14}  target", digits=None, indent=2)
 
 
 if __name__ == "__main__":

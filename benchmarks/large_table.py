@@ -13,8 +13,6 @@ process. Figures are printed, never asserted.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import tempfile
 import threading
@@ -23,12 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from common import Brokers, bench_parser, report
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from produce_consume import BrokerProcess  # noqa: E402
-
-from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
+from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 
 MiB = 1024 * 1024
 CHUNK_ROWS = 1000
@@ -91,39 +86,31 @@ def read_back(bootstrap: str, topic: str, rows: int, timeout_s: float = 600) -> 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = bench_parser(__doc__)
     parser.add_argument("--gib", type=float, default=1.0)
     parser.add_argument("--width", type=int, default=1000)
     parser.add_argument("--buffer-mib", type=int, default=64)
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     table = reused_table(int(args.gib * 1024 * MiB), args.width)
     rows = table.num_rows
     results: dict[str, float] = {"table_mib": table.nbytes / MiB, "rows": rows,
                                  "buffer_memory_mib": args.buffer_mib}
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = BrokerProcess(Path(tmp))
-        try:
-            with Admin(broker.bootstrap) as admin:
-                admin.create_topics([NewTopic("large", 1)])
-            with Producer(broker.bootstrap, acks=1,
-                          buffer_memory=args.buffer_mib * MiB) as producer, PeakRss() as rss:
-                start = time.perf_counter()
-                future = producer.send_batch("large", table, partition=0)
-                producer.flush(600)
-                elapsed = time.perf_counter() - start
-                pieces = future.result(0)
-            results["produce_mib_s"] = table.nbytes / MiB / elapsed
-            results["pieces"] = len(pieces)
-            results["producer_rss_growth_mib"] = (rss.peak - rss.start) / MiB
-            results["rows_read_back_exactly_once"] = read_back(broker.bootstrap, "large", rows)
-        finally:
-            broker.stop()
-    if args.json:
-        print(json.dumps({k: round(v, 3) for k, v in results.items()}))
-    else:
-        for k, v in results.items():
-            print(f"{k:32} {v:>14,.1f}")
+    with tempfile.TemporaryDirectory() as tmp, Brokers(Path(tmp)) as brokers:
+        broker = brokers()
+        with Admin(broker.bootstrap) as admin:
+            admin.create_topics([NewTopic("large", 1)])
+        with Producer(broker.bootstrap, acks=1,
+                      buffer_memory=args.buffer_mib * MiB) as producer, PeakRss() as rss:
+            start = time.perf_counter()
+            future = producer.send_batch("large", table, partition=0)
+            producer.flush(600)
+            elapsed = time.perf_counter() - start
+            pieces = future.result(0)
+        results["produce_mib_s"] = table.nbytes / MiB / elapsed
+        results["pieces"] = len(pieces)
+        results["producer_rss_growth_mib"] = (rss.peak - rss.start) / MiB
+        results["rows_read_back_exactly_once"] = read_back(broker.bootstrap, "large", rows)
+    report(results, args.json, lambda k, v: f"{k:32} {v:>14,.1f}")
     return 0
 
 

@@ -29,7 +29,6 @@ Figures are printed, never asserted: machines are shared.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -38,45 +37,28 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
+from common import (
+    ROWS_PER_BATCH,
+    VALUE,
+    Brokers,
+    alternate,
+    bench_parser,
+    free_port,
+    median_ratio,
+    ready_process,
+    report,
+    send_batches_rps,
+)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from logstore import Admin, NewTopic, Producer
 
-from logstore import Admin, NewTopic, Producer  # noqa: E402
-from tests.brokers import free_port, write_broker_toml  # noqa: E402
-
-VALUE = b"x" * 100
-ROWS_PER_BATCH = 10_000
 TOPIC = "bench"
 PARTITIONS = 8
 PADDING_PARTITIONS = 200
 SCRAPES = 5
 WIDE_TOPIC_PARTITIONS = 1_000
-
-
-class Broker:
-    def __init__(self, workdir: Path, name: str, **settings: Any) -> None:
-        self.bootstrap = f"127.0.0.1:{free_port()}"
-        conf = write_broker_toml(workdir / f"{name}.toml", {
-            "broker_id": 0, "listener": self.bootstrap,
-            "log_dirs": [str(workdir / name)], **settings})
-        self.proc = subprocess.Popen([sys.executable, "-m", "logstore", "broker", "start",
-                                      "--config", str(conf)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if "listening" not in line:
-            raise RuntimeError(f"broker {name} did not start: {line!r}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(300)  # closing thousands of logs takes a while
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(60)
 
 
 def get(address: str) -> bytes:
@@ -101,12 +83,9 @@ class Scraper:
     little more often than its usual 15 s) until stopped; ``stop()`` returns the count."""
 
     def __init__(self, address: str) -> None:
-        self._proc = subprocess.Popen([sys.executable, "-c", SCRAPER, address],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         # The interpreter's start is not the endpoint's cost: the round is timed once the
         # scraper is up (its first scrape follows at once).
-        assert self._proc.stdout is not None
-        assert self._proc.stdout.readline().strip() == "ready"
+        self._proc: subprocess.Popen[str] = ready_process(SCRAPER, address, stdin=True)
 
     def stop(self) -> int:
         out, _ = self._proc.communicate(timeout=120)  # closes stdin
@@ -115,49 +94,39 @@ class Scraper:
 
 def produce_rps(bootstrap: str, batches: list[pa.RecordBatch]) -> float:
     with Producer(bootstrap, acks=1) as producer:
-        start = time.perf_counter()
-        futures = [producer.send_batch(TOPIC, b, partition=i % PARTITIONS)
-                   for i, b in enumerate(batches)]
-        for f in futures:
-            f.result(300)
-        elapsed = time.perf_counter() - start
-    return float(sum(b.num_rows for b in batches)) / elapsed
+        return send_batches_rps(producer, TOPIC, batches, partitions=PARTITIONS)
 
 
 def overhead(workdir: Path, records: int, rounds: int) -> dict[str, float]:
     address = f"127.0.0.1:{free_port()}"
-    broker = Broker(workdir, "on", metrics_listener=address)
     batch = pa.RecordBatch.from_pydict({"key": [None] * ROWS_PER_BATCH,
                                         "value": [VALUE] * ROWS_PER_BATCH})
     batches = [batch] * max(1, records // ROWS_PER_BATCH)
-    ratios: list[float] = []
-    scraped_rps: list[float] = []
-    unscraped_rps: list[float] = []
     scrapes = 0
-    try:
+
+    def scraped_rps() -> float:
+        nonlocal scrapes
+        scraper = Scraper(address)
+        rps = produce_rps(broker.bootstrap, batches)
+        scrapes += scraper.stop()
+        return rps
+
+    with Brokers(workdir) as brokers:
+        broker = brokers("on", metrics_listener=address)
         with Admin(broker.bootstrap) as admin:
             admin.create_topics([NewTopic(TOPIC, PARTITIONS),
                                  NewTopic("padding", PADDING_PARTITIONS)])
-        for r in range(rounds):
-            for scraped in ((True, False) if r % 2 == 0 else (False, True)):
-                scraper = Scraper(address) if scraped else None
-                rps = produce_rps(broker.bootstrap, batches)
-                if scraper is not None:
-                    scrapes += scraper.stop()
-                (scraped_rps if scraped else unscraped_rps).append(rps)
-            ratios.append(scraped_rps[-1] / unscraped_rps[-1])
-    finally:
-        broker.stop()
-    return {"produce_rps_scraped": statistics.median(scraped_rps),
-            "produce_rps_not_scraped": statistics.median(unscraped_rps),
-            "metrics_overhead": statistics.median(ratios),
-            "scrapes_during_overhead": float(scrapes)}
+        scraped, unscraped = alternate(rounds, scraped_rps,
+                                       lambda: produce_rps(broker.bootstrap, batches), swap=True)
+    on, off, ratio = median_ratio(scraped, unscraped)
+    return {"produce_rps_scraped": on, "produce_rps_not_scraped": off,
+            "metrics_overhead": ratio, "scrapes_during_overhead": float(scrapes)}
 
 
 def scrape_wide(workdir: Path, partitions: int) -> dict[str, float]:
     address = f"127.0.0.1:{free_port()}"
-    broker = Broker(workdir, "wide", metrics_listener=address)
-    try:
+    with Brokers(workdir) as brokers:
+        broker = brokers("wide", metrics_listener=address)
         started = time.perf_counter()
         with Admin(broker.bootstrap, request_timeout_ms=600_000) as admin:
             for i, first in enumerate(range(0, partitions, WIDE_TOPIC_PARTITIONS)):
@@ -175,8 +144,6 @@ def scrape_wide(workdir: Path, partitions: int) -> dict[str, float]:
             start = time.perf_counter()
             size = len(get(address))
             times.append(time.perf_counter() - start)
-    finally:
-        broker.stop()
     return {"scrape_10k_partitions_s": statistics.median(times),
             "scrape_10k_partitions_max_s": max(times), "scrape_bytes": float(size),
             "partitions_scraped": float(partitions), "create_partitions_s": created_s}
@@ -188,12 +155,11 @@ def hosted(admin: Admin) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--partitions", type=int, default=10_000)
     parser.add_argument("--only", choices=("overhead", "scrape"))
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="logstore-bench-metrics-") as tmp:
@@ -202,11 +168,7 @@ def main() -> None:
             print(json.dumps(figures), file=sys.stderr, flush=True)  # kept if the rest fails
         if args.only != "overhead":
             figures.update(scrape_wide(Path(tmp), args.partitions))
-    if args.json:
-        print(json.dumps(figures, indent=2))
-        return
-    for name, value in figures.items():
-        print(f"{name:32s} {value:>14,.3f}")
+    report(figures, args.json, lambda k, v: f"{k:32s} {v:>14,.3f}", digits=None, indent=2)
 
 
 if __name__ == "__main__":

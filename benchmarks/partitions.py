@@ -21,8 +21,6 @@ The broker is the test suite's (tests/brokers.py): ``python -m logstore broker s
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import signal
 import sys
@@ -31,13 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import bench_parser, report
 
-from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
-from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest  # noqa: E402
-from logstore.model import LATEST  # noqa: E402
-from logstore.rpc.client import BrokerConnection  # noqa: E402
-from tests.brokers import BrokerProcess  # noqa: E402
+from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
+from logstore.model import LATEST
+from logstore.rpc.client import BrokerConnection
+from tests.brokers import BrokerProcess
 
 WAIT_S = 600.0
 POLL_S = 0.05
@@ -154,21 +152,14 @@ def run(partitions: int, per_topic: int, root: Path) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__)
     parser.add_argument("--partitions", type=int, default=10_000)
     parser.add_argument("--per-topic", type=int, default=200)
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="logstore-partitions-bench-") as tmp:
         results = run(args.partitions, args.per_topic, Path(tmp))
     results["load_average"] = os.getloadavg()[0]
-    if args.json:
-        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
-                          for k, v in results.items()}))
-    else:
-        for name, value in results.items():
-            print(f"{name:<34} {value:>14,.2f}")
+    report(results, args.json, lambda k, v: f"{k:<34} {v:>14,.2f}")
     return 0
 
 

@@ -14,11 +14,7 @@ machines are shared.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,39 +24,27 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
+from common import (
+    ROWS_PER_BATCH,
+    Brokers,
+    alternate,
+    bench_parser,
+    free_port,
+    poll_arrow_rps,
+    ready_process,
+    record_send_rps,
+    report,
+    send_batches_rps,
+    value_batch,
+)
 
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 
-VALUE = b"x" * 100
-ROWS_PER_BATCH = 10_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class BrokerProcess:
-    def __init__(self, workdir: Path, topic_defaults: str = "") -> None:
-        port = free_port()
-        self.bootstrap = f"127.0.0.1:{port}"
-        self.data_dir = workdir / f"data-{port}"
-        conf = workdir / f"broker-{port}.toml"
-        conf.write_text(f'broker_id = 0\nlistener = "{self.bootstrap}"\n'
-                        f'log_dirs = ["{self.data_dir}"]\n{topic_defaults}')
-        self.proc = subprocess.Popen([sys.executable, "-m", "logstore", "broker", "start",
-                                      "--config", str(conf)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if "listening" not in line:
-            raise RuntimeError(f"broker did not start: {line!r}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-
+TARGETS = {"columnar_produce_rps": ">= 2.0M", "columnar_produce_vs_raw": ">= 0.95",
+           "record_send_rps": ">= 1.2M", "columnar_consume_rps": ">= 5M",
+           "columnar_consume_vs_raw": ">= 0.9",
+           "record_consume_rps": ">= 2M", "latency_p50_ms": "<= 1.5",
+           "latency_p99_ms": "<= 5", "fsync_group_commit_vs_none": ">= 0.5"}
 
 RAW_SERVER = r'''
 import sys, pyarrow as pa, pyarrow.flight as fl
@@ -92,18 +76,9 @@ s.serve()
 '''
 
 
-def make_batch(rows: int) -> pa.RecordBatch:
-    return pa.record_batch({"key": pa.nulls(rows, pa.binary()),
-                            "value": pa.array([VALUE] * rows, pa.binary())})
-
-
 def bench_raw_flight_put(workdir: Path, batches: list[pa.RecordBatch]) -> float:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", RAW_SERVER, str(port),
-                             str(workdir / f"raw-{port}.arrow")], stdout=subprocess.PIPE,
-                            text=True)
-    assert proc.stdout is not None
-    proc.stdout.readline()
+    proc = ready_process(RAW_SERVER, str(port), str(workdir / f"raw-{port}.arrow"))
     client = flight.connect(f"grpc://127.0.0.1:{port}")
     start = time.perf_counter()
     writer, reader = client.do_put(flight.FlightDescriptor.for_command(b"x"), batches[0].schema)
@@ -122,10 +97,7 @@ def bench_raw_flight_put(workdir: Path, batches: list[pa.RecordBatch]) -> float:
 def bench_raw_flight_get(segment_dir: Path) -> float:
     """Records/s of a bare DoGet streaming the segment files in ``segment_dir`` as they are."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", RAW_GET_SERVER, str(port), str(segment_dir)],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    proc.stdout.readline()
+    proc = ready_process(RAW_GET_SERVER, str(port), str(segment_dir))
     client = flight.connect(f"grpc://127.0.0.1:{port}")
     start = time.perf_counter()
     rows = sum(chunk.data.num_rows for chunk in client.do_get(flight.Ticket(b"all")))
@@ -137,38 +109,21 @@ def bench_raw_flight_get(segment_dir: Path) -> float:
 
 def bench_columnar_produce(bootstrap: str, topic: str, batches: list[pa.RecordBatch]) -> float:
     with Producer(bootstrap, acks=1) as producer:
-        start = time.perf_counter()
-        futures = [producer.send_batch(topic, b, partition=0) for b in batches]
-        for f in futures:
-            f.result(120)
-        elapsed = time.perf_counter() - start
-    return sum(b.num_rows for b in batches) / elapsed
-
-
-def bench_record_send(bootstrap: str, topic: str, n: int, acks: object = 1) -> float:
-    with Producer(bootstrap, acks=acks, linger_ms=5) as producer:
-        send = producer.send
-        start = time.perf_counter()
-        for _ in range(n):
-            send(topic, VALUE)
-        producer.flush(300)
-        elapsed = time.perf_counter() - start
-    return n / elapsed
+        return send_batches_rps(producer, topic, batches, timeout_s=120)
 
 
 def bench_consume(bootstrap: str, topic: str, total: int, arrow: bool) -> float:
     tp = TopicPartition(topic, 0)
     with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([tp])
+        if arrow:
+            return poll_arrow_rps(consumer, total)
         got = 0
         start = time.perf_counter()
         while got < total:
-            if arrow:
-                got += sum(t.num_rows for t in consumer.poll_arrow(timeout_ms=1000).values())
-            else:
-                for records in consumer.poll(timeout_ms=1000, max_records=50_000).values():
-                    for _record in records:
-                        got += 1
+            for records in consumer.poll(timeout_ms=1000, max_records=50_000).values():
+                for _record in records:
+                    got += 1
         return got / (time.perf_counter() - start)
 
 
@@ -214,72 +169,57 @@ def bench_latency(bootstrap: str, topic: str, rate: int = 10_000, seconds: float
     return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
 
 
-def bench_acks_all(bootstrap: str, topic: str, n: int) -> float:
-    return bench_record_send(bootstrap, topic, n, acks="all")
+def row(name: str, value: float) -> str:
+    shown = f"{value:,.0f}" if value > 100 else f"{value:.3f}"
+    return f"{name:32} {shown:>14}  {TARGETS.get(name, '')}"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = bench_parser(__doc__)
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--per-record", type=int, default=500_000)
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of each figure of a ratio, alternating with its baseline's")
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    batches = [make_batch(ROWS_PER_BATCH) for _ in range(args.records // ROWS_PER_BATCH)]
+    batches = [value_batch() for _ in range(args.records // ROWS_PER_BATCH)]
     results: dict[str, float] = {}
-    repeats = range(max(args.repeat, 1))
-    with tempfile.TemporaryDirectory() as tmp:
+    rounds = max(args.repeat, 1)
+    with tempfile.TemporaryDirectory() as tmp, Brokers(Path(tmp)) as brokers:
         workdir = Path(tmp)
-        broker = BrokerProcess(workdir)
-        try:
-            columnar = [f"columnar-{i}" for i in repeats]  # the first is read back
-            with Admin(broker.bootstrap) as admin:
-                admin.create_topics([NewTopic(t, 1) for t in (*columnar, "records", "latency",
-                                                              "acks-all", "acks-all-fsync")])
-                admin.alter_configs({"acks-all-fsync": {"flush_ms": 0}})
-            raw_put, put = [], []
-            for topic in columnar:
-                raw_put.append(bench_raw_flight_put(workdir, batches))
-                put.append(bench_columnar_produce(broker.bootstrap, topic, batches))
-            results["raw_flight_put_rps"] = max(raw_put)
-            results["columnar_produce_rps"] = max(put)
-            results["record_send_rps"] = bench_record_send(broker.bootstrap, "records",
-                                                           args.per_record)
-            raw_get, get = [], []
-            for _ in repeats:
-                get.append(bench_consume(broker.bootstrap, columnar[0], args.records,
-                                         arrow=True))
-                raw_get.append(bench_raw_flight_get(broker.data_dir / f"{columnar[0]}-0"))
-            results["columnar_consume_rps"] = max(get)
-            results["raw_flight_get_rps"] = max(raw_get)
-            results["record_consume_rps"] = bench_consume(broker.bootstrap, "records",
-                                                          args.per_record, arrow=False)
-            p50, p99 = bench_latency(broker.bootstrap, "latency")
-            results["latency_p50_ms"], results["latency_p99_ms"] = p50, p99
-            n = args.per_record // 2
-            no_fsync = bench_acks_all(broker.bootstrap, "acks-all", n)
-            fsync = bench_acks_all(broker.bootstrap, "acks-all-fsync", n)
-            results["acks_all_rps"], results["acks_all_fsync_rps"] = no_fsync, fsync
-            results["fsync_group_commit_vs_none"] = fsync / no_fsync
-        finally:
-            broker.stop()
+        broker = brokers()
+        columnar = [f"columnar-{i}" for i in range(rounds)]  # the first is read back
+        with Admin(broker.bootstrap) as admin:
+            admin.create_topics([NewTopic(t, 1) for t in (*columnar, "records", "latency",
+                                                          "acks-all", "acks-all-fsync")])
+            admin.alter_configs({"acks-all-fsync": {"flush_ms": 0}})
+        topics = iter(columnar)
+        raw_put, put = alternate(
+            rounds, lambda: bench_raw_flight_put(workdir, batches),
+            lambda: bench_columnar_produce(broker.bootstrap, next(topics), batches))
+        results["raw_flight_put_rps"] = max(raw_put)
+        results["columnar_produce_rps"] = max(put)
+        results["record_send_rps"] = record_send_rps(broker.bootstrap, "records",
+                                                     args.per_record)
+        get, raw_get = alternate(
+            rounds, lambda: bench_consume(broker.bootstrap, columnar[0], args.records,
+                                          arrow=True),
+            lambda: bench_raw_flight_get(broker.log_dir / f"{columnar[0]}-0"))
+        results["columnar_consume_rps"] = max(get)
+        results["raw_flight_get_rps"] = max(raw_get)
+        results["record_consume_rps"] = bench_consume(broker.bootstrap, "records",
+                                                      args.per_record, arrow=False)
+        p50, p99 = bench_latency(broker.bootstrap, "latency")
+        results["latency_p50_ms"], results["latency_p99_ms"] = p50, p99
+        n = args.per_record // 2
+        no_fsync = record_send_rps(broker.bootstrap, "acks-all", n, acks="all")
+        fsync = record_send_rps(broker.bootstrap, "acks-all-fsync", n, acks="all")
+        results["acks_all_rps"], results["acks_all_fsync_rps"] = no_fsync, fsync
+        results["fsync_group_commit_vs_none"] = fsync / no_fsync
     results["columnar_produce_vs_raw"] = (results["columnar_produce_rps"]
                                           / results["raw_flight_put_rps"])
     results["columnar_consume_vs_raw"] = (results["columnar_consume_rps"]
                                           / results["raw_flight_get_rps"])
-    if args.json:
-        print(json.dumps({k: round(v, 3) for k, v in results.items()}))
-    else:
-        targets = {"columnar_produce_rps": ">= 2.0M", "columnar_produce_vs_raw": ">= 0.95",
-                   "record_send_rps": ">= 1.2M", "columnar_consume_rps": ">= 5M",
-                   "columnar_consume_vs_raw": ">= 0.9",
-                   "record_consume_rps": ">= 2M", "latency_p50_ms": "<= 1.5",
-                   "latency_p99_ms": "<= 5", "fsync_group_commit_vs_none": ">= 0.5"}
-        print(f"{'figure':32} {'measured':>14}  target")
-        for k, v in results.items():
-            shown = f"{v:,.0f}" if v > 100 else f"{v:.3f}"
-            print(f"{k:32} {shown:>14}  {targets.get(k, '')}")
+    report(results, args.json, row, header=f"{'figure':32} {'measured':>14}  target")
     return 0
 
 

@@ -15,42 +15,31 @@ Brokers and ZooKeeper are the test suite's helpers (tests/brokers.py, tests/zook
 
 from __future__ import annotations
 
-import argparse
-import json
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import pyarrow as pa
+from common import (
+    ROWS_PER_BATCH,
+    VALUE,
+    bench_parser,
+    report,
+    send_batches_rps,
+    value_batch,
+    zk_cluster,
+)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from logstore import Producer  # noqa: E402
-from tests.brokers import BrokerFactory  # noqa: E402
-from tests.faults.cluster import SESSION_TIMEOUT_MS, Cluster, wait_for  # noqa: E402
-from tests.zookeeper import ZooKeeperServer  # noqa: E402
-
-VALUE = b"x" * 100
-ROWS_PER_BATCH = 10_000
-
-
-def make_batch(rows: int) -> pa.RecordBatch:
-    return pa.record_batch({"key": pa.nulls(rows, pa.binary()),
-                            "value": pa.array([VALUE] * rows, pa.binary())})
+from logstore import Producer
+from tests.faults.cluster import SESSION_TIMEOUT_MS, Cluster, wait_for
 
 
 def produce_rps(bootstrap: list[str], topic: str, records: int, acks: object) -> float:
-    batches = [make_batch(ROWS_PER_BATCH)] * max(records // ROWS_PER_BATCH, 1)
+    batches = [value_batch()] * max(records // ROWS_PER_BATCH, 1)
     with Producer(bootstrap, acks=acks) as producer:
         producer.send_batch(topic, batches[0], partition=0).result(60)  # warm up
-        start = time.perf_counter()
-        futures = [producer.send_batch(topic, b, partition=0) for b in batches]
-        for f in futures:
-            f.result(300)
-        elapsed = time.perf_counter() - start
-    return len(batches) * ROWS_PER_BATCH / elapsed
+        return send_batches_rps(producer, topic, batches)
 
 
 def failover_s(cluster: Cluster, topic: str) -> float:
@@ -79,11 +68,7 @@ def catchup_rps(cluster: Cluster, topic: str, records: int) -> float:
 
 
 def run(records: int, catchup_records: int, root: Path) -> dict[str, float]:
-    zk = ZooKeeperServer(root / "zookeeper").start()
-    (root / "brokers").mkdir()
-    factory = BrokerFactory(root / "brokers")
-    try:
-        cluster = Cluster(factory, f"{zk.connect}/bench")
+    with zk_cluster(root) as cluster:
         rf1 = cluster.create_topic(rf=1)
         rf3 = cluster.create_topic(rf=3, min_insync_replicas=2)
         results = {"rf1_acks1_rps": produce_rps(cluster.bootstrap, rf1, records, 1),
@@ -93,25 +78,16 @@ def run(records: int, catchup_records: int, root: Path) -> dict[str, float]:
         results["failover_target_s"] = SESSION_TIMEOUT_MS / 1000 + 1
         results["replica_catchup_rps"] = catchup_rps(cluster, rf3, catchup_records)
         return results
-    finally:
-        factory.stop_all()
-        zk.stop()
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__)
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--catchup-records", type=int, default=1_000_000)
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="logstore-repl-bench-") as tmp:
         results = run(args.records, args.catchup_records, Path(tmp))
-    if args.json:
-        print(json.dumps({k: round(v, 3) for k, v in results.items()}))
-    else:
-        for name, value in results.items():
-            print(f"{name:<22} {value:>14,.2f}")
+    report(results, args.json, lambda k, v: f"{k:<22} {v:>14,.2f}")
     return 0
 
 

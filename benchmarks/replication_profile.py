@@ -20,7 +20,6 @@ Printed, never asserted: machines are shared.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -33,12 +32,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.replication import produce_rps  # noqa: E402
-from tests.brokers import BrokerFactory  # noqa: E402
-from tests.faults.cluster import Cluster  # noqa: E402
-from tests.zookeeper import ZooKeeperServer  # noqa: E402
+from common import bench_parser, zk_cluster
+from replication import produce_rps
 
 SAMPLE_HZ = 200
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -125,21 +120,15 @@ def profile_phase(py_spy: str, pids: dict[int, int], run: Callable[[], float], o
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__)
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--py-spy", default="/tmp/pyspy/bin/py-spy")
-    parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep", type=Path, help="keep the samples in this directory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="logstore-repl-prof-") as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        zk = ZooKeeperServer(root / "zookeeper").start()
-        (root / "brokers").mkdir()
-        factory = BrokerFactory(root / "brokers")
-        try:
-            cluster = Cluster(factory, f"{zk.connect}/prof")
+        with zk_cluster(root, "prof") as cluster:
             rf1 = cluster.create_topic(rf=1)
             rf3 = cluster.create_topic(rf=3, min_insync_replicas=2)
             pids = {b: p.process.pid for b, p in cluster.brokers.items()
@@ -151,9 +140,6 @@ def main() -> int:
                 rps, split = profile_phase(args.py_spy, pids, lambda t=topic, a=acks: produce_rps(
                     cluster.bootstrap, t, args.records, a), root / name)
                 results[name] = {"rps": rps, "leader": leader, "brokers": split}
-        finally:
-            factory.stop_all()
-            zk.stop()
     if args.json:
         print(json.dumps(results))
         return 0

@@ -36,20 +36,18 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from common import bench_parser, broker_factory, met, report, timed
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.brokers, run as a script
-
-from jobs.session import local_session  # noqa: E402
-from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
-from logstore.model import EARLIEST, LATEST  # noqa: E402
-from tests.brokers import BrokerFactory  # noqa: E402
+from jobs.session import local_session
+from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+from logstore.model import EARLIEST, LATEST
 
 PARTITIONS = 8
 VALUE_BYTES = 100
@@ -155,17 +153,6 @@ def read_partition(bootstrap: str, tp: TopicPartition) -> pa.Table:
 
 
 # -- Spark queries -----------------------------------------------------------------------------
-
-def timed(query: Callable[[], Any], runs: int) -> tuple[float, Any]:
-    """Median seconds of ``runs`` runs after one untimed warm-up; and the last result."""
-    result = query()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        result = query()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
-
 
 def logstore_df(spark: Any, bootstrap: str, topic: str, schema: str | None = None,
                 ending: str = "latest") -> Any:
@@ -361,56 +348,44 @@ def wait_for_batch(query: Any, seen: set[int]) -> None:
 
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     results: dict[str, float] = {"load_1m_start": os.getloadavg()[0]}
-    factory = BrokerFactory(workdir)
-    broker = factory()
     spark = None
-    try:
-        bootstrap = broker.bootstrap
-        with Admin(bootstrap) as admin:
-            admin.create_topics([NewTopic("scan", PARTITIONS), NewTopic("stream", PARTITIONS),
-                                 NewTopic("typed", PARTITIONS, value_schema=typed_schema())])
-        results["produce_rps"] = produce(bootstrap, "scan",
-                                         untyped_batches(args.records, args.batch_rows))
-        typed_rows = args.typed_records or args.records
-        produce(bootstrap, "typed", typed_batches(typed_rows, args.batch_rows))
-        results["parquet_rows"] = write_parquet(bootstrap, "scan", workdir / "parquet")
-        spark = local_session("logstore-bench")
-        bench_scan(spark, bootstrap, "scan", workdir / "parquet", args.runs, results)
-        bench_ceiling(spark, args.records, args.batch_rows, results["parquet_scan_s"],
-                      args.runs, results)
-        results["load_1m_after_scan"] = os.getloadavg()[0]
-        bench_projection(spark, bootstrap, "typed", args.runs, results)
-        results["typed_rows"] = typed_rows
-        bench_microbatch(spark, bootstrap, "stream", args.stream_records, workdir / "ckpt",
-                         results)
-        bench_rate_baseline(spark, 10, workdir / "ckpt-rate", results)
-    finally:
-        if spark is not None:
-            spark.stop()
-        factory.stop_all()
+    with broker_factory(workdir) as factory:
+        try:
+            broker = factory()
+            bootstrap = broker.bootstrap
+            with Admin(bootstrap) as admin:
+                admin.create_topics([NewTopic("scan", PARTITIONS), NewTopic("stream", PARTITIONS),
+                                     NewTopic("typed", PARTITIONS, value_schema=typed_schema())])
+            results["produce_rps"] = produce(bootstrap, "scan",
+                                             untyped_batches(args.records, args.batch_rows))
+            typed_rows = args.typed_records or args.records
+            produce(bootstrap, "typed", typed_batches(typed_rows, args.batch_rows))
+            results["parquet_rows"] = write_parquet(bootstrap, "scan", workdir / "parquet")
+            spark = local_session("logstore-bench")
+            bench_scan(spark, bootstrap, "scan", workdir / "parquet", args.runs, results)
+            bench_ceiling(spark, args.records, args.batch_rows, results["parquet_scan_s"],
+                          args.runs, results)
+            results["load_1m_after_scan"] = os.getloadavg()[0]
+            bench_projection(spark, bootstrap, "typed", args.runs, results)
+            results["typed_rows"] = typed_rows
+            bench_microbatch(spark, bootstrap, "stream", args.stream_records, workdir / "ckpt",
+                             results)
+            bench_rate_baseline(spark, 10, workdir / "ckpt-rate", results)
+        finally:
+            if spark is not None:
+                spark.stop()
     results["load_1m_end"] = os.getloadavg()[0]
     return results
 
 
-def print_table(results: dict[str, float]) -> None:
-    print(f"{'figure':30} {'measured':>14}  {'target':8} met")
-    for k, v in results.items():
-        shown = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3f}"
-        target = TARGETS.get(k, "")
-        print(f"{k:30} {shown:>14}  {target:8} {met(v, target)}")
-
-
-def met(value: float, target: str) -> str:
-    if not target:
-        return ""
-    op, bound = target.split()
-    ok = value >= float(bound) if op == ">=" else value <= float(bound)
-    return "met" if ok else "MISSED"
+def row(name: str, value: float) -> str:
+    shown = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3f}"
+    target = TARGETS.get(name, "")
+    return f"{name:30} {shown:>14}  {target:8} {met(value, target)}"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__)
     parser.add_argument("--records", type=int, default=5_000_000)
     parser.add_argument("--batch-rows", type=int, default=10_000,
                         help="rows per produced batch (each is one stored batch)")
@@ -418,14 +393,10 @@ def main() -> int:
                         help="rows of the 20-column typed topic (default: --records)")
     parser.add_argument("--stream-records", type=int, default=25)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="spark-read-bench-") as tmp:
         results = run(args, Path(tmp))
-    if args.json:
-        print(json.dumps({k: round(v, 3) for k, v in results.items()}))
-    else:
-        print_table(results)
+    report(results, args.json, row, header=f"{'figure':30} {'measured':>14}  {'target':8} met")
     return 0
 
 

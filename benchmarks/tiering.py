@@ -44,14 +44,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from common import bench_parser, broker_factory, met, report
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.*, run as a script
-
-from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
-from logstore.messages.fetch import FetchPartition, FetchRequest  # noqa: E402
-from logstore.rpc.client import BrokerConnection  # noqa: E402
-from tests.brokers import BrokerFactory  # noqa: E402
-from tests.moto_s3 import CREDENTIALS_ENV, serve_forever  # noqa: E402
+from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+from logstore.messages.fetch import FetchPartition, FetchRequest
+from logstore.rpc.client import BrokerConnection
+from tests.moto_s3 import CREDENTIALS_ENV, serve_forever
 
 PARTITIONS = 4
 SEGMENT_BYTES = 8 * 1024 * 1024
@@ -345,67 +343,51 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     os.environ.update(CREDENTIALS_ENV)  # dummy credentials: the broker's and executors' env
     results: dict[str, float] = {"load_1m_start": os.getloadavg()[0]}
     moto = Moto()
-    factory = BrokerFactory(workdir)
     try:
-        broker = factory(remote_storage_uri=f"s3://{moto.bucket}/logstore",
-                         remote_storage_options=moto.options(),
-                         remote_log_manager_task_interval_ms=100)
-        bootstrap = broker.bootstrap
-        base = {"segment_bytes": SEGMENT_BYTES, "retention_ms": -1}
-        with Admin(bootstrap) as admin:
-            admin.create_topics([
-                NewTopic("values", PARTITIONS, config=dict(base)),
-                NewTopic("typed", PARTITIONS, config={**base, "remote_storage_enable": True,
-                                                      "local_retention_ms": 0},
-                         value_schema=typed_schema()),
-                NewTopic("typed-local", PARTITIONS, config=dict(base),
-                         value_schema=typed_schema())])
-            produce(bootstrap, "values", value_batches(args.mb))
-            bench_upload(admin, moto, broker.log_dir, "values", workdir, results)
-            bench_read(admin, moto, bootstrap, broker.log_dir, "values", results)
-            typed = typed_batches(args.typed_rows)
-            produce(bootstrap, "typed", typed)
-            produce(bootstrap, "typed-local", typed)
-            ts = wait(lambda: copied(admin, "typed", local_gone=True), "typed tiered")
-        ends = {p: t.local_log_start_offset for p, t in enumerate(ts)}
-        results["load_1m_before_spark"] = os.getloadavg()[0]
-        bench_spark(moto, bootstrap, "typed", "typed-local", ends, results)
+        with broker_factory(workdir) as factory:
+            broker = factory(remote_storage_uri=f"s3://{moto.bucket}/logstore",
+                             remote_storage_options=moto.options(),
+                             remote_log_manager_task_interval_ms=100)
+            bootstrap = broker.bootstrap
+            base = {"segment_bytes": SEGMENT_BYTES, "retention_ms": -1}
+            with Admin(bootstrap) as admin:
+                admin.create_topics([
+                    NewTopic("values", PARTITIONS, config=dict(base)),
+                    NewTopic("typed", PARTITIONS, config={**base, "remote_storage_enable": True,
+                                                          "local_retention_ms": 0},
+                             value_schema=typed_schema()),
+                    NewTopic("typed-local", PARTITIONS, config=dict(base),
+                             value_schema=typed_schema())])
+                produce(bootstrap, "values", value_batches(args.mb))
+                bench_upload(admin, moto, broker.log_dir, "values", workdir, results)
+                bench_read(admin, moto, bootstrap, broker.log_dir, "values", results)
+                typed = typed_batches(args.typed_rows)
+                produce(bootstrap, "typed", typed)
+                produce(bootstrap, "typed-local", typed)
+                ts = wait(lambda: copied(admin, "typed", local_gone=True), "typed tiered")
+            ends = {p: t.local_log_start_offset for p, t in enumerate(ts)}
+            results["load_1m_before_spark"] = os.getloadavg()[0]
+            bench_spark(moto, bootstrap, "typed", "typed-local", ends, results)
     finally:
-        factory.stop_all()
         moto.stop()
     results["load_1m_end"] = os.getloadavg()[0]
     return results
 
 
-def print_table(results: dict[str, float]) -> None:
-    print(f"{'figure':38} {'measured':>10}  {'target':8} met")
-    for k, v in results.items():
-        target = TARGETS.get(k, "")
-        print(f"{k:38} {v:>10.3f}  {target:8} {met(v, target)}")
-
-
-def met(value: float, target: str) -> str:
-    if not target:
-        return ""
-    op, bound = target.split()
-    ok = value >= float(bound) if op == ">=" else value <= float(bound)
-    return "met" if ok else "MISSED"
+def row(name: str, value: float) -> str:
+    target = TARGETS.get(name, "")
+    return f"{name:38} {value:>10.3f}  {target:8} {met(value, target)}"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__)
     parser.add_argument("--mb", type=int, default=96, help="MB of values to tier and read")
     parser.add_argument("--typed-rows", type=int, default=400_000,
                         help="rows of the 20-column float64 topic read by Spark")
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tiering-bench-") as tmp:
         results = run(args, Path(tmp))
-    if args.json:
-        print(json.dumps({k: round(v, 3) for k, v in results.items()}))
-    else:
-        print_table(results)
+    report(results, args.json, row, header=f"{'figure':38} {'measured':>10}  {'target':8} met")
     return 0
 
 

@@ -27,8 +27,6 @@ Brokers and ZooKeeper are the test suite's helpers (tests/brokers.py, tests/zook
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -38,20 +36,25 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from common import (
+    ROWS_PER_BATCH,
+    alternate,
+    bench_parser,
+    broker_factory,
+    report,
+    value_batch,
+    zk_cluster,
+)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+from logstore.client.transactions import colocated_transactional_id
 
-from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
-from logstore.client.transactions import colocated_transactional_id  # noqa: E402
-from tests.brokers import BrokerFactory  # noqa: E402
-from tests.faults.cluster import Cluster  # noqa: E402
-from tests.zookeeper import ZooKeeperServer  # noqa: E402
-
-ROWS = 10_000
+ROWS = ROWS_PER_BATCH
 PARTITIONS = 4
 COMMIT_EVERY_S = 0.1
-BATCH = pa.record_batch({"key": pa.nulls(ROWS, pa.binary()),
-                         "value": pa.array([b"x" * 100] * ROWS, pa.binary())})
+TARGETS = {"txn_produce_vs_idempotent": ">= 0.8", "read_committed_vs_uncommitted": ">= 0.9",
+           "eos_sink_overhead_ms": "<= 100"}
+BATCH = value_batch(ROWS)
 
 
 def produce_rps(bootstrap: str, topic: str, records: int, transactional: bool) -> float:
@@ -101,9 +104,7 @@ def scan_s(bootstrap: str, topic: str, isolation_level: str) -> float:
 
 
 def single_broker(records: int, root: Path) -> dict[str, float]:
-    root.mkdir()
-    factory = BrokerFactory(root)
-    try:
+    with broker_factory(root) as factory:
         broker = factory()
         with Admin(broker.bootstrap) as admin:
             plain, txn, mixed = (f"{n}-{uuid.uuid4().hex[:6]}" for n in ("p", "t", "m"))
@@ -113,23 +114,18 @@ def single_broker(records: int, root: Path) -> dict[str, float]:
         fill_with_aborts(broker.bootstrap, mixed, records)
         scan_s(broker.bootstrap, mixed, "read_uncommitted")  # warm the page cache
         # Alternated, the best of five each: the order of two scans must not decide.
-        scans = [(scan_s(broker.bootstrap, mixed, "read_uncommitted"),
-                  scan_s(broker.bootstrap, mixed, "read_committed")) for _ in range(5)]
-        uncommitted, committed = min(u for u, _ in scans), min(c for _, c in scans)
+        uncommitted_s, committed_s = alternate(
+            5, lambda: scan_s(broker.bootstrap, mixed, "read_uncommitted"),
+            lambda: scan_s(broker.bootstrap, mixed, "read_committed"))
+        uncommitted, committed = min(uncommitted_s), min(committed_s)
         return {"idempotent_rps": idempotent, "transactional_rps": transactional,
                 "txn_produce_vs_idempotent": transactional / idempotent,
                 "read_uncommitted_s": uncommitted, "read_committed_s": committed,
                 "read_committed_vs_uncommitted": uncommitted / committed}
-    finally:
-        factory.stop_all()
 
 
 def commit_latency_ms(commits: int, root: Path) -> dict[str, float]:
-    zk = ZooKeeperServer(root / "zookeeper").start()
-    (root / "brokers").mkdir(parents=True)
-    factory = BrokerFactory(root / "brokers")
-    try:
-        cluster = Cluster(factory, f"{zk.connect}/bench", transaction_state_log_num_partitions=3)
+    with zk_cluster(root, transaction_state_log_num_partitions=3) as cluster:
         topic = cluster.create_topic(partitions=10, rf=3, min_insync_replicas=2)
         small = pa.record_batch({"value": pa.array([b"x" * 100] * 10, pa.binary())})
         times = []
@@ -146,9 +142,6 @@ def commit_latency_ms(commits: int, root: Path) -> dict[str, float]:
         times = sorted(times[5:])  # the first ones find coordinators and leaders
         return {"txn_commit_ms_p50": statistics.median(times),
                 "txn_commit_ms_p99": times[min(len(times) - 1, int(len(times) * 0.99))]}
-    finally:
-        factory.stop_all()
-        zk.stop()
 
 
 SINK_RECORDS = 200_000
@@ -209,43 +202,43 @@ def commit_phases_ms(bootstrap: str, topic: str, rounds: int = 20) -> dict[str, 
 def sink_overhead(root: Path, records: int = SINK_RECORDS) -> dict[str, float]:
     from jobs.session import local_session
 
-    root.mkdir()
-    (root / "broker").mkdir()
-    factory = BrokerFactory(root / "broker")
     spark = None
-    try:
-        broker = factory()
-        source = f"src-{uuid.uuid4().hex[:6]}"
-        with Admin(broker.bootstrap) as admin:
-            admin.create_topics([NewTopic(source, PARTITIONS)])
-        with Producer(broker.bootstrap, linger_ms=5) as producer:
-            for i in range(records // ROWS):
-                producer.send_batch(source, BATCH, partition=i % PARTITIONS)
-        spark = local_session("logstore-bench-sink")
-        times: dict[bool, list[float]] = {False: [], True: []}
-        differences = []
-        for _ in range(SINK_PAIRS):  # adjacent runs share the machine's load of the moment
-            pair = {eo: sink_batch_ms(spark, broker.bootstrap, source, eo, root)
-                    for eo in (False, True)}
-            differences.append(statistics.median(pair[True]) - statistics.median(pair[False]))
-            for eo, batch_ms in pair.items():
-                times[eo] += batch_ms
-        alo, eos = statistics.median(times[False]), statistics.median(times[True])
-        return {"sink_batch_ms_at_least_once": alo, "sink_batch_ms_exactly_once": eos,
-                "eos_sink_overhead_ms": statistics.median(differences),
-                **commit_phases_ms(broker.bootstrap, source)}
-    finally:
-        if spark is not None:
-            spark.stop()
-        factory.stop_all()
+    with broker_factory(root / "broker") as factory:
+        try:
+            broker = factory()
+            source = f"src-{uuid.uuid4().hex[:6]}"
+            with Admin(broker.bootstrap) as admin:
+                admin.create_topics([NewTopic(source, PARTITIONS)])
+            with Producer(broker.bootstrap, linger_ms=5) as producer:
+                for i in range(records // ROWS):
+                    producer.send_batch(source, BATCH, partition=i % PARTITIONS)
+            spark = local_session("logstore-bench-sink")
+            times: dict[bool, list[float]] = {False: [], True: []}
+            differences = []
+            for _ in range(SINK_PAIRS):  # adjacent runs share the machine's load of the moment
+                pair = {eo: sink_batch_ms(spark, broker.bootstrap, source, eo, root)
+                        for eo in (False, True)}
+                differences.append(statistics.median(pair[True]) - statistics.median(pair[False]))
+                for eo, batch_ms in pair.items():
+                    times[eo] += batch_ms
+            alo, eos = statistics.median(times[False]), statistics.median(times[True])
+            return {"sink_batch_ms_at_least_once": alo, "sink_batch_ms_exactly_once": eos,
+                    "eos_sink_overhead_ms": statistics.median(differences),
+                    **commit_phases_ms(broker.bootstrap, source)}
+        finally:
+            if spark is not None:
+                spark.stop()
+
+
+def row(name: str, value: float | None) -> str:
+    shown = "-" if value is None else f"{value:,.3f}"
+    return f"{name:<32} {shown:>14}  {TARGETS.get(name, '')}"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__)
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--commits", type=int, default=200)
-    parser.add_argument("--json", action="store_true")
     parser.add_argument("--only-sink", action="store_true",
                         help="only the Spark sink's figures (eos_sink_overhead_ms)")
     parser.add_argument("--sink-records", type=int, default=SINK_RECORDS,
@@ -258,14 +251,7 @@ def main() -> int:
             results |= single_broker(args.records, Path(tmp) / "single")
             results |= commit_latency_ms(args.commits, Path(tmp) / "cluster")
         results |= sink_overhead(Path(tmp) / "sink", args.sink_records)
-    if args.json:
-        print(json.dumps({k: None if v is None else round(v, 3) for k, v in results.items()}))
-    else:
-        targets = {"txn_produce_vs_idempotent": ">= 0.8",
-                   "read_committed_vs_uncommitted": ">= 0.9", "eos_sink_overhead_ms": "<= 100"}
-        for name, value in results.items():
-            shown = "-" if value is None else f"{value:,.3f}"
-            print(f"{name:<32} {shown:>14}  {targets.get(name, '')}")
+    report(results, args.json, row)
     return 0
 
 

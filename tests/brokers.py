@@ -112,6 +112,10 @@ class BrokerProcess:
         return [sys.executable, "-m", "logstore", "broker", "start",
                 "--config", str(self.config_path)]
 
+    def environment(self) -> dict[str, str]:
+        """The broker process's environment (the benchmarks' brokers keep their own)."""
+        return subprocess_env()
+
     def start(self) -> BrokerProcess:
         assert not self.running, "broker already running"
         with open(self.stderr_path, "a") as stderr:
@@ -119,7 +123,7 @@ class BrokerProcess:
             stderr.flush()
             self.process = subprocess.Popen(
                 self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True,
-                env=subprocess_env(), cwd=self.root)
+                env=self.environment(), cwd=self.root)
         self._lines = queue.Queue()
         threading.Thread(target=self._pump, args=(self.process, self._lines),
                          name=f"broker-{self.broker_id}-stdout", daemon=True).start()
