@@ -75,13 +75,16 @@ def subprocess_env() -> dict[str, str]:
 
 # A Spark application started as a subprocess (the kill tests start a dozen) starts its JVM
 # with the client JIT only and the serial collector: about 2.5 s less per start on two cores.
-SPARK_JOB_SUBMIT_ARGS = \
-    "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"
+SPARK_JOB_JAVA_OPTIONS = "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC'"
 
 
 def spark_job_env() -> dict[str, str]:
-    """``subprocess_env()`` for a process that starts its own Spark session."""
-    return {**subprocess_env(), "PYSPARK_SUBMIT_ARGS": SPARK_JOB_SUBMIT_ARGS}
+    """``subprocess_env()`` for a process that starts its own Spark session (in front of
+    any PYSPARK_SUBMIT_ARGS the caller set)."""
+    env = subprocess_env()
+    given = env.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    env["PYSPARK_SUBMIT_ARGS"] = f"{SPARK_JOB_JAVA_OPTIONS} {given}"
+    return env
 
 
 class BrokerProcess:

@@ -121,6 +121,9 @@ class Consumer:
         self.max_poll_records = max_poll_records
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
+        # partitions a rebalance added whose committed offsets are still to be taken (and the
+        # listener still to be told); None: nothing pending
+        self._awaiting_committed: set[TopicPartition] | None = None
         self._paused: set[TopicPartition] = set()
         self._wakeup = threading.Event()
         self._rotation = 0
@@ -306,11 +309,13 @@ class Consumer:
                 group.need_rejoin.set()  # a new matching topic or more partitions
         for _ in range(REBALANCE_ATTEMPTS):
             if not group.need_rejoin.is_set():
-                return
+                break
             try:
                 self._rebalance(group)
             except REJOIN_CODES as e:
                 log.info("group %s: rejoining (%s)", group.settings.group_id, e)
+        if self._awaiting_committed is not None and not group.need_rejoin.is_set():
+            self._take_committed(group)  # a rebalance whose offset fetch failed: again
 
     def _subscribed_topics(self) -> list[str]:
         if isinstance(self._subscription, re.Pattern):
@@ -342,12 +347,23 @@ class Consumer:
             group.need_rejoin.set()  # cooperative: the revoked partitions go out next round
         added = new - set(self._assignment)
         self.assign(sorted(new))
+        log.info("group %s generation %d: assigned %s", group.settings.group_id,
+                 outcome.generation_id, sorted(map(str, new)))
+        self._awaiting_committed = {tp for tp in (self._awaiting_committed or set()) | added
+                                    if tp in new}
+        self._take_committed(group)
+
+    def _take_committed(self, group: GroupMember) -> None:
+        """Position the partitions the last rebalance added at their committed offsets, then
+        tell the listener. If the coordinator cannot answer, the error reaches the caller and
+        the next poll asks again (the partitions are not fetched meanwhile: the poll fails
+        before it fetches), so they never start from ``auto_offset_reset`` by mistake."""
+        added = self._awaiting_committed or set()
         committed = group.committed(sorted(added), self._require_stable) if added else {}
         for tp, om in committed.items():
             # through _set_position: a fetch session may have pushed past the committed offset
             self._set_position(tp, om.offset)
-        log.info("group %s generation %d: assigned %s", group.settings.group_id,
-                 outcome.generation_id, sorted(map(str, new)))
+        self._awaiting_committed = None
         if self._listener is not None:
             self._listener.on_partitions_assigned(added)
 

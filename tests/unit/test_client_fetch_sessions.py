@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from logstore.client import fetch_session
 from logstore.client.fetch_session import FetchSessions, FetchTarget, SessionSettings
 from logstore.errors import NetworkError
 from logstore.model import TopicPartition
@@ -29,7 +32,8 @@ class DeadBrokers:
         pass
 
 
-def test_a_target_no_longer_wanted_is_not_retried() -> None:
+def test_a_target_no_longer_wanted_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetch_session, "RETRY_BACKOFF_S", 3600.0)  # no retry falls due here
     metadata = DeadBrokers()
     sessions = FetchSessions(metadata,  # type: ignore[arg-type]
                              SessionSettings(1 << 20, 1 << 20, 1 << 20, 0))
