@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pyarrow as pa
 from common import Brokers, bench_parser, report
 
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+from tests.helpers import PeakRss
 
 MiB = 1024 * 1024
 CHUNK_ROWS = 1000
@@ -42,31 +42,6 @@ def reused_table(total_bytes: int, width: int) -> pa.Table:
                                                               pa.py_buffer(ids)])
         batches.append(pa.record_batch({"key": key, "value": value}))
     return pa.Table.from_batches(batches)
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
-
-
-class PeakRss:
-    """The largest resident size seen while the block runs (sampled every 20 ms)."""
-
-    def __enter__(self) -> PeakRss:
-        self.start = self.peak = rss_bytes()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, rss_bytes())
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, rss_bytes())
 
 
 def read_back(bootstrap: str, topic: str, rows: int, timeout_s: float = 600) -> int:

@@ -1,12 +1,14 @@
 """Helpers shared by every kind of test.
 
-Owns: the one bounded wait on a condition (``wait_for``). The replayable seed of randomised
+Owns: the one bounded wait on a condition (``wait_for``), and the peak resident size of this
+process over a block (``PeakRss``, for tests and benchmarks of bounded memory). The replayable seed of randomised
 tests is the ``seed`` fixture in tests/conftest.py. Must not: start processes or servers
 (tests/brokers.py, tests/zookeeper.py do) or know about clusters (tests/faults/cluster.py).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -35,3 +37,29 @@ def wait_for(condition: Callable[[], T], what: str, timeout_s: float = WAIT_S,
         time.sleep(POLL_S)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}"
                          + (f" (last error: {last_error})" if last_error else ""))
+
+
+def rss_bytes() -> int:
+    """This process's resident size now."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+class PeakRss:
+    """The largest resident size seen while the block runs (sampled every 20 ms)."""
+
+    def __enter__(self) -> PeakRss:
+        self.start = self.peak = rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, rss_bytes())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())

@@ -2,13 +2,15 @@
 
 Owns: reading every record of some partitions up to their end offset for an isolation level
 (the last stable offset for read_committed, the high watermark otherwise) with a bounded wait,
-and listing those end offsets; shared by the integration and fault tests. Must not: start
+listing those end offsets, and the check of an exactly-once copy job's output (each key's
+sequence once, in order); shared by the integration and fault tests. Must not: start
 processes (tests/brokers.py does) or know about clusters.
 """
 
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,3 +50,18 @@ def end_offsets(bootstrap: str | list[str], topic: str, partitions: Iterable[int
     tps = [TopicPartition(topic, p) for p in partitions]
     with Consumer(bootstrap, isolation_level=isolation_level) as consumer:
         return {tp.partition: o for tp, o in consumer.end_offsets(tps).items()}
+
+
+def assert_copied_once(bootstrap: str, topic: str, partitions: Iterable[int], keys: int,
+                       per_key: int, where: str) -> None:
+    """``topic`` read read_committed holds, for each key ``K<k>`` (k < ``keys``), the values
+    ``K<k>:0`` ... ``K<k>:<per_key - 1>`` once each and in that order (a copy job's output
+    of ``k<k>:<sequence>`` records, upper-cased); AssertionError naming ``where`` if not."""
+    by_key: dict[bytes, list[int]] = defaultdict(list)
+    for values in read_values(bootstrap, topic, partitions, timeout_s=60).values():
+        for v in values:
+            key, sequence = v.split(b":")
+            by_key[key].append(int(sequence))
+    expected = {b"K%d" % k: list(range(per_key)) for k in range(keys)}
+    wrong = {k: (len(v), v[:5]) for k, v in by_key.items() if v != expected.get(k)}
+    assert not wrong and set(by_key) == set(expected), f"{where}: {list(wrong.items())[:3]}"

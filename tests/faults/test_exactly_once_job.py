@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import pytest
 from logstore import Admin, NewTopic, Producer
 from tests.brokers import REPO_ROOT, BrokerFactory, BrokerProcess, subprocess_env
 from tests.helpers import WAIT_S
-from tests.txn_reading import read_values
+from tests.txn_reading import assert_copied_once
 
 RECORDS = 200_000
 KEYS = 100
@@ -109,11 +108,5 @@ def test_the_job_copies_every_record_exactly_once_through_ten_kills(
                            cwd=REPO_ROOT, timeout=JOB_TIMEOUT_S, check=False)
     assert final.returncode == 0, f"seed {seed}: {final.stderr[-2000:]}"
     assert kills == KILLS, f"seed {seed}: the job finished after {kills} kills"
-    by_key: dict[bytes, list[int]] = defaultdict(list)
-    for values in read_values(jbroker.bootstrap, sink, range(PARTITIONS), timeout_s=60).values():
-        for v in values:
-            key, sequence = v.split(b":")
-            by_key[key].append(int(sequence))
-    expected = {b"K%d" % k: list(range(RECORDS // KEYS)) for k in range(KEYS)}
-    wrong = {k: (len(v), v[:5]) for k, v in by_key.items() if v != expected.get(k)}
-    assert not wrong and set(by_key) == set(expected), f"seed {seed}: {list(wrong.items())[:3]}"
+    assert_copied_once(jbroker.bootstrap, sink, range(PARTITIONS), KEYS, RECORDS // KEYS,
+                       f"seed {seed}")

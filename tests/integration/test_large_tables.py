@@ -9,7 +9,6 @@ The 1 GiB case runs as ``benchmarks/large_table.py`` (too slow for the suite on 
 from __future__ import annotations
 
 import signal
-import threading
 import time
 
 import numpy as np
@@ -21,6 +20,7 @@ from logstore import Admin, Consumer, TopicPartition
 from logstore.client.partitioner import partitions_for_keys
 from logstore.errors import MessageTooLargeError, RequestTimedOutError
 from tests.brokers import bounded_producer, new_topic
+from tests.helpers import PeakRss
 
 MiB = 1024 * 1024
 
@@ -192,31 +192,6 @@ def _reused_table(total_bytes: int, width: int, chunk_rows: int) -> pa.Table:
                                                    "value": value}) for i in range(chunks)])
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
-
-
-class _PeakRss:
-    """The largest resident size seen while the block runs (sampled every 20 ms)."""
-
-    def __enter__(self) -> _PeakRss:
-        self.start = self.peak = _rss_bytes()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, _rss_bytes())
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _rss_bytes())
-
-
 def test_a_table_larger_than_buffer_memory_streams_with_bounded_memory(broker) -> None:
     """Goal: a 384 MiB table goes through send_batch while the producer holds about
     buffer_memory (32 MiB here) plus a window, never the table: memory stays bounded and every
@@ -231,7 +206,7 @@ def test_a_table_larger_than_buffer_memory_streams_with_bounded_memory(broker) -
     with Admin(broker.bootstrap) as admin:
         topic = new_topic(admin, partitions=1)
     with bounded_producer(broker.bootstrap, acks=1, buffer_memory=32 * MiB) as producer:
-        with _PeakRss() as rss:
+        with PeakRss() as rss:
             future = producer.send_batch(topic, table, partition=0)
             producer.flush(300)
         assert sum(p.record_count for p in future.result(0)) == rows
