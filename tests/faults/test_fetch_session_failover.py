@@ -173,12 +173,15 @@ def test_a_leader_change_ends_the_partition_in_its_session_with_the_right_error(
                 cluster.thaw(old)
             end = _partition_end(on_old)
         assert end.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, end
-        # Whoever leads now (the thawed broker may have been given the partition back, as its
-        # preferred leader): its epoch is past the one the old sessions named.
+        # Leadership settles on the preferred replica once it is in the ISR again (the thawed
+        # broker, if it is the preferred one, takes the partition back: a second move). Only
+        # then are the epochs below checked, so that no move lands between them.
+        preferred = cluster.wait_for_isr(topic, 0, 3).replicas[0]
         leader, new_epoch = wait_for(
-            lambda: (le := _leader_epoch(cluster, tp))[1] > old_epoch and le,
-            f"a leader of {tp} after {new} took over at an epoch past {old_epoch}",
-            tolerate=FAILOVER_ERRORS)
+            lambda: (le := _leader_epoch(cluster, tp))[1] > old_epoch and le[0] == preferred
+            and le,
+            f"preferred replica {preferred} leading {tp} (after {new} took over) at an epoch "
+            f"past {old_epoch}", tolerate=FAILOVER_ERRORS)
         address = cluster.brokers[leader].bootstrap
         assert _end_code(address, topic, old_epoch) == ErrorCode.FENCED_LEADER_EPOCH
         assert _end_code(address, topic, new_epoch + 1) == ErrorCode.UNKNOWN_LEADER_EPOCH
