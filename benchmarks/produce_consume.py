@@ -132,34 +132,37 @@ def bench_consume(bootstrap: str, topic: str, total: int, arrow: bool) -> float:
 
 
 def consume_latencies(bootstrap: str, topic: str, total: int, ready: Callable[[], None],
-                      done: threading.Event) -> list[float]:
-    """Milliseconds from each record's send (its value is ``time.perf_counter_ns()`` at the
-    send, a clock every process of the machine shares) to its arrival in ``poll_arrow``, for
-    ``total`` records from the end of ``topic``; ``ready()`` once positioned."""
+                      done: threading.Event, out: list[float]) -> None:
+    """Append to ``out`` the milliseconds from each record's send (its value is
+    ``time.perf_counter_ns()`` at the send, a clock every process of the machine shares) to
+    its arrival in ``poll_arrow``, for ``total`` records from the end of ``topic`` (or until
+    ``done``, or for LATENCY_WAIT_S at most); ``ready()`` once positioned."""
     tp = TopicPartition(topic, 0)
-    latencies: list[float] = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + LATENCY_WAIT_S
     with Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=100) as c:
         c.assign([tp])
         c.position(tp)
         ready()
-        while len(latencies) < total and not done.is_set() and time.monotonic() < deadline:
+        while len(out) < total and not done.is_set() and time.monotonic() < deadline:
             for table in c.poll_arrow(timeout_ms=200).values():
                 now = time.perf_counter_ns()
                 sent = np.frombuffer(b"".join(table.column("value").to_pylist()),
                                      dtype=np.int64)
-                latencies.extend(((now - sent) / 1e6).tolist())
-    return latencies
+                out.extend(((now - sent) / 1e6).tolist())
 
 
-# The consumer of bench_latency(own_process=True): consume_latencies in a process of its own.
+LATENCY_WAIT_S = 30.0  # the longest a latency consumer reads (its producer sends for 3 s)
+
+# The consumer of bench_latency(own_process=True): consume_latencies in a process of its own,
+# its latencies on one line after "result ".
 LATENCY_CONSUMER = r'''
 import json, sys, threading
 sys.path.insert(0, sys.argv[1])
 from produce_consume import consume_latencies
-found = consume_latencies(sys.argv[2], sys.argv[3], int(sys.argv[4]),
-                          lambda: print("ready", flush=True), threading.Event())
-print(json.dumps(found), flush=True)
+found = []
+consume_latencies(sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                  lambda: print("ready", flush=True), threading.Event(), found)
+print("result " + json.dumps(found), flush=True)
 '''
 
 
@@ -169,17 +172,42 @@ def bench_latency(bootstrap: str, topic: str, rate: int = 10_000, seconds: float
     linger_ms=0; the consumer runs on a thread of this process, or with ``own_process`` in a
     process of its own (so that it shares no GIL with the producer, as two applications)."""
     total = int(rate * seconds)
-    done = threading.Event()
+    found: list[float] = []
     if own_process:
         helper = ready_process(LATENCY_CONSUMER, str(Path(__file__).parent), bootstrap, topic,
                                str(total))
+        try:
+            _produce_ticks(bootstrap, topic, rate, total)
+            assert helper.stdout is not None
+            line = helper.stdout.readline()  # it stops within LATENCY_WAIT_S of its start
+            if not line.startswith("result "):
+                raise RuntimeError(f"the latency consumer ended without its result "
+                                   f"(exit code {helper.wait(10)})")
+            found = json.loads(line.removeprefix("result "))
+        finally:
+            if helper.poll() is None:
+                helper.kill()
+            helper.wait(10)
     else:
-        ready = threading.Event()
-        found: list[float] = []
-        thread = threading.Thread(target=lambda: found.extend(
-            consume_latencies(bootstrap, topic, total, ready.set, done)))
+        ready, done = threading.Event(), threading.Event()
+        thread = threading.Thread(target=consume_latencies,
+                                  args=(bootstrap, topic, total, ready.set, done, found))
         thread.start()
-        ready.wait(30)
+        try:
+            ready.wait(30)
+            _produce_ticks(bootstrap, topic, rate, total)
+            thread.join(LATENCY_WAIT_S)
+        finally:
+            done.set()
+            thread.join(10)
+    if not found:
+        raise RuntimeError(f"no record of {topic!r} reached the latency consumer")
+    arr = np.array(found)
+    return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
+
+
+def _produce_ticks(bootstrap: str, topic: str, rate: int, total: int) -> None:
+    """``total`` records at ``rate`` per second, each value the send's perf_counter_ns."""
     per_tick = max(1, rate // 1000)  # records per millisecond
     with Producer(bootstrap, acks=1, linger_ms=0) as producer:
         start = time.perf_counter()
@@ -192,15 +220,6 @@ def bench_latency(bootstrap: str, topic: str, rate: int = 10_000, seconds: float
             for _ in range(per_tick):
                 producer.send(topic, np.int64(time.perf_counter_ns()).tobytes(), partition=0)
         producer.flush(60)
-    if own_process:
-        assert helper.stdout is not None
-        found = json.loads(helper.stdout.readline())
-        helper.wait(30)
-    else:
-        thread.join(30)
-        done.set()
-    arr = np.array(found)
-    return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
 
 
 def row(name: str, value: float) -> str:

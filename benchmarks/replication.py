@@ -73,15 +73,17 @@ def catchup_rps(cluster: Cluster, topic: str, records: int) -> float:
 
 def run(records: int, catchup_records: int, rounds: int, root: Path) -> dict[str, float]:
     with zk_cluster(root) as cluster:
-        rf1 = cluster.create_topic(rf=1)
-        rf3 = cluster.create_topic(rf=3, min_insync_replicas=2)
+        # A new pair of topics per round: each round writes to empty logs, as the first does.
+        rf1 = iter([cluster.create_topic(rf=1) for _ in range(rounds)])
+        rf3_topics = [cluster.create_topic(rf=3, min_insync_replicas=2) for _ in range(rounds)]
+        rf3 = iter(rf3_topics)
         rf3_rps, rf1_rps, ratio = median_ratio(*alternate(
-            rounds, lambda: produce_rps(cluster.bootstrap, rf3, records, "all"),
-            lambda: produce_rps(cluster.bootstrap, rf1, records, 1), swap=True))
+            rounds, lambda: produce_rps(cluster.bootstrap, next(rf3), records, "all"),
+            lambda: produce_rps(cluster.bootstrap, next(rf1), records, 1), swap=True))
         results = {"rf1_acks1_rps": rf1_rps, "rf3_acks_all_rps": rf3_rps, "rf3_vs_rf1": ratio}
-        results["failover_s"] = failover_s(cluster, rf3)
+        results["failover_s"] = failover_s(cluster, rf3_topics[0])
         results["failover_target_s"] = SESSION_TIMEOUT_MS / 1000 + 1
-        results["replica_catchup_rps"] = catchup_rps(cluster, rf3, catchup_records)
+        results["replica_catchup_rps"] = catchup_rps(cluster, rf3_topics[0], catchup_records)
         return results
 
 

@@ -134,6 +134,13 @@ def _end_code(address: str, topic: str, epoch: int) -> ErrorCode:
         return ErrorCode(_partition_end(stream).error_code)
 
 
+def _serves(address: str, topic: str, epoch: int) -> bool:
+    """Whether a session on partition 0 at ``epoch`` gets batches (not an end)."""
+    with _open(address, topic, 0, epoch) as stream:
+        frame = _read_until(stream, lambda f: not isinstance(f, PartitionNews) or bool(f.batches))
+        return isinstance(frame, PartitionNews)
+
+
 def _leader_epoch(cluster: Cluster, tp: TopicPartition) -> tuple[int, int]:
     metadata = ClusterMetadata(cluster.live_bootstrap())
     try:
@@ -183,12 +190,12 @@ def test_a_leader_change_ends_the_partition_in_its_session_with_the_right_error(
             f"preferred replica {preferred} leading {tp} (after {new} took over) at an epoch "
             f"past {old_epoch}", tolerate=FAILOVER_ERRORS)
         address = cluster.brokers[leader].bootstrap
+        # Metadata may name the leader a moment before it has applied its epoch: a session at
+        # that epoch is served (batches, once the HW is known there) from when it has.
+        wait_for(lambda: _serves(address, topic, new_epoch),
+                 f"broker {leader} serving {tp} at epoch {new_epoch}")
         assert _end_code(address, topic, old_epoch) == ErrorCode.FENCED_LEADER_EPOCH
         assert _end_code(address, topic, new_epoch + 1) == ErrorCode.UNKNOWN_LEADER_EPOCH
-        with _open(address, topic, 0, new_epoch) as current:
-            frame = _read_until(current, lambda f: not isinstance(f, PartitionNews)
-                                or bool(f.batches))  # batches once the HW is known there
-            assert isinstance(frame, PartitionNews), frame
         with Producer(cluster.bootstrap, acks="all") as producer:
             for i in range(50, 100):
                 producer.send(topic, b"%d" % i, partition=0)
