@@ -114,7 +114,8 @@ class Consumer:
         self.isolation_level = isolation_level
         self._fetcher = Fetcher(self._metadata, FetchConfig(
             fetch_max_bytes, max_partition_fetch_bytes, fetch_min_bytes, fetch_max_wait_ms,
-            _ISOLATION[isolation_level], fetch_session), self._out_of_range, ConsumerMetrics())
+            _ISOLATION[isolation_level], fetch_session, request_timeout_ms / 1000.0),
+            self._out_of_range, ConsumerMetrics())
         self._endpoint = ClientEndpoint(metrics_listener, "consumer", client_id,
                                         self._fetcher.metrics.layout) \
             if metrics_listener else None

@@ -40,7 +40,7 @@ from logstore.client.fetch_session import (
 )
 from logstore.client.metadata import ClusterMetadata
 from logstore.client.metrics import ConsumerMetrics
-from logstore.errors import ApiError, OffsetOutOfRangeError
+from logstore.errors import ApiError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from logstore.messages.fetch import (
     DEFAULT_FETCH_MAX_BYTES,
     READ_COMMITTED,
@@ -64,7 +64,8 @@ from logstore.txn_filter import committed_mask as txn_committed_mask
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-LEADER_ATTEMPTS = 5  # list_offsets tries, across leader moves
+LEADER_ATTEMPTS = 5  # list_offsets tries for a partition the metadata does not know
+LOOKUP_BACKOFF_MAX_S = 0.5  # the longest pause between list_offsets tries
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,7 @@ class FetchConfig:
     max_wait_ms: int = 500
     isolation_level: int = READ_UNCOMMITTED
     fetch_session: bool = True  # push sessions; False: a fetch request per round trip
+    lookup_timeout_s: float = 30.0  # request_timeout_ms: list_offsets across a leader failover
 
 
 class Drained(NamedTuple):
@@ -161,24 +163,28 @@ class Fetcher:
         return out
 
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> ListOffsetsPartitionResult:
-        """Asked of ``tp``'s leader; when the leader moved, the metadata is refreshed and the
-        new one asked."""
+        """Asked of ``tp``'s leader. When the leader moved or cannot be reached (a failover
+        under way), the metadata is refreshed and the new one asked, for up to
+        ``lookup_timeout_s``, as Kafka's ``endOffsets`` waits out a leader election; a topic
+        or partition the metadata does not know is asked about LEADER_ATTEMPTS times only."""
         request = ListOffsetsRequest(topic=tp.topic, partitions=[
             ListOffsetsPartition(partition=tp.partition, timestamp=timestamp)],
             isolation_level=self._config.isolation_level)
-        for attempt in range(LEADER_ATTEMPTS):
-            last = attempt == LEADER_ATTEMPTS - 1
+        deadline = time.monotonic() + self._config.lookup_timeout_s
+        attempt = 0
+        while True:
             try:
                 entry = self._metadata.leader_connection(tp).call(request).partitions[0]
                 error = entry.error()
-                if error is None or not error.refresh_metadata or last:
+                if error is None or not error.refresh_metadata or \
+                        not _try_again(error, attempt, deadline):
                     return entry
             except ApiError as e:
-                if not e.retriable or last:
+                if not e.retriable or not _try_again(e, attempt, deadline):
                     raise
             self._metadata.refresh([tp.topic])
-            time.sleep(0.05 * (attempt + 1))  # backoff between leader lookups
-        raise AssertionError("unreachable")
+            attempt += 1
+            time.sleep(min(0.05 * attempt, LOOKUP_BACKOFF_MAX_S))
 
     # -- fetching ----------------------------------------------------------------------------
 
@@ -431,3 +437,9 @@ def _with_offsets(table: pa.Table, offsets: np.ndarray, partition: int) -> pa.Ta
     return table.append_column("partition",
                                pa.array(np.full(len(offsets), partition, dtype=np.int32)))
 
+
+def _try_again(error: ApiError, attempt: int, deadline: float) -> bool:
+    """Whether a list_offsets lookup that failed with ``error`` (retriable) is tried again."""
+    if isinstance(error, UnknownTopicOrPartitionError):
+        return attempt < LEADER_ATTEMPTS - 1
+    return time.monotonic() < deadline

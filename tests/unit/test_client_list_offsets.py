@@ -1,0 +1,90 @@
+"""The consumer's offset lookups (``Fetcher.list_offsets``: ``end_offsets``,
+``beginning_offsets``, ``offsets_for_times``) across a leader failover, without a broker.
+
+Goal: a lookup made while its partition's leader is dead waits for the new leader, as Kafka's
+``endOffsets`` does, for up to the consumer's request timeout; a topic the cluster does not
+know still fails after a few tries; an error that is not retriable fails at once. Method: a
+metadata stand-in whose leader connection fails a given number of times before answering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from logstore.client import fetcher
+from logstore.client.fetcher import LEADER_ATTEMPTS, FetchConfig, Fetcher
+from logstore.errors import (
+    ApiError,
+    InvalidRequestError,
+    NetworkError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.messages.log import ListOffsetsPartitionResult, ListOffsetsResponse
+from logstore.model import TopicPartition
+
+TP = TopicPartition("t", 0)
+
+
+class Connection:
+    def call(self, request: Any) -> ListOffsetsResponse:
+        return ListOffsetsResponse(topic=TP.topic, partitions=[
+            ListOffsetsPartitionResult(partition=TP.partition, offset=42, timestamp=-1)])
+
+
+class FailingLeader:
+    """``failures`` lookups fail with ``error`` (the dead leader, then no leader while the
+    controller elects one); the next ones reach the new leader."""
+
+    def __init__(self, failures: int, error: ApiError) -> None:
+        self.failures = failures
+        self.error = error
+        self.tries = 0
+        self.refreshes = 0
+
+    def leader_connection(self, tp: TopicPartition) -> Connection:
+        self.tries += 1
+        if self.tries <= self.failures:
+            raise self.error
+        return Connection()
+
+    def refresh(self, topics: list[str] | None = None) -> None:
+        self.refreshes += 1
+
+
+def lookup(metadata: FailingLeader, timeout_s: float = 30.0) -> dict[TopicPartition, int]:
+    fetch = Fetcher(metadata, FetchConfig(fetch_session=False,  # type: ignore[arg-type]
+                                          lookup_timeout_s=timeout_s), lambda tp, e: None)
+    return {tp: o for tp, (o, _) in fetch.list_offsets([TP], -1).items()}
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetcher, "LOOKUP_BACKOFF_MAX_S", 0.0)
+
+
+def test_a_lookup_waits_out_a_failover_longer_than_the_leader_attempts() -> None:
+    metadata = FailingLeader(3 * LEADER_ATTEMPTS, NetworkError("127.0.0.1:1: connection refused"))
+    assert lookup(metadata) == {TP: 42}
+    assert metadata.refreshes == 3 * LEADER_ATTEMPTS
+
+
+def test_a_lookup_gives_up_at_the_request_timeout() -> None:
+    metadata = FailingLeader(10**9, NetworkError("127.0.0.1:1: connection refused"))
+    with pytest.raises(NetworkError, match="connection refused"):
+        lookup(metadata, timeout_s=0.2)
+
+
+def test_an_unknown_topic_fails_after_the_leader_attempts() -> None:
+    metadata = FailingLeader(10**9, UnknownTopicOrPartitionError("t-0 is not known"))
+    with pytest.raises(UnknownTopicOrPartitionError):
+        lookup(metadata)
+    assert metadata.tries == LEADER_ATTEMPTS
+
+
+def test_an_error_that_is_not_retriable_fails_at_once() -> None:
+    metadata = FailingLeader(10**9, InvalidRequestError("bad request"))
+    with pytest.raises(InvalidRequestError):
+        lookup(metadata)
+    assert metadata.tries == 1
