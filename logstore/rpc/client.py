@@ -59,9 +59,11 @@ class FetchResponse:
 
 class ProduceStream:
     """A long-lived DoPut stream for one topic: batches go out pipelined, acks come back in
-    order. ``send`` and ``read_ack`` may run on different threads. A SASL session the broker
-    no longer knows (it restarted) breaks the stream as a NETWORK_EXCEPTION, as a lost
-    connection would, after ``session_lost`` makes the connection authenticate again."""
+    order. ``send`` and ``read_ack`` may run on different threads, and ``close`` on a third:
+    the writer is closed once, under a lock (gRPC aborts the process when two threads close
+    one call at the same time). A SASL session the broker no longer knows (it restarted)
+    breaks the stream as a NETWORK_EXCEPTION, as a lost connection would, after
+    ``session_lost`` makes the connection authenticate again."""
 
     def __init__(self, writer: flight.FlightStreamWriter, reader: flight.FlightMetadataReader,
                  where: str, session_lost: Callable[[], None] | None = None) -> None:
@@ -69,7 +71,9 @@ class ProduceStream:
         self._reader = reader
         self._where = where
         self._session_lost = session_lost
-        self._closed = False
+        self._closed = False  # close() was called
+        self._writer_lock = threading.Lock()
+        self._writer_closed = False
 
     def _error(self, e: flight.FlightError) -> ApiError:
         error = from_flight_error(e, self._where)
@@ -105,7 +109,7 @@ class ProduceStream:
         Anything else (a broker going away) stays a closed stream, which the producer
         retries."""
         try:
-            self._writer.close()
+            self._close_writer(done_writing=False)
         except flight.FlightError as e:
             error = self._error(e)
             if not isinstance(error, UnknownServerError | NetworkError):  # one of ours
@@ -117,11 +121,20 @@ class ProduceStream:
         if self._closed:
             return
         self._closed = True
-        try:
-            self._writer.done_writing()
+        with contextlib.suppress(flight.FlightError, pa.ArrowException, OSError):
+            self._close_writer(done_writing=True)
+
+    def _close_writer(self, done_writing: bool) -> None:
+        """Close the writer (half-closing it first with ``done_writing``), unless a thread
+        already did."""
+        with self._writer_lock:
+            if self._writer_closed:
+                return
+            self._writer_closed = True
+            if done_writing:
+                with contextlib.suppress(flight.FlightError, pa.ArrowException, OSError):
+                    self._writer.done_writing()
             self._writer.close()
-        except (flight.FlightError, pa.ArrowException, OSError):
-            pass
 
 
 class SaslClientAuthHandler(flight.ClientAuthHandler):  # type: ignore[misc]  # untyped
