@@ -45,9 +45,7 @@ def test_the_writer_is_closed_once_when_both_ends_close_together() -> None:
     acks.start()
     assert writer.closing.wait(5)  # the ack reader is inside close()
     closer = threading.Thread(target=stream.close)
-    closer.start()
-    closer.join(0.2)
-    assert closer.is_alive(), "close() went on while the writer was being closed"
+    closer.start()  # whenever it gets there, it must not close the writer again
     writer.release.set()
     acks.join(5)
     closer.join(5)
