@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
 from logstore.errors import ApiError, BrokerNotAvailableError, InvalidRequestError
 from logstore.messages import error_kw
-from logstore.messages.fetch import AbortedTransaction
+from logstore.messages.fetch import READ_COMMITTED, AbortedTransaction
 from logstore.messages.fetch import FetchPartition as FetchPartitionMessage
 from logstore.messages.fetch_session import (
     FetchSessionCredit,
@@ -182,7 +182,10 @@ class FetchSession:
     def _read(self, push: Push, credit: int, dirty: set[int]) -> None:
         """Read the partitions that may have news once, from a rotating first one (so a busy
         partition cannot starve the rest), within the credit and ``max_bytes``. Those that
-        sent batches, and all of them when the budget ran out, may have more."""
+        sent batches, and all of them when the budget ran out, may have more; so does one
+        that sent nothing though it had records to send, behind a partition that did: only
+        the first partition with batches may pass its limits (Kafka's rule), so its next
+        batch was too big for what was left, and it goes first in a later read."""
         order = sorted(p for p in dirty if p in self._subs)
         if not order:
             return
@@ -191,18 +194,40 @@ class FetchSession:
         budget = min(credit, self.request.max_bytes)
         results = self._replicas.read([self._subs[p].fetch for p in order], budget,
                                       self.request.isolation_level, self.replica_id)
-        pushed, again = 0, set()
+        pushed, again, skipped = 0, set(), set()
         for result in results:
+            unread = self._unread(result)
             sent = self._take(push, result)
             pushed += sent
             if sent:
                 again.add(result.tp.partition)
+            elif unread:
+                skipped.add(result.tp.partition)
         if pushed >= budget:
             again.update(p for p in order if p in self._subs)
+        elif pushed:
+            again |= skipped
         with self._cond:
             self._credit -= pushed
             self.pushed_bytes += pushed
             self._dirty |= again
+
+    def _unread(self, r: PartitionFetchResult) -> bool:
+        """Whether ``r`` (read, not yet taken) left records below what this session may read:
+        a follower's log end offset, the last stable offset for read_committed, else the
+        high watermark (and never past the subscription's end offset)."""
+        if r.error is not None or r.batches:
+            return False
+        fetch = self._subs[r.tp.partition].fetch
+        if self.is_replica:
+            end = r.log_end_offset
+        elif self.request.isolation_level == READ_COMMITTED:
+            end = r.last_stable_offset
+        else:
+            end = r.high_watermark
+        if fetch.end_offset is not None:
+            end = min(end, fetch.end_offset)
+        return fetch.offset < end
 
     def _take(self, push: Push, r: PartitionFetchResult) -> int:
         """Add one partition's read to ``push``; the bytes it pushes."""

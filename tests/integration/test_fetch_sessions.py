@@ -99,6 +99,31 @@ def test_sessions_deliver_exactly_what_a_plain_fetch_would(broker: BrokerProcess
     assert stats(broker).fetch_sessions_opened == opened + 1
 
 
+@pytest.mark.parametrize("fetch_session", [True, False])
+def test_a_batch_larger_than_the_partition_limit_arrives_whole(
+        broker: BrokerProcess, fetch_session: bool) -> None:
+    """Goal: ``max_partition_fetch_bytes`` (1 MiB by default, as in Kafka) bounds how much of
+    a partition one push or fetch carries, never whether a batch arrives: a batch larger than
+    it comes whole, on every partition, as Kafka returns the first batch whatever its size.
+    Method: two partitions, each given one 3 MiB batch then a small one; a consumer with
+    the default limits reads both partitions to their ends, on a session and on fetches."""
+    topic = make_topic(broker, partitions=2)
+    big = pa.table({"value": [b"b" * 1024] * 3072})
+    with Producer(broker.bootstrap, linger_ms=0) as producer:
+        for p in (0, 1):
+            producer.send_batch(topic, big, partition=p)
+            producer.send(topic, b"small", partition=p)
+        producer.flush(30)
+    ends = {TopicPartition(topic, p): 3073 for p in (0, 1)}
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest",
+                  fetch_session=fetch_session) as consumer:
+        consumer.assign(list(ends))
+        got = read_to(consumer, ends)
+    for tp in ends:
+        assert [o for o, _ in got[tp]] == list(range(3073)), tp
+        assert got[tp][-1][1] == b"small"
+
+
 def test_a_consumer_that_stops_consuming_bounds_what_the_broker_pushes(
         broker: BrokerProcess) -> None:
     """Goal: the broker pushes no more than the credit a consumer grants: a consumer that
