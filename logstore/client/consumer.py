@@ -71,7 +71,7 @@ class ConsumerRebalanceListener:
 class Consumer:
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
                  group_id: str | None = None, auto_offset_reset: str = "latest",
-                 fetch_max_bytes: int = 50 * MiB, max_partition_fetch_bytes: int = 8 * MiB,
+                 fetch_max_bytes: int = 50 * MiB, max_partition_fetch_bytes: int = 1 * MiB,
                  fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 500,
                  max_poll_records: int = 500, request_timeout_ms: int = 30_000,
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,

@@ -71,7 +71,7 @@ LOOKUP_BACKOFF_MAX_S = 0.5  # the longest pause between list_offsets tries
 @dataclass(frozen=True, slots=True)
 class FetchConfig:
     max_bytes: int = DEFAULT_FETCH_MAX_BYTES  # fetch_max_bytes: per request
-    partition_max_bytes: int = 8 * MiB  # max_partition_fetch_bytes: per partition
+    partition_max_bytes: int = 1 * MiB  # max_partition_fetch_bytes: per partition (Kafka's)
     min_bytes: int = 1
     max_wait_ms: int = 500
     isolation_level: int = READ_UNCOMMITTED
