@@ -233,6 +233,9 @@ class BrokerConfig:
     # Segment files held open at once (least recently used closed, reopened on demand): a
     # broker's descriptors stay bounded whatever its partition count.
     max_open_segment_files: int = 1_000
+    # glibc's malloc keeps freed buffers of up to 64 MiB for reuse (main.tune_malloc), unless
+    # MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ is set; false leaves its defaults.
+    malloc_tuning: bool = True
     topic_defaults: dict[str, Any] = field(default_factory=dict)
     # Consumer groups (Kafka's names). offsets_topic_num_partitions None means Kafka's 50 in a
     # cluster and 8 for an embedded broker, where 50 partitions (each with open segment and
@@ -317,7 +320,7 @@ _BROKER_TYPES: dict[str, tuple[type, ...]] = {
     "broker_id": (int,), "listener": (str,), "log_dirs": (list, str), "rack": (str,),
     "zk_connect": (str,), "zk_session_timeout_ms": (int,), "replica_lag_time_max_ms": (int,),
     "log_retention_check_interval_ms": (int,), "log_cleaner_interval_ms": (int,),
-    "max_open_segment_files": (int,), "topic_defaults": (dict,),
+    "max_open_segment_files": (int,), "malloc_tuning": (bool,), "topic_defaults": (dict,),
     "offsets_topic_num_partitions": (int,), "offsets_topic_replication_factor": (int,),
     "offsets_topic_segment_bytes": (int,), "offsets_retention_minutes": (int,),
     "group_initial_rebalance_delay_ms": (int,), "group_min_session_timeout_ms": (int,),

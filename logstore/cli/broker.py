@@ -27,7 +27,7 @@ def register(commands: Any) -> None:
 
 def _cmd_start(args: argparse.Namespace) -> int:
     from logstore.config import load_broker_config
-    from logstore.main import configure_logging, run_broker
+    from logstore.main import configure_logging, run_broker, tune_malloc
 
     overrides: dict[str, Any] = {}
     if args.listener:
@@ -36,6 +36,8 @@ def _cmd_start(args: argparse.Namespace) -> int:
         overrides["log_dirs"] = list(args.log_dir)
     config = load_broker_config(args.config, overrides)
     configure_logging(args.log_level.upper())
+    if config.malloc_tuning:  # this process is the broker's alone
+        tune_malloc()
     code = run_broker(config)
     # Storage is flushed and closed by now. Interpreter finalization would then tear down
     # Arrow Flight's and gRPC's native state while their threads may still run, which was
