@@ -84,8 +84,8 @@ def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    done = mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD) == 1 and \
-        mallopt(M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD) == 1
+    done = bool(mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD) == 1
+                and mallopt(M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD) == 1)
     if done:
         log.info("malloc: mmap threshold %d MiB, trim threshold %d MiB (malloc_tuning; "
                  "set %s to choose others)", MALLOC_MMAP_THRESHOLD >> 20,
