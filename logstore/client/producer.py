@@ -281,8 +281,8 @@ class Producer:
                 index = len(values) - 1
                 if index >= chunk.limit:
                     self._swap_chunk(topic)
-                elif index == 0 and self.linger_s == 0:
-                    self._wake.set()  # linger_ms=0: go now, with whatever gathers meanwhile
+                elif index == 0:  # the drainer times the chunk's linger (none: goes now)
+                    self._wake.set()
                 return FutureRecordMetadata(chunk, index)
         finally:
             lock.release()
@@ -319,7 +319,7 @@ class Producer:
             chunk.extras[index] = extra
         if index >= chunk.limit:
             self._swap_chunk(topic)
-        elif index == 0 and self.linger_s == 0:
+        elif index == 0:
             self._wake.set()
         return FutureRecordMetadata(chunk, index)
 
@@ -474,9 +474,13 @@ class Producer:
         self._wake.set()
 
     def _drain_loop(self) -> None:
+        """Drain full chunks, and chunks whose linger is over, until closed. Between rounds
+        it sleeps until the first linger ends, or, with no record waiting, until woken (by a
+        chunk's first record, a full chunk, flush or close): an idle producer costs no CPU."""
+        wait_s: float | None = None
         while True:
-            self._wake.wait(self.linger_s if self.linger_s > 0 else 0.001)
-            self._wake.clear()
+            self._wake.wait(wait_s)
+            self._wake.clear()  # before reading the chunks: a record after it wakes us again
             with self._lock:
                 now = time.monotonic()
                 for topic, chunk in list(self._chunks.items()):
@@ -488,8 +492,17 @@ class Producer:
                 self._drain_chunk(chunk)
             with self._lock:
                 self._draining_chunks = []
+                wait_s = self._linger_left()
             if self._closed and not ready:
                 return
+
+    def _linger_left(self) -> float | None:
+        """Seconds until the first chunk holding records is due (0: now); None when no chunk
+        holds any (caller holds ``self._lock``)."""
+        started = [chunk.created for chunk in self._chunks.values() if chunk.values]
+        if not started:
+            return None
+        return max(min(started) + self.linger_s - time.monotonic(), 0.0)
 
     def _drain_chunk(self, chunk: RecordChunk) -> None:
         try:
