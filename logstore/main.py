@@ -71,13 +71,17 @@ MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
     """Keep freed memory in the broker's process instead of giving it back to the kernel at
     once; True if set. A broker allocates buffers of a megabyte or more per batch (gRPC's
-    receive buffers, reads of segment files): with glibc's defaults each one is mapped fresh
-    and unmapped when freed, or trimmed off its arena's top, so the next batch faults and
-    zeroes new pages again (a quarter of a consumer's CPU, measured; README "Benchmarks").
-    With the mmap threshold at 16 MiB and the trim threshold at 64 MiB, such buffers come from
-    the arenas and are reused. Left alone when the operator set glibc's own variables, and
-    where the C library is not glibc (no ``mallopt``)."""
-    if any(name in environ for name in MALLOC_ENV) or not sys.platform.startswith("linux"):
+    receive buffers, reads of segment files): with glibc's defaults many are mapped fresh and
+    unmapped when freed, or trimmed off their arena's top, so the next batch faults and
+    zeroes new pages again. With the mmap threshold at 16 MiB and the trim threshold at
+    64 MiB such buffers come from the arenas and are reused (a columnar produce cost the
+    broker about 15% less CPU; README "Benchmarks"). The price: each malloc arena may keep up
+    to 64 MiB it no longer uses (glibc makes up to 8 per core; ``MALLOC_ARENA_MAX`` caps
+    them). Left alone when the operator chose these thresholds (``MALLOC_*`` variables or
+    ``GLIBC_TUNABLES``), and where the C library is not glibc (no ``mallopt``)."""
+    tunables = environ.get("GLIBC_TUNABLES", "")
+    if any(name in environ for name in MALLOC_ENV) or "mmap_threshold" in tunables or \
+            "trim_threshold" in tunables or not sys.platform.startswith("linux"):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

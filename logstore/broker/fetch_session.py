@@ -16,6 +16,7 @@ push holds), or loop over records.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from collections import deque
@@ -81,7 +82,7 @@ class FetchSession:
         self._closed = False
         self.error: ApiError | None = None  # why the session ended, if not by the client
         self._subs: dict[int, _Subscription] = {}  # the writing thread's alone
-        self._rotation = 0
+        self._cursor = 0  # the partition a read starts at (or the next due one after it)
         self.pushed_bytes = 0
         self.granted_bytes = 0  # granted after the open
         self._pending_adds = request.partitions
@@ -180,17 +181,22 @@ class FetchSession:
             self._replicas.unwatch(TopicPartition(self.topic, partition), self._wake)
 
     def _read(self, push: Push, credit: int, dirty: set[int]) -> None:
-        """Read the partitions that may have news once, from a rotating first one (so a busy
-        partition cannot starve the rest), within the credit and ``max_bytes``. Those that
-        sent batches, and all of them when the budget ran out, may have more; so does one
-        that sent nothing though it had records to send, behind a partition that did: only
-        the first partition with batches may pass its limits (Kafka's rule), so its next
-        batch was too big for what was left, and it goes first in a later read."""
+        """Read the partitions that may have news once, within the credit and ``max_bytes``,
+        starting from the first due partition at or after a cursor that moves past it each
+        time (so every due partition goes first in turn, and a busy one cannot starve the
+        rest). Those that sent batches, and all of them when the budget ran out, may have
+        more; so does one that sent nothing though it had records to send, behind a
+        partition that did: only the first partition with batches may pass its limits
+        (Kafka's rule), so its next batch was too big for what was left, and it goes first
+        in a later read. A partition whose remote-tier read outlasted
+        ``remote_fetch_max_wait_ms`` is read again at once: that read goes on meanwhile and
+        fills the chunk cache, and nothing else would wake the session for it."""
         order = sorted(p for p in dirty if p in self._subs)
         if not order:
             return
-        self._rotation = (self._rotation + 1) % len(order)
-        order = order[self._rotation:] + order[:self._rotation]
+        start = bisect.bisect_left(order, self._cursor) % len(order)
+        order = order[start:] + order[:start]
+        self._cursor = order[0] + 1
         budget = min(credit, self.request.max_bytes)
         results = self._replicas.read([self._subs[p].fetch for p in order], budget,
                                       self.request.isolation_level, self.replica_id)
@@ -199,7 +205,7 @@ class FetchSession:
             unread = self._unread(result)
             sent = self._take(push, result)
             pushed += sent
-            if sent:
+            if sent or result.remote_pending:
                 again.add(result.tp.partition)
             elif unread:
                 skipped.add(result.tp.partition)

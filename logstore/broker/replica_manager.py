@@ -77,6 +77,7 @@ class PartitionFetchResult:
     log_end_offset: int = -1
     local_log_start_offset: int = -1
     from_remote: bool = False  # a remote read was started for it (done or not)
+    remote_pending: bool = False  # ... and was still running after remote_fetch_max_wait_ms
     last_stable_offset: int = -1
     aborted: list[AbortedTxn] = field(default_factory=list)  # read_committed only
 
@@ -401,7 +402,9 @@ class ReplicaManager:
             result.from_remote = True
             if isinstance(outcome, ApiError):
                 result.error = outcome
-            elif outcome is not None:
+            elif outcome is None:
+                result.remote_pending = True
+            else:
                 result.batches = outcome.batches
                 if committed and result.batches:
                     result.aborted = self._remote_aborted(result)

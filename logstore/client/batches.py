@@ -37,7 +37,7 @@ class RecordChunk:
         # row -> (partition, timestamp_ms, headers), for the records that set any of them
         self.extras: dict[int, tuple[int | None, int | None, Any]] = {}
         self.limit = limit  # rows that make about batch_size bytes, learnt from earlier chunks
-        self.created = time.monotonic()
+        self.created = time.monotonic()  # then the first record's time: its linger starts
         self.done = threading.Event()
         self.partitions: np.ndarray | None = None
         self.offsets: np.ndarray | None = None

@@ -281,7 +281,8 @@ class Producer:
                 index = len(values) - 1
                 if index >= chunk.limit:
                     self._swap_chunk(topic)
-                elif index == 0:  # the drainer times the chunk's linger (none: goes now)
+                elif index == 0:  # its linger starts now; the drainer times it
+                    chunk.created = time.monotonic()
                     self._wake.set()
                 return FutureRecordMetadata(chunk, index)
         finally:
@@ -320,6 +321,7 @@ class Producer:
         if index >= chunk.limit:
             self._swap_chunk(topic)
         elif index == 0:
+            chunk.created = time.monotonic()
             self._wake.set()
         return FutureRecordMetadata(chunk, index)
 

@@ -48,7 +48,7 @@ from logstore.messages.fetch import (
 )
 
 Bytes = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
-DEFAULT_PARTITION_MAX_BYTES = 8 * 1024 * 1024
+DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024  # Kafka's max.partition.fetch.bytes
 
 
 class FetchSessionPartitionEnd(ErrorFields, frozen=True, kw_only=True, tag_field="version",

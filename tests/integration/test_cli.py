@@ -169,6 +169,17 @@ def test_broker_stops_cleanly_on_sigint_and_keeps_data_across_restart(broker_fac
     assert out.splitlines() == ["0\tnull\tone", "1\tnull\ttwo"]
 
 
+def test_broker_start_sets_the_malloc_thresholds_unless_malloc_tuning_is_off(
+        broker, broker_factory) -> None:
+    """Goal: ``logstore broker start`` tunes glibc's malloc for its own process by default and
+    leaves it alone with ``malloc_tuning = false``. Method: the startup log of the shared
+    broker, and of one started with the key off."""
+    line = "malloc: mmap threshold 16 MiB, trim threshold 64 MiB"
+    assert line in broker.stderr_path.read_text()
+    off = broker_factory(malloc_tuning=False)
+    assert line not in off.stderr_path.read_text()
+
+
 def test_broker_listener_and_log_dir_flags_override_the_file(tmp_path: Path) -> None:
     """--listener and --log-dir win over the TOML file; the startup line names the real port."""
     port = free_port()

@@ -111,6 +111,33 @@ def test_one_fetch_is_served_from_several_partitions_remote_segments(
     assert firsts == {0: 0, 1: 0, 2: 0}
 
 
+@pytest.mark.parametrize("fetch_session", [True, False])
+def test_a_consumer_reads_on_when_its_remote_reads_outlast_the_fetch_wait(
+        broker_factory: BrokerFactory, moto_s3: Any, s3_url: str, fetch_session: bool) -> None:
+    """Goal: a remote-tier read still running when ``remote_fetch_max_wait_ms`` ends is read
+    again, so a consumer reads every offset of an idle tiered partition, on a push session
+    (nothing else would wake it: the log does not move) as on plain fetches. Method:
+    remote_fetch_max_wait_ms 1, shorter than any S3 read of moto's server; 40 batches
+    produced and tiered, then nothing; a consumer reads from offset 0 to the end."""
+    broker = broker_factory(**remote_settings(s3_url, moto_s3.options(),
+                                              remote_fetch_max_wait_ms=1))
+    with Admin(broker.bootstrap) as admin:
+        topic = create_tiered_topic(admin)
+        end = produce(broker.bootstrap, topic, 40)
+        assert wait_tiered(admin, topic).local_log_start_offset > 0
+    tp = TopicPartition(topic, 0)
+    offsets: list[int] = []
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest",
+                  fetch_session=fetch_session) as consumer:
+        consumer.assign([tp])
+        deadline = time.monotonic() + 30
+        while consumer.position(tp) < end:
+            assert time.monotonic() < deadline, f"read {len(offsets)} of {end} records"
+            for table in consumer.poll_arrow(timeout_ms=300).values():
+                offsets += table.column("offset").to_pylist()
+    assert offsets == list(range(end))
+
+
 def test_tiering_is_enabled_on_a_live_topic_from_the_command_line(
         file_broker: BrokerProcess) -> None:
     """Goal: ``logstore topics alter --config remote_storage_enable=true`` tiers a topic that

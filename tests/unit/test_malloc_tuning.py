@@ -1,9 +1,11 @@
 """The broker process's malloc thresholds (``logstore.main.tune_malloc``, ``malloc_tuning``).
 
-Goal: ``logstore broker start`` keeps freed buffers for reuse on glibc unless the operator chose
-glibc's own variables or turned ``malloc_tuning`` off, and the key is checked like any other.
-Method: ``tune_malloc`` in a child interpreter (the allocator is process-wide, so the test
-process's own is left alone), with and without the variables; the config parser for the key.
+Goal: ``tune_malloc`` sets glibc's thresholds unless the operator chose them (``MALLOC_*``
+variables, ``GLIBC_TUNABLES``), and ``malloc_tuning`` is checked like any other key. Method:
+``tune_malloc`` in a child interpreter without the variables (the allocator is process-wide,
+so the test process's own is left alone; only mallopt's success is seen, not its effect), and
+in this process with them (it returns before calling mallopt); the config parser for the key.
+``tests/integration/test_cli.py`` checks that ``broker start`` calls it, or not.
 """
 
 from __future__ import annotations
@@ -30,15 +32,19 @@ def tuned_in_child(env: dict[str, str]) -> str:
 
 
 @pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
-def test_a_broker_process_on_glibc_sets_its_thresholds(monkeypatch) -> None:
-    for name in MALLOC_ENV:
+def test_a_broker_process_on_glibc_sets_its_thresholds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (*MALLOC_ENV, "GLIBC_TUNABLES"):
         monkeypatch.delenv(name, raising=False)
     assert tuned_in_child(dict(os.environ)) == "True"
 
 
-@pytest.mark.parametrize("name", MALLOC_ENV)
-def test_the_operators_own_malloc_variables_win(name: str) -> None:
-    assert tune_malloc({name: "131072"}) is False
+@pytest.mark.parametrize("environ", [
+    {MALLOC_ENV[0]: "131072"}, {MALLOC_ENV[1]: "131072"},
+    {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"},
+    {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=4096"}])
+def test_the_operators_own_malloc_settings_win(environ: dict[str, str]) -> None:
+    assert tune_malloc(environ) is False
 
 
 def test_malloc_tuning_is_a_checked_boolean_key() -> None:
