@@ -494,7 +494,8 @@ class Producer:
                 self._drain_chunk(chunk)
             with self._lock:
                 self._draining_chunks = []
-                wait_s = self._linger_left()
+                # Closed: what flush or close left is drained at once, then the loop ends.
+                wait_s = 0.0 if self._closed else self._linger_left()
             if self._closed and not ready:
                 return
 
