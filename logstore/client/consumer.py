@@ -243,6 +243,7 @@ class Consumer:
         while True:
             self._maybe_rebalance()
             self._maybe_auto_commit()
+            self._fetcher.take_arrived()
             out = self._drain_buffer(limit)
             if out:
                 return out

@@ -389,6 +389,24 @@ class Fetcher:
         sessions.sync(targets)
         if not targets:
             return False
+        self._take_frames(sessions, timeout_s)
+        return True
+
+    def take_arrived(self) -> None:
+        """Buffer what has already arrived, without waiting or asking for more: the frames
+        sessions pushed, or the fetch responses that came back. A poll that returns buffered
+        records calls this first, so a partition whose records came after another's is
+        served in turn instead of once every other buffer is drained."""
+        if self._sessions is not None:
+            self._take_frames(self._sessions, 0.0)
+            return
+        for target, (sent, future) in list(self._inflight.items()):
+            # pop, not del: handling one response may have forgotten another (a reset)
+            if future.done() and self._inflight.pop(target, None) is not None:
+                self._handle(target, sent, future)
+
+    def _take_frames(self, sessions: FetchSessions, timeout_s: float) -> None:
+        """Buffer the frames that arrive within ``timeout_s`` (0: those already here)."""
         for session, frame in sessions.wait(timeout_s):
             if isinstance(frame, ApiError):
                 sessions.fail(session, frame)
@@ -397,7 +415,6 @@ class Fetcher:
             else:
                 self._pushed(sessions, session, frame)
         sessions.grant_owed()
-        return True
 
     def _pushed(self, sessions: FetchSessions, session: ClientSession,
                 frame: SessionFrame) -> None:

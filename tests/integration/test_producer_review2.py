@@ -26,6 +26,7 @@ from logstore.client import sender as sender_module
 from logstore.errors import ApiError, ErrorCode
 from logstore.rpc import client as rpc_client
 from tests.brokers import bounded_producer, new_topic
+from tests.helpers import wait_for
 
 
 def _read_all(bootstrap: str, topic: str, partitions: int,
@@ -258,8 +259,11 @@ def test_poll_serves_a_second_partition_within_the_first_polls_despite_a_backlog
     partition 1 appear within the first few polls.
 
     Method: 40k records of 100 bytes in each of 2 partitions; a consumer with
-    ``max_poll_records=500`` assigned [p0, p1] from the earliest offset; partition 1's first
-    record must arrive within the first 4 polls (draining p0 first would take 80)."""
+    ``max_poll_records=500`` assigned [p0, p1] from the earliest offset polls once (which
+    opens its session), then waits until records of both partitions are buffered (pushes
+    come a few milliseconds apart, while a poll of buffered records takes a tenth of one);
+    partition 1's first record must arrive within the first 4 polls (draining p0 first
+    would take 80)."""
     n, pieces = 20_000, 2
     with Admin(broker.bootstrap) as admin:
         topic = new_topic(admin, prefix="r2", partitions=2)
@@ -273,10 +277,19 @@ def test_poll_serves_a_second_partition_within_the_first_polls_despite_a_backlog
     first_p1 = None
     with Consumer(broker.bootstrap, auto_offset_reset="earliest",
                   max_poll_records=500) as consumer:
-        consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        consumer.assign(tps)
         polls, deadline = 0, time.monotonic() + 30
+        fetcher = consumer._fetcher  # noqa: SLF001 (what it has buffered)
+
+        def both_buffered() -> bool:
+            fetcher.take_arrived()
+            return all(fetcher._buffer.get(tp) for tp in tps)  # noqa: SLF001
+
         while first_p1 is None and polls < 4 * pieces * n // 500 \
                 and time.monotonic() < deadline:
+            if polls == 1:
+                wait_for(both_buffered, "records of both partitions buffered")
             for tp, records in consumer.poll(500).items():
                 counts[tp.partition] += len(records)
             polls += 1
