@@ -188,9 +188,8 @@ class FetchSession:
         more; so does one that sent nothing though it had records to send, behind a
         partition that did: only the first partition with batches may pass its limits
         (Kafka's rule), so its next batch was too big for what was left, and it goes first
-        in a later read. A partition whose remote-tier read outlasted
-        ``remote_fetch_max_wait_ms`` is read again at once: that read goes on meanwhile and
-        fills the chunk cache, and nothing else would wake the session for it."""
+        in a later read. (A partition whose remote-tier read outlasted
+        ``remote_fetch_max_wait_ms`` is woken when that read ends: ``RemoteTier.read``.)"""
         order = sorted(p for p in dirty if p in self._subs)
         if not order:
             return
@@ -205,7 +204,7 @@ class FetchSession:
             unread = self._unread(result)
             sent = self._take(push, result)
             pushed += sent
-            if sent or result.remote_pending:
+            if sent:
                 again.add(result.tp.partition)
             elif unread:
                 skipped.add(result.tp.partition)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 from pathlib import Path
 
 import pyarrow as pa
@@ -137,8 +137,11 @@ class RemoteTier:
         whether they are all of them (see ``RemoteLogReader.collect_aborted``)."""
         return self.reader.collect_aborted(tp, start, end)
 
-    def read(self, requests: list[RemoteFetchRequest]) -> list[RemoteOutcome]:
-        """Read ``requests`` concurrently on the reader's pool, each outcome in order."""
+    def read(self, requests: list[RemoteFetchRequest],
+             on_late: Callable[[TopicPartition], None] | None = None) -> list[RemoteOutcome]:
+        """Read ``requests`` concurrently on the reader's pool, each outcome in order: None for
+        a read still running after ``remote_fetch_max_wait_ms``, which goes on filling the
+        chunk cache and calls ``on_late(tp)`` when it ends (the caller's cue to read again)."""
         futures = self.reader.read_many(requests)
         done, _ = wait(futures, timeout=self.config.remote_fetch_max_wait_ms / 1000.0)
         out: list[RemoteOutcome] = []
@@ -146,6 +149,8 @@ class RemoteTier:
             if future not in done:
                 log.debug("%s: remote read at %d still running after %d ms", request.tp,
                           request.offset, self.config.remote_fetch_max_wait_ms)
+                if on_late is not None:
+                    future.add_done_callback(_calling(on_late, request.tp))
                 out.append(None)
                 continue
             try:
@@ -211,3 +216,9 @@ class RemoteTier:
             except Exception:  # boundary: a background loop logs and tries again later
                 log.exception("cleanup of deleted topics' remote segments failed")
             self._closing.wait(CLEANUP_MIN_INTERVAL_S)
+
+
+def _calling(on_late: Callable[[TopicPartition], None], tp: TopicPartition
+             ) -> Callable[[Future[RemoteFetchResult]], None]:
+    """A done-callback that tells ``on_late`` its read of ``tp`` ended (however it ended)."""
+    return lambda _future: on_late(tp)

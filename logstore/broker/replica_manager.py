@@ -77,7 +77,6 @@ class PartitionFetchResult:
     log_end_offset: int = -1
     local_log_start_offset: int = -1
     from_remote: bool = False  # a remote read was started for it (done or not)
-    remote_pending: bool = False  # ... and was still running after remote_fetch_max_wait_ms
     last_stable_offset: int = -1
     aborted: list[AbortedTxn] = field(default_factory=list)  # read_committed only
 
@@ -397,14 +396,14 @@ class ReplicaManager:
     def _read_remote(self, remote: list[tuple[PartitionFetchResult, RemoteFetchRequest]],
                      committed: bool) -> None:
         assert self.tier is not None
-        outcomes = self.tier.read([request for _, request in remote])
+        # A read that outlasts the wait wakes the partition's waiters when it ends (sessions,
+        # long-polling fetches), so they read again from the filled chunk cache.
+        outcomes = self.tier.read([request for _, request in remote], self._notify_data)
         for (result, _), outcome in zip(remote, outcomes, strict=True):
             result.from_remote = True
             if isinstance(outcome, ApiError):
                 result.error = outcome
-            elif outcome is None:
-                result.remote_pending = True
-            else:
+            elif outcome is not None:
                 result.batches = outcome.batches
                 if committed and result.batches:
                     result.aborted = self._remote_aborted(result)

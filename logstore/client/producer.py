@@ -419,7 +419,13 @@ class Producer:
         finally:
             with self._lock:
                 self._closed = True
-                self._chunks.clear()  # a later send() finds no chunk and raises
+                # Records another thread sent after the flush took its chunks: failed, not
+                # left pending; a later send() finds no chunk and raises.
+                late = [chunk for chunk in self._chunks.values() if chunk.values]
+                self._chunks.clear()
+            for chunk in late:
+                chunk.fail(RequestTimedOutError("the producer was closed before the record "
+                                                "was sent"))
             self._wake.set()
             # The sender first: a drainer blocked on a full buffer then fails its chunk at
             # once instead of holding close() up.

@@ -354,3 +354,30 @@ def test_producer_sends_keyed_records_to_partitions_added_after_it_started(broke
                 time.sleep(0.1)
     assert all(p == _partition_for(k, 4) for k, p in landed.items()), \
         f"15 s after create_partitions, keys for partitions 2/3 still land at {landed}"
+
+
+def test_close_fails_a_record_sent_during_its_flush_and_ends_the_drainer(broker) -> None:
+    """Goal: ``close()`` leaves no future pending and no thread behind: a record another
+    thread sends after close()'s flush took the chunks is failed (it used to stay pending for
+    ever), and the drainer has ended when close() returns. Method: linger_ms 60 s, so the
+    record waits in its chunk; flush wrapped so that a send() follows it inside close(), as
+    from another thread at that moment; the future is done with REQUEST_TIMED_OUT."""
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, prefix="close", partitions=1)
+    producer = Producer(broker.bootstrap, acks=1, linger_ms=60_000)
+    producer.send(topic, b"first", partition=0)
+    producer.flush(30)
+    late = []
+    flush = producer.flush
+
+    def flush_then_send(timeout: float | None = None) -> None:
+        flush(timeout)
+        late.append(producer.send(topic, b"late", partition=0))
+
+    producer.flush = flush_then_send  # type: ignore[method-assign]
+    producer.close(30)
+    assert len(late) == 1 and late[0].done()
+    with pytest.raises(ApiError) as e:
+        late[0].result(0)
+    assert e.value.code == ErrorCode.REQUEST_TIMED_OUT
+    assert not producer._drainer.is_alive()  # noqa: SLF001
