@@ -234,7 +234,8 @@ class BrokerConfig:
     # broker's descriptors stay bounded whatever its partition count.
     max_open_segment_files: int = 1_000
     # glibc's malloc keeps freed buffers of up to 64 MiB for reuse (main.tune_malloc), unless
-    # MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ is set; false leaves its defaults.
+    # MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES choose the thresholds;
+    # false leaves glibc's defaults.
     malloc_tuning: bool = True
     topic_defaults: dict[str, Any] = field(default_factory=dict)
     # Consumer groups (Kafka's names). offsets_topic_num_partitions None means Kafka's 50 in a

@@ -2,8 +2,8 @@
 
 Owns: process-level concerns of ``logstore broker start``: logging to stderr, the C allocator's
 thresholds (``tune_malloc``), the startup line on stdout that tests and scripts wait for, and
-SIGTERM/SIGINT handling. Must not: contain broker,
-storage or transport logic, or parse config files (the CLI does that).
+SIGTERM/SIGINT handling. Must not: contain broker, storage or transport logic, or parse config
+files (the CLI does that).
 
 Why the Flight server is served from a thread: ``FlightServerBase.serve()`` waits in C++ with the
 GIL released, so a Python signal handler installed for the main thread would not run until it
