@@ -299,6 +299,37 @@ def test_poll_serves_a_second_partition_within_the_first_polls_despite_a_backlog
         f"partition 1's first record came at poll {first_p1} after {counts[0]} of partition 0"
 
 
+def test_poll_takes_in_a_fetch_that_came_back_while_other_records_were_buffered(
+        broker) -> None:
+    """Goal: ``poll()`` takes in what has already come back before it returns buffered
+    records, so a partition whose records arrive after another's is not held back until
+    every other buffer is drained. Method: plain fetches (``fetch_session=False``); two
+    partitions with 2 MiB batches, over the 1 MiB ``max_partition_fetch_bytes``, so the
+    first fetch brings partition 0's batch only (Kafka's rule) and the fetch sent right
+    after asks for partition 1; once that fetch is back, the next two polls must bring
+    partition 1's records (draining partition 0 first would take 40 polls)."""
+    n = 20_000
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, prefix="r2", partitions=2)
+    table = pa.table({"key": [None] * n, "value": [b"v" * 100] * n},
+                     schema=pa.schema([("key", pa.binary()), ("value", pa.binary())]))
+    with bounded_producer(broker.bootstrap, acks=1) as producer:
+        for partition in (0, 1):
+            producer.send_batch(topic, table, partition=partition).result(30)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest", max_poll_records=500,
+                  fetch_session=False) as consumer:
+        consumer.assign(tps)
+        first = consumer.poll(10_000)
+        assert set(first) == {tps[0]}, f"the first fetch brought {sorted(first)}"
+        inflight = consumer._fetcher._inflight  # noqa: SLF001 (the fetch sent after it)
+        assert inflight, "no fetch was sent for partition 1"
+        wait_for(lambda: all(f.done() for _, f in inflight.values()),
+                 "the fetch for partition 1 to come back")
+        served = {tp.partition for _ in range(2) for tp in consumer.poll(0)}
+    assert 1 in served, f"partition 1 was not served in two polls (got {served})"
+
+
 # -- broker: two stop signals back to back ------------------------------------------------------
 
 def test_broker_exits_cleanly_on_sigterm_then_sigint_back_to_back(broker_factory) -> None:
