@@ -54,13 +54,14 @@ def run(records: int, partitions: int, rounds: int, sizes: list[int], root: Path
         ) -> dict[str, float]:
     runs: dict[str, list[float]] = {f"{s}mib": [] for s in sizes}
     raw: list[float] = []
+    batches = max(records // ROWS_PER_BATCH, 1)
+    records = batches * ROWS_PER_BATCH  # what is produced is what each read waits for
     with Brokers(root) as brokers:
         broker = brokers()
         with Admin(broker.bootstrap) as admin:
             admin.create_topics([NewTopic(TOPIC, partitions)])
         with Producer(broker.bootstrap, acks=1) as producer:
-            send_batches_rps(producer, TOPIC, [value_batch()] * (records // ROWS_PER_BATCH),
-                             partitions=partitions)
+            send_batches_rps(producer, TOPIC, [value_batch()] * batches, partitions=partitions)
         for _ in range(rounds):
             for s in sizes:
                 runs[f"{s}mib"].append(consume_rps(broker.bootstrap, partitions, records,
