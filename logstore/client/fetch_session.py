@@ -9,9 +9,12 @@ frames count only once the broker applied the update that last positioned it; a 
 session reading its frames into one inbox, which the consumer's thread drains; credit: the
 window (``fetch_max_bytes``) is granted at open, and bytes are granted back as the consumer
 drains or drops what was pushed (``Credit``), so the broker pushes no faster than the
-consumer consumes; and a session that ends (a broker gone or stopping, a SASL session the
-broker forgot) is dropped, the metadata refreshed, and its partitions subscribed again after
-``RETRY_BACKOFF_S``. Must not: buffer records or hold positions (``fetcher.py`` does), or
+consumer consumes. As with HTTP/2's window updates, a grant goes out once a quarter of the
+window is owed, or whenever the consumer is about to wait with nothing to return (so a broker
+out of credit never waits on a consumer that waits too), not after every drain: a grant is a
+write on the stream that holds the polling thread for 0.3-1 ms; and a session that ends (a
+broker gone or stopping, a SASL session the broker forgot) is dropped, the metadata
+refreshed, and its partitions subscribed again after ``RETRY_BACKOFF_S``. Must not: buffer records or hold positions (``fetcher.py`` does), or
 reach into broker internals.
 """
 
@@ -62,9 +65,11 @@ class ClientSession:
     """One open session: its stream, the fences of its partitions, the credit it is owed."""
 
     def __init__(self, target: FetchTarget, stream: FetchSessionStream,
-                 partitions: list[int], inbox: queue.SimpleQueue[Event]) -> None:
+                 partitions: list[int], inbox: queue.SimpleQueue[Event],
+                 grant_at_bytes: int) -> None:
         self.target = target
         self.stream = stream
+        self.grant_at_bytes = grant_at_bytes  # owed bytes worth a grant of their own
         self.fence: dict[int, float] = dict.fromkeys(partitions, 0)  # the update seq
         self.applied = 0
         self._seq = 0
@@ -90,8 +95,9 @@ class ClientSession:
     def owe(self, nbytes: int) -> None:
         self._owed += nbytes
 
-    def grant_owed(self) -> None:
-        if self._owed > 0:
+    def grant_owed(self, all_owed: bool) -> None:
+        """Grant what is owed: all of it with ``all_owed``, else only once it is worth a grant."""
+        if self._owed >= self.grant_at_bytes or all_owed and self._owed > 0:
             owed, self._owed = self._owed, 0
             self.stream.send(FetchSessionCredit(credit_bytes=owed))
 
@@ -209,10 +215,12 @@ class FetchSessions:
                  session.target.leader, session.target.topic, error)
         self._retry_later(session.target)
 
-    def grant_owed(self) -> None:
+    def grant_owed(self, all_owed: bool = False) -> None:
+        """Grant back the credit drained batches freed: with ``all_owed`` every byte (the
+        consumer is about to wait), else only where a quarter of the window is owed."""
         for session in list(self._sessions.values()):
             try:
-                session.grant_owed()
+                session.grant_owed(all_owed)
             except ApiError as e:
                 self.fail(session, e)
 
@@ -238,7 +246,7 @@ class FetchSessions:
             return
         self._retry_at.pop(target, None)
         self._sessions[target] = ClientSession(target, stream, [tp.partition for tp in offsets],
-                                               self._inbox)
+                                               self._inbox, max(s.window_bytes // 4, 1))
         for tp in offsets:
             self._where[tp] = target
             self._moved.discard(tp)

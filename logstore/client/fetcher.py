@@ -389,6 +389,7 @@ class Fetcher:
         sessions.sync(targets)
         if not targets:
             return False
+        sessions.grant_owed(all_owed=True)  # nothing to return: the broker must not wait on us
         self._take_frames(sessions, timeout_s)
         return True
 

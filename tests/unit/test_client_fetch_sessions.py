@@ -2,12 +2,16 @@
 
 Goal: a session that could not be opened is retried after the backoff while its target is
 wanted, and forgotten once it is not (its partitions' leader moved), so that waiting for
-frames blocks for the whole timeout again instead of spinning on a retry that never comes.
-Method: a metadata stand-in whose connections all fail with a retriable error.
+frames blocks for the whole timeout again instead of spinning on a retry that never comes;
+credit goes back to the broker in grants of at least a quarter of the window, except that
+everything owed is granted when the consumer is about to wait. Method: metadata stand-ins
+whose connections all fail with a retriable error, or open a session stream that records
+the frames sent on it.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -15,6 +19,7 @@ import pytest
 from logstore.client import fetch_session
 from logstore.client.fetch_session import FetchSessions, FetchTarget, SessionSettings
 from logstore.errors import NetworkError
+from logstore.messages.fetch_session import FetchSessionCredit
 from logstore.model import TopicPartition
 
 
@@ -47,3 +52,67 @@ def test_a_target_no_longer_wanted_is_not_retried(monkeypatch: pytest.MonkeyPatc
     sessions.sync({})  # the leader moved away: nothing to open again
     assert not sessions.retry_pending()
     assert sessions.wait(0.01) == []
+
+
+class RecordingStream:
+    """A session stream that pushes nothing until closed and keeps the frames sent on it."""
+
+    where = "broker 1"
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+        self._closed = threading.Event()
+
+    def send(self, frame: Any) -> None:
+        self.sent.append(frame)
+
+    def read(self) -> None:
+        self._closed.wait(30)
+        return None
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class OneBroker:
+    """Every session opens on a ``RecordingStream``."""
+
+    def __init__(self) -> None:
+        self.stream = RecordingStream()
+
+    def broker_connection(self, broker_id: int) -> Any:
+        return self
+
+    def open_fetch_session(self, request: Any) -> RecordingStream:
+        return self.stream
+
+
+def test_credit_goes_back_a_quarter_window_at_a_time_and_all_of_it_before_a_wait() -> None:
+    metadata = OneBroker()
+    window = 1000
+    sessions = FetchSessions(metadata,  # type: ignore[arg-type]
+                             SessionSettings(window, window, window, 0))
+    target = FetchTarget(1, "t")
+    sessions.sync({target: {TopicPartition("t", 0): 0}})
+    session = sessions._sessions[target]
+    try:
+        def credits() -> list[int]:
+            return [f.credit_bytes for f in metadata.stream.sent
+                    if isinstance(f, FetchSessionCredit)]
+
+        for _ in range(3):  # drained batches of 80 bytes: owed, not yet worth a grant
+            session.owe(80)
+            sessions.grant_owed()
+        assert credits() == []
+        session.owe(10)  # 250 owed: a quarter of the window
+        sessions.grant_owed()
+        assert credits() == [250]
+        session.owe(30)
+        sessions.grant_owed()
+        assert credits() == [250]
+        sessions.grant_owed(all_owed=True)  # the consumer is about to wait: all of it
+        assert credits() == [250, 30]
+        sessions.grant_owed(all_owed=True)  # nothing owed: no empty grant
+        assert credits() == [250, 30]
+    finally:
+        sessions.close()
