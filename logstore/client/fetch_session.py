@@ -14,8 +14,8 @@ window is owed, or whenever the consumer is about to wait with nothing to return
 out of credit never waits on a consumer that waits too), not after every drain: a grant is a
 write on the stream that holds the polling thread for 0.3-1 ms; and a session that ends (a
 broker gone or stopping, a SASL session the broker forgot) is dropped, the metadata
-refreshed, and its partitions subscribed again after ``RETRY_BACKOFF_S``. Must not: buffer records or hold positions (``fetcher.py`` does), or
-reach into broker internals.
+refreshed, and its partitions subscribed again after ``RETRY_BACKOFF_S``. Must not: buffer
+records or hold positions (``fetcher.py`` does), or reach into broker internals.
 """
 
 from __future__ import annotations
