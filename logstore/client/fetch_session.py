@@ -10,9 +10,11 @@ session reading its frames into one inbox, which the consumer's thread drains; c
 window (``fetch_max_bytes``) is granted at open, and bytes are granted back as the consumer
 drains or drops what was pushed (``Credit``), so the broker pushes no faster than the
 consumer consumes. As with HTTP/2's window updates, a grant goes out once a quarter of the
-window is owed, or whenever the consumer is about to wait with nothing to return (so a broker
-out of credit never waits on a consumer that waits too), not after every drain: a grant is a
-write on the stream that holds the polling thread for 0.3-1 ms; and a session that ends (a
+window is owed, not after every drain: a grant is a write on the stream that holds the
+polling thread for 0.3-1 ms, and one before each poll returned was most of the time from a
+record's arrival to its return. A consumer about to wait grants all it owes only while it
+holds half of the window or more (so a broker out of credit never waits on a consumer that
+waits too; below that the broker still has half a window to push); and a session that ends (a
 broker gone or stopping, a SASL session the broker forgot) is dropped, the metadata
 refreshed, and its partitions subscribed again after ``RETRY_BACKOFF_S``. Must not: buffer
 records or hold positions (``fetcher.py`` does), or reach into broker internals.
@@ -66,10 +68,11 @@ class ClientSession:
 
     def __init__(self, target: FetchTarget, stream: FetchSessionStream,
                  partitions: list[int], inbox: queue.SimpleQueue[Event],
-                 grant_at_bytes: int) -> None:
+                 window_bytes: int) -> None:
         self.target = target
         self.stream = stream
-        self.grant_at_bytes = grant_at_bytes  # owed bytes worth a grant of their own
+        self.window_bytes = window_bytes
+        self._held = 0  # bytes pushed to us and not granted back: buffered, or owed
         self.fence: dict[int, float] = dict.fromkeys(partitions, 0)  # the update seq
         self.applied = 0
         self._seq = 0
@@ -92,13 +95,20 @@ class ClientSession:
     def applied_update(self, frame: FetchSessionUpdated) -> None:
         self.applied = max(self.applied, frame.seq)
 
+    def received(self, nbytes: int) -> None:
+        """A frame of ``nbytes`` arrived (the broker took them from our credit)."""
+        self._held += nbytes
+
     def owe(self, nbytes: int) -> None:
         self._owed += nbytes
 
-    def grant_owed(self, all_owed: bool) -> None:
-        """Grant what is owed: all of it with ``all_owed``, else only once it is worth a grant."""
-        if self._owed >= self.grant_at_bytes or all_owed and self._owed > 0:
+    def grant_owed(self, waiting: bool) -> None:
+        """Grant what is owed once it is a quarter of the window, or, when the consumer is
+        about to wait (``waiting``), while it holds half of the window or more."""
+        if self._owed > 0 and (self._owed >= self.window_bytes // 4 or
+                               waiting and self._held >= self.window_bytes // 2):
             owed, self._owed = self._owed, 0
+            self._held -= owed
             self.stream.send(FetchSessionCredit(credit_bytes=owed))
 
     def close(self) -> None:
@@ -215,12 +225,12 @@ class FetchSessions:
                  session.target.leader, session.target.topic, error)
         self._retry_later(session.target)
 
-    def grant_owed(self, all_owed: bool = False) -> None:
-        """Grant back the credit drained batches freed: with ``all_owed`` every byte (the
-        consumer is about to wait), else only where a quarter of the window is owed."""
+    def grant_owed(self, waiting: bool = False) -> None:
+        """Grant back the credit that drained batches freed, as ``ClientSession.grant_owed``
+        says (``waiting``: the consumer is about to wait for frames)."""
         for session in list(self._sessions.values()):
             try:
-                session.grant_owed(all_owed)
+                session.grant_owed(waiting)
             except ApiError as e:
                 self.fail(session, e)
 
@@ -246,7 +256,7 @@ class FetchSessions:
             return
         self._retry_at.pop(target, None)
         self._sessions[target] = ClientSession(target, stream, [tp.partition for tp in offsets],
-                                               self._inbox, max(s.window_bytes // 4, 1))
+                                               self._inbox, s.window_bytes)
         for tp in offsets:
             self._where[tp] = target
             self._moved.discard(tp)

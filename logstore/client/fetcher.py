@@ -389,7 +389,7 @@ class Fetcher:
         sessions.sync(targets)
         if not targets:
             return False
-        sessions.grant_owed(all_owed=True)  # nothing to return: the broker must not wait on us
+        sessions.grant_owed(waiting=True)  # nothing to return: the broker must not wait on us
         self._take_frames(sessions, timeout_s)
         return True
 
@@ -423,6 +423,8 @@ class Fetcher:
         assert isinstance(frame, PartitionNews | FetchSessionPartitionEnd)
         state = frame.state if isinstance(frame, PartitionNews) else frame
         tp = TopicPartition(session.target.topic, state.partition)
+        if isinstance(frame, PartitionNews):
+            session.received(frame.size_bytes)
         if not sessions.accepts(session, tp):
             if isinstance(frame, PartitionNews):
                 session.owe(frame.size_bytes)

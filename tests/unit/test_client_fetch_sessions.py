@@ -87,7 +87,8 @@ class OneBroker:
         return self.stream
 
 
-def test_credit_goes_back_a_quarter_window_at_a_time_and_all_of_it_before_a_wait() -> None:
+def test_credit_goes_back_a_quarter_window_at_a_time_or_before_a_wait_on_half_a_window(
+        ) -> None:
     metadata = OneBroker()
     window = 1000
     sessions = FetchSessions(metadata,  # type: ignore[arg-type]
@@ -100,6 +101,7 @@ def test_credit_goes_back_a_quarter_window_at_a_time_and_all_of_it_before_a_wait
             return [f.credit_bytes for f in metadata.stream.sent
                     if isinstance(f, FetchSessionCredit)]
 
+        session.received(300)
         for _ in range(3):  # drained batches of 80 bytes: owed, not yet worth a grant
             session.owe(80)
             sessions.grant_owed()
@@ -107,12 +109,15 @@ def test_credit_goes_back_a_quarter_window_at_a_time_and_all_of_it_before_a_wait
         session.owe(10)  # 250 owed: a quarter of the window
         sessions.grant_owed()
         assert credits() == [250]
-        session.owe(30)
+        session.owe(30)  # 50 held: the broker has 950 to push, no need to grant to wait
+        sessions.grant_owed(waiting=True)
+        assert credits() == [250]
+        session.received(600)  # 650 held, 30 of them owed: about to wait, so grant them
         sessions.grant_owed()
         assert credits() == [250]
-        sessions.grant_owed(all_owed=True)  # the consumer is about to wait: all of it
+        sessions.grant_owed(waiting=True)
         assert credits() == [250, 30]
-        sessions.grant_owed(all_owed=True)  # nothing owed: no empty grant
+        sessions.grant_owed(waiting=True)  # nothing owed: no empty grant
         assert credits() == [250, 30]
     finally:
         sessions.close()
