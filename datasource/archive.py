@@ -4,7 +4,8 @@ start from the topic's Iceberg archive and the rest from the log, as one DataFra
 Owns: planning such a read (the archive's coverage from its current snapshot, EARLIEST and
 timestamps resolved over table and log together, each range split between them by
 ``archive_offsets.split_history``, the archive's data files picked by pyiceberg's pruning) and
-the tasks of the archived ranges (read by ``archive_read.py`` on executors). Must not: change how log ranges are read (they are the
+the tasks of the archived ranges, packed by size as Spark packs files (``packing.py``; read by
+``archive_read.py`` on executors). Must not: change how log ranges are read (they are the
 source's own ``RangePartition``\\s) or write anything.
 
 Offsets the table holds are read from the table even where the log still has them too, so
@@ -30,12 +31,14 @@ from datasource.iceberg import (
     catalog_settings,
     file_io,
     files_for_range,
+    files_for_ranges,
     filesystem,
     open_catalog,
     summary,
 )
 from datasource.iceberg_types import check_table_schema, iceberg_schema
 from datasource.options import OffsetSpec, OptionError, ReadOptions
+from datasource.packing import default_min_partitions, pack_by_size
 from datasource.planning import (
     DataLossError,
     OffsetRange,
@@ -86,9 +89,9 @@ class History:
         if covered is None:
             return None
         best: int | None = None
-        for path in files_for_range(self.table, tp.topic, tp.partition, covered.first,
+        for file in files_for_range(self.table, tp.topic, tp.partition, covered.first,
                                     covered.end, timestamp_ms * 1000):
-            rows = _read(self.catalog, path, tp, covered.first, covered.end, ["offset"],
+            rows = _read(self.catalog, file.path, tp, covered.first, covered.end, ["offset"],
                          timestamp_ms)
             if rows.num_rows:
                 found = int(pc.min(rows.column("offset")).as_py())
@@ -130,12 +133,22 @@ def plan_history(scan: LogStoreBatchReader, planner: Planner, infos: dict[TopicP
         return []
     log_ranges = narrow(log_ranges, scan.constraints)
     log_ranges = narrow(log_ranges, scan.constraints, scan._timestamp_starts(planner, log_ranges))
-    fs, _ = filesystem(history.catalog, history.table.location())
-    archived = [ArchivePartition(ArchiveTask(r.tp, r.start, r.end, path, fs))
-                for r in narrow(archive_ranges, scan.constraints)
-                for path in files_for_range(history.table, r.tp.topic, r.tp.partition,
-                                            r.start, r.end)]
+    archived = _archive_partitions(history, narrow(archive_ranges, scan.constraints),
+                                   default_min_partitions(options.min_partitions))
     return [*archived, *scan._tasks(planner, log_ranges, infos)]
+
+
+def _archive_partitions(history: History, ranges: list[OffsetRange], min_partitions: int
+                        ) -> list[ArchivePartition]:
+    """One read per (range, data file that may hold it), packed into tasks by file size as
+    Spark packs a file source's files (``packing.py``)."""
+    fs, _ = filesystem(history.catalog, history.table.location())
+    files = files_for_ranges(history.table,
+                             [(r.tp.topic, r.tp.partition, r.start, r.end) for r in ranges])
+    reads = [(ArchiveTask(r.tp, r.start, r.end, file.path, fs), file.size_bytes)
+             for r, held in zip(ranges, files, strict=True) for file in held]
+    groups = pack_by_size([size for _, size in reads], min_partitions)
+    return [ArchivePartition(tuple(reads[i][0] for i in group)) for group in groups]
 
 
 def _resolve(history: History, planner: Planner, spec: OffsetSpec,

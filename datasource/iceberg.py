@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -31,7 +31,9 @@ from pyiceberg.expressions import (
     EqualTo,
     GreaterThanOrEqual,
     LessThan,
+    Or,
 )
+from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator  # pinned: pyiceberg 0.12
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
@@ -355,17 +357,50 @@ def delete_file(settings: CatalogSettings, url: str) -> None:
     fs.rm(path)
 
 
+class ArchivedFile(NamedTuple):
+    """A data file of the archive table, as a scan planned it."""
+
+    path: str
+    size_bytes: int
+
+
 def files_for_range(table: Table, topic: str, partition: int, start: int, end: int,
-                    timestamp_min_us: int | None = None) -> list[str]:
+                    timestamp_min_us: int | None = None) -> list[ArchivedFile]:
     """The data files that may hold offsets [start, end) of ``topic``-``partition`` (pruned
-    by the partition spec and the files' column bounds)."""
+    by the partition spec and the files' column bounds), by path."""
+    condition = _range_condition(topic, partition, start, end, timestamp_min_us)
+    return sorted(ArchivedFile(t.file.file_path, t.file.file_size_in_bytes)
+                  for t in table.scan(row_filter=condition).plan_files())
+
+
+def files_for_ranges(table: Table, ranges: Sequence[tuple[str, int, int, int]]
+                     ) -> list[list[ArchivedFile]]:
+    """``files_for_range`` of each (topic, partition, start, end), from one scan of the
+    manifests: the files any range may need, then each file's column bounds per range (a plan
+    per range read every manifest again, 4 ms each)."""
+    conditions = [_range_condition(*r) for r in ranges]
+    if not conditions:
+        return []
+    anywhere = conditions[0] if len(conditions) == 1 else Or(*conditions)
+    files = sorted((t.file for t in table.scan(row_filter=anywhere).plan_files()),
+                   key=lambda f: str(f.file_path))
+    out = []
+    for condition in conditions:
+        may_hold = _InclusiveMetricsEvaluator(table.schema(), condition).eval
+        out.append([ArchivedFile(f.file_path, f.file_size_in_bytes) for f in files
+                    if may_hold(f)])
+    return out
+
+
+def _range_condition(topic: str, partition: int, start: int, end: int,
+                     timestamp_min_us: int | None = None) -> BooleanExpression:
     parts = [_predicate(EqualTo, "topic", topic), _predicate(EqualTo, "partition", partition),
              _predicate(GreaterThanOrEqual, "offset", start),
              _predicate(LessThan, "offset", end)]
     if timestamp_min_us is not None:
         parts.append(_predicate(GreaterThanOrEqual, "timestamp", timestamp_min_us))
     condition: BooleanExpression = And(*parts)
-    return sorted(t.file.file_path for t in table.scan(row_filter=condition).plan_files())
+    return condition
 
 
 def _predicate(kind: Any, column: str, value: Any) -> BooleanExpression:

@@ -197,10 +197,10 @@ class _ScanBase:
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if type(partition).__name__ == "ArchivePartition":  # a history read's archived range
-            from datasource.archive_read import read_archive
+        if type(partition).__name__ == "ArchivePartition":  # a history read's archived ranges
+            from datasource.archive_read import read_archive_partition
 
-            return read_archive(partition.task, self.settings.target)  # type: ignore[attr-defined]
+            return read_archive_partition(partition, self.settings.target)  # type: ignore[arg-type]
         if not isinstance(partition, RangePartition):
             return iter(())  # Spark's placeholder when a scan has no ranges at all
         return read_range(partition.task, self.settings)

@@ -1,7 +1,9 @@
 """datasource/archive_read.py: a history read picks an archive file's row groups by the
 statistics of its ``offset`` column, which must be the Parquet *leaf* column of that name: a
 typed topic's struct, list and map columns come before ``offset`` and each has one leaf per
-nested field, so the Arrow field index names another column's statistics.
+nested field, so the Arrow field index names another column's statistics; and it skips the
+per-row check of topic, partition and offset only where the row groups' statistics prove it
+needless.
 
 Files are written in the archive's own Parquet shape (``stored_schema``/``to_stored``, field
 ids included), with small row groups so that pruning matters. No Spark session, no broker.
@@ -15,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datasource.archive_read import ArchiveTask, _row_groups, read_archive
+from datasource.archive_read import ArchiveTask, _all_inside, _row_groups, read_archive
 from datasource.iceberg_types import iceberg_schema, stored_schema, to_stored
 from datasource.schema import source_arrow_schema
 from logstore.cli.schema_spec import value_schema_arg
@@ -107,3 +109,49 @@ def test_row_groups_are_chosen_by_the_offset_leaf(tmp_path: Path) -> None:
     assert _row_groups(parquet, FIRST + 150, FIRST + 301) == [1, 2, 3]
     assert _row_groups(parquet, 0, FIRST) == []
     assert _row_groups(parquet, FIRST + ROWS, FIRST + 2 * ROWS) == []
+
+
+def _mixed_file(tmp_path: Path) -> tuple[pa.Schema, str]:
+    """An archive file (partition_by none) whose row groups hold two partitions of ``t`` and
+    one of ``u``, offsets 0-99 each, rows interleaved as a task of several partitions writes
+    them."""
+    arrow = source_arrow_schema(None, True)
+    stored = stored_schema(arrow, iceberg_schema(arrow))
+    parts = [("t", 0), ("t", 1), ("u", 0)]
+    rows = [(topic, p, o) for o in range(100) for topic, p in parts]
+    batch = pa.RecordBatch.from_pydict({
+        "key": [None] * len(rows), "value": [b"%s-%d-%d" % (t.encode(), p, o) for t, p, o in rows],
+        "topic": [t for t, _, _ in rows], "partition": [p for _, p, _ in rows],
+        "offset": [o for _, _, o in rows],
+        "timestamp": [1_700_000_000_000_000] * len(rows), "timestampType": [0] * len(rows),
+        "headers": [None] * len(rows)}, schema=arrow)
+    path = str(tmp_path / "archive-mixed.parquet")
+    with pq.ParquetWriter(path, stored) as writer:
+        writer.write_table(pa.Table.from_batches([to_stored(batch, stored)]),
+                           row_group_size=60)
+    return arrow, path
+
+
+def test_rows_are_checked_unless_statistics_prove_the_whole_row_group_belongs_to_the_range(
+        tmp_path: Path) -> None:
+    """Goal: a read skips the per-row check only where every row group's statistics show the
+    task's topic and partition alone and offsets inside its range; a file mixing partitions
+    or topics, or a range cutting a row group, is checked row by row, and each read returns
+    exactly its partition's offsets of its range. Method: a one-partition file and a file of
+    three interleaved partitions; ``_all_inside`` and the rows read."""
+    arrow, path = _archive_file(tmp_path, value_schema_arg("n:int64"))
+    meta = pq.ParquetFile(path).metadata
+    whole = ArchiveTask(TP, FIRST, FIRST + ROWS, path, None)
+    assert _all_inside(meta, list(range(meta.num_row_groups)), whole)
+    cut = ArchiveTask(TP, FIRST + 150, FIRST + ROWS, path, None)
+    assert not _all_inside(meta, list(range(1, meta.num_row_groups)), cut)
+    other = ArchiveTask(TopicPartition("t", 1), FIRST, FIRST + ROWS, path, None)
+    assert not _all_inside(meta, list(range(meta.num_row_groups)), other)
+
+    arrow, path = _mixed_file(tmp_path)
+    meta = pq.ParquetFile(path).metadata
+    for tp in (TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)):
+        task = ArchiveTask(tp, 0, 100, path, None)
+        assert not _all_inside(meta, list(range(meta.num_row_groups)), task)
+        got = [v for b in read_archive(task, arrow) for v in b.column("value").to_pylist()]
+        assert got == [b"%s-%d-%d" % (tp.topic.encode(), tp.partition, o) for o in range(100)]
