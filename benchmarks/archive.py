@@ -18,9 +18,10 @@ session whose Python workers run on this interpreter.
 - ``history_read_vs_log_read``: the same Spark query (``count``, ``sum(length(value))`` over
   ``.schema("partition int, offset long, value binary")``) over offsets that are in both the
   table (local warehouse) and the log: read with ``archiveTable`` (every offset comes from the
-  table's Parquet files) against the plain read from the log. log time / archive time.
-
-Each Spark query runs once untimed first, then the median of ``--runs`` runs is reported.
+  table's Parquet files) against the plain read from the log. Each query runs once untimed,
+  then ``--runs`` times, the two alternating (the order turning every round, so a burst of
+  load lands on neither side only); the medians of each side, and the median of the rounds'
+  ratios log time / archive time.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from common import bench_parser, broker_factory, report, timed
+from common import alternate, bench_parser, broker_factory, median_ratio, report
 
 from datasource.archive_offsets import RANGES_KEY, decode
 from datasource.iceberg import catalog_settings, filesystem
@@ -107,21 +109,24 @@ def history_vs_log(spark: Any, bootstrap: str, topic: str, tmp: Path, runs: int
     run_archive(spark, "--topic", topic, "--table", "bench.hist", "--warehouse",
                 str(tmp / "local-wh"), "--bootstrap-server", bootstrap)
 
-    def query(**extra: str) -> Any:
-        def go() -> Any:
+    def query(**extra: str) -> Callable[[], float]:
+        def go() -> float:
             reader = (spark.read.format("logstore").option("bootstrap.servers", bootstrap)
                       .option("subscribe", topic)
                       .schema("partition int, offset long, value binary"))
             for k, v in extra.items():
                 reader = reader.option(k, v)
-            return reader.load().agg(F.count("*"), F.sum(F.length("value"))).collect()
+            began = time.perf_counter()
+            reader.load().agg(F.count("*"), F.sum(F.length("value"))).collect()
+            return time.perf_counter() - began
+        go()  # untimed: plans and Python workers warm
         return go
 
-    log_s, _ = timed(query(), runs)
-    archive_s, _ = timed(query(archiveTable="bench.hist",
-                               archiveWarehouse=str(tmp / "local-wh")), runs)
+    log_s, archive_s, ratio = median_ratio(*alternate(
+        runs, query(), query(archiveTable="bench.hist", archiveWarehouse=str(tmp / "local-wh")),
+        swap=True))
     return {"log_read_s": log_s, "history_read_s": archive_s,
-            "history_read_vs_log_read": log_s / archive_s}
+            "history_read_vs_log_read": ratio}
 
 
 def stream_lag(bootstrap: str, tmp: Path, seconds: float, trigger_s: float) -> dict[str, float]:
@@ -209,7 +214,8 @@ def _delays(table: Any) -> np.ndarray:
 def main() -> int:
     parser = bench_parser(__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=7,
+                        help="timed runs of each history/log query, alternating")
     parser.add_argument("--stream-s", type=float, default=30.0)
     parser.add_argument("--trigger-interval", type=float, default=5.0)
     args = parser.parse_args()
