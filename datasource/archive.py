@@ -27,6 +27,7 @@ from pyspark.sql.datasource import InputPartition
 from datasource.archive_offsets import Coverage, coverage_of, earliest, split_history
 from datasource.archive_read import ArchivePartition, ArchiveTask
 from datasource.iceberg import (
+    ArchivedRange,
     CatalogSettings,
     catalog_settings,
     file_io,
@@ -143,8 +144,8 @@ def _archive_partitions(history: History, ranges: list[OffsetRange], min_partiti
     """One read per (range, data file that may hold it), packed into tasks by file size as
     Spark packs a file source's files (``packing.py``)."""
     fs, _ = filesystem(history.catalog, history.table.location())
-    files = files_for_ranges(history.table,
-                             [(r.tp.topic, r.tp.partition, r.start, r.end) for r in ranges])
+    files = files_for_ranges(history.table, [ArchivedRange(r.tp.topic, r.tp.partition, r.start,
+                                                           r.end) for r in ranges])
     reads = [(ArchiveTask(r.tp, r.start, r.end, file.path, fs), file.size_bytes)
              for r, held in zip(ranges, files, strict=True) for file in held]
     groups = pack_by_size([size for _, size in reads], min_partitions)

@@ -102,7 +102,8 @@ def _row_groups(parquet: pq.ParquetFile, start: int, end: int) -> list[int]:
 
 def _all_inside(metadata: pq.FileMetaData, groups: list[int], task: ArchiveTask) -> bool:
     """Whether the statistics of every row group in ``groups`` prove it holds rows of the
-    task's topic and partition only, with offsets in its range (False when any is missing)."""
+    task's topic and partition only, with offsets in its range (False when any is missing,
+    and where a routing column holds a null: min and max pass nulls over)."""
     leaves = [_leaf_column(metadata, name) for name in ROUTING]
     if any(leaf is None for leaf in leaves):
         return False
@@ -110,7 +111,8 @@ def _all_inside(metadata: pq.FileMetaData, groups: list[int], task: ArchiveTask)
     for i in groups:
         group = metadata.row_group(i)
         stats = [group.column(leaf).statistics for leaf in (topic, partition, offset)]
-        if any(s is None or not s.has_min_max for s in stats):
+        if any(s is None or not s.has_min_max or not s.has_null_count or s.null_count
+               for s in stats):
             return False
         t, p, o = stats
         if not (t.min == t.max == task.tp.topic and p.min == p.max == task.tp.partition

@@ -10,8 +10,10 @@ core, instead of one task each, and a table of large files keeps one task per fi
 do I/O or import pyspark.
 
 A Python data source's planner cannot see Spark's default parallelism, so ``min_partitions``
-comes from the ``minPartitions`` option, or else from the driver's cores (``os.cpu_count()``):
-exact for a local session; on a cluster, set ``minPartitions`` to its cores.
+comes from the ``minPartitions`` option, or else from the cores the driver may run on (its
+CPU affinity): right for a ``local[*]`` session, high for ``local[N]`` on a larger machine,
+low on a cluster; there, set ``minPartitions`` to the cluster's cores (it also splits the
+log's ranges into at least that many pieces, as it does for any read).
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ OPEN_COST_BYTES = 4 * MiB  # spark.sql.files.openCostInBytes
 
 
 def default_min_partitions(option: int | None) -> int:
-    """The ``minPartitions`` option, else the driver's cores."""
-    return option if option is not None else max(os.cpu_count() or 1, 1)
+    """The ``minPartitions`` option, else the cores the driver may run on."""
+    if option is not None:
+        return option
+    affinity = getattr(os, "sched_getaffinity", None)
+    return max(len(affinity(0)) if affinity is not None else os.cpu_count() or 1, 1)
 
 
 def max_split_bytes(sizes: Sequence[int], min_partitions: int) -> int:

@@ -12,12 +12,14 @@ drains or drops what was pushed (``Credit``), so the broker pushes no faster tha
 consumer consumes. As with HTTP/2's window updates, a grant goes out once a quarter of the
 window is owed, not after every drain: a grant is a write on the stream that holds the
 polling thread for 0.3-1 ms, and one before each poll returned was most of the time from a
-record's arrival to its return. A consumer about to wait grants all it owes only while it
-holds half of the window or more (so a broker out of credit never waits on a consumer that
-waits too; below that the broker still has half a window to push); and a session that ends (a
-broker gone or stopping, a SASL session the broker forgot) is dropped, the metadata
-refreshed, and its partitions subscribed again after ``RETRY_BACKOFF_S``. Must not: buffer
-records or hold positions (``fetcher.py`` does), or reach into broker internals.
+record's arrival to its return. A consumer about to wait grants all it owes while it holds
+half of the window or more (below that the broker still has half a window to push), so a
+broker out of credit never waits on a consumer that waits too, unless paused partitions'
+buffers hold the whole window, which stalls the session's other partitions until they are
+resumed, as before; and a session that ends (a broker gone or stopping, a SASL session the
+broker forgot) is dropped, the metadata refreshed, and its partitions subscribed again after
+``RETRY_BACKOFF_S``. Must not: buffer records or hold positions (``fetcher.py`` does), or
+reach into broker internals.
 """
 
 from __future__ import annotations
@@ -105,8 +107,8 @@ class ClientSession:
     def grant_owed(self, waiting: bool) -> None:
         """Grant what is owed once it is a quarter of the window, or, when the consumer is
         about to wait (``waiting``), while it holds half of the window or more."""
-        if self._owed > 0 and (self._owed >= self.window_bytes // 4 or
-                               waiting and self._held >= self.window_bytes // 2):
+        if self._owed > 0 and (self._owed >= self.window_bytes // 4
+                               or (waiting and self._held >= self.window_bytes // 2)):
             owed, self._owed = self._owed, 0
             self._held -= owed
             self.stream.send(FetchSessionCredit(credit_bytes=owed))

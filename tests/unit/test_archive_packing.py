@@ -34,7 +34,7 @@ def test_every_read_lands_in_one_task_and_no_task_overflows(sizes: list[int], co
 def test_small_files_share_tasks_one_per_core_and_large_files_keep_their_own() -> None:
     """Goal: four 26 MB files on two cores are read by two tasks (Spark's file source plans
     the same); 128 MiB files keep one task each whatever the cores; 200 tiny files of a
-    stream archive are read by 7 tasks, not 200 (each costs Spark's 4 MiB open cost: 30 of
+    stream archive are read by 7 tasks, not 200 (each costs Spark's 4 MiB open cost: 31 of
     them fill a 128 MiB task)."""
     assert sorted(map(sorted, pack_by_size([26 * MiB] * 4, 2))) == [[0, 1], [2, 3]]
     assert len(pack_by_size([MAX_SPLIT_BYTES] * 6, 2)) == 6

@@ -111,6 +111,17 @@ def test_row_groups_are_chosen_by_the_offset_leaf(tmp_path: Path) -> None:
     assert _row_groups(parquet, FIRST + ROWS, FIRST + 2 * ROWS) == []
 
 
+def _with_null_routing_row(tmp_path: Path, path: str) -> str:
+    """A copy of the archive file at ``path`` with one more row, first, whose every column is
+    null (so the first row group holds it beside rows of the partition)."""
+    table = pq.read_table(path)
+    nulls = pa.table({f.name: pa.nulls(1, f.type) for f in table.schema},
+                     schema=table.schema)
+    out = str(tmp_path / "archive-with-nulls.parquet")
+    pq.write_table(pa.concat_tables([nulls, table]), out, row_group_size=ROW_GROUP)
+    return out
+
+
 def _mixed_file(tmp_path: Path) -> tuple[pa.Schema, str]:
     """An archive file (partition_by none) whose row groups hold two partitions of ``t`` and
     one of ``u``, offsets 0-99 each, rows interleaved as a task of several partitions writes
@@ -137,8 +148,10 @@ def test_rows_are_checked_unless_statistics_prove_the_whole_row_group_belongs_to
     """Goal: a read skips the per-row check only where every row group's statistics show the
     task's topic and partition alone and offsets inside its range; a file mixing partitions
     or topics, or a range cutting a row group, is checked row by row, and each read returns
-    exactly its partition's offsets of its range. Method: a one-partition file and a file of
-    three interleaved partitions; ``_all_inside`` and the rows read."""
+    exactly its partition's offsets of its range; a row whose routing columns are null (which
+    Parquet's min and max pass over) belongs to no task. Method: a one-partition file, the
+    same file with one more row of nulls, and a file of three interleaved partitions;
+    ``_all_inside`` and the rows read."""
     arrow, path = _archive_file(tmp_path, value_schema_arg("n:int64"))
     meta = pq.ParquetFile(path).metadata
     whole = ArchiveTask(TP, FIRST, FIRST + ROWS, path, None)
@@ -147,6 +160,13 @@ def test_rows_are_checked_unless_statistics_prove_the_whole_row_group_belongs_to
     assert not _all_inside(meta, list(range(1, meta.num_row_groups)), cut)
     other = ArchiveTask(TopicPartition("t", 1), FIRST, FIRST + ROWS, path, None)
     assert not _all_inside(meta, list(range(meta.num_row_groups)), other)
+
+    nulls = _with_null_routing_row(tmp_path, path)
+    meta = pq.ParquetFile(nulls).metadata
+    whole = ArchiveTask(TP, FIRST, FIRST + ROWS, nulls, None)
+    assert not _all_inside(meta, list(range(meta.num_row_groups)), whole)
+    assert len([o for b in read_archive(whole, arrow) for o in b.column("offset").to_pylist()]
+               ) == ROWS
 
     arrow, path = _mixed_file(tmp_path)
     meta = pq.ParquetFile(path).metadata

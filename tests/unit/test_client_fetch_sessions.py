@@ -4,7 +4,8 @@ Goal: a session that could not be opened is retried after the backoff while its 
 wanted, and forgotten once it is not (its partitions' leader moved), so that waiting for
 frames blocks for the whole timeout again instead of spinning on a retry that never comes;
 credit goes back to the broker in grants of at least a quarter of the window, except that
-everything owed is granted when the consumer is about to wait. Method: metadata stand-ins
+everything owed is granted when the consumer is about to wait while it holds half of the
+window or more. Method: metadata stand-ins
 whose connections all fail with a retriable error, or open a session stream that records
 the frames sent on it.
 """
@@ -89,6 +90,10 @@ class OneBroker:
 
 def test_credit_goes_back_a_quarter_window_at_a_time_or_before_a_wait_on_half_a_window(
         ) -> None:
+    """Goal: a drain owes its bytes without a stream write until a quarter of the window is
+    owed; a consumer about to wait grants what it owes only while it holds half of the window
+    or more (below that the broker can still push); nothing owed, no grant. Method: one
+    session on a stream that records its frames; bytes received, owed and granted by hand."""
     metadata = OneBroker()
     window = 1000
     sessions = FetchSessions(metadata,  # type: ignore[arg-type]
