@@ -214,7 +214,7 @@ def _delays(table: Any) -> np.ndarray:
 def main() -> int:
     parser = bench_parser(__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=7,
+    parser.add_argument("--runs", type=int, default=8,
                         help="timed runs of each history/log query, alternating")
     parser.add_argument("--stream-s", type=float, default=30.0)
     parser.add_argument("--trigger-interval", type=float, default=5.0)
