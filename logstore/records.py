@@ -329,13 +329,17 @@ def ipc_message(batch: pa.RecordBatch, metadata: dict[bytes, bytes],
     message, as a writable view. Written into one buffer allocated from an upper bound of its
     size: a growing output stream copies what it holds each time it grows, which costs as much
     as the encoding itself on a machine copying memory at 0.5 GB/s. A message larger than the
-    bound (a compressed body that grew by more than the margin) is encoded again the slow way."""
+    bound (a compressed body that grew by more than the margin) is encoded again the slow way.
+    The buffer comes from the system allocator, not Arrow's default (mimalloc): mimalloc gives
+    a freed megabyte back to the kernel within milliseconds, so each batch's message was
+    written into fresh memory that the kernel zeroes first (huge pages: a fifth of a columnar
+    producer's CPU), where glibc hands the same memory out again."""
     schema_size = schema_message_size(batch.schema)
     body = int(ipc.get_record_batch_size(batch))
     bound = schema_size + body + sum(len(k) + len(v) for k, v in metadata.items()) + 1024
     if options is not None and options.compression is not None:
         bound += body // 64 + 64 * sum(len(c.buffers()) for c in batch.columns)
-    buf = pa.allocate_buffer(bound)
+    buf = pa.allocate_buffer(bound, memory_pool=pa.system_memory_pool())
     sink = pa.FixedSizeBufferWriter(buf)
     try:
         writer = ipc.new_stream(sink, batch.schema, options=options)
