@@ -772,14 +772,21 @@ class Log:
     def close(self) -> None:
         """Flush, seal the active segment's indexes, snapshot producer state, close files. A
         deferred log has nothing open, and a log that took no write since it was loaded has
-        nothing to make durable (10,000 idle logs close without 60,000 fsyncs)."""
+        nothing to make durable (10,000 idle logs close without 60,000 fsyncs), unless its
+        producer state has no snapshot at the log end offset yet: a log flushed since its
+        last write is closed with one (as Kafka does), so that a restart loads the state
+        instead of replaying the batches after the last roll, which would find the
+        transactions completed there unreplicated again and hold the last stable offset
+        back until the high watermark passes their markers once more."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             if self._deferred is not None:
                 return
-            quiet = self._unchanged_since_flush()
+            quiet = self._unchanged_since_flush() and (
+                not self._producers.has_producers
+                or self._log_end_offset in self._producers.snapshot_offsets())
             if not quiet:
                 self._active.seal()
                 self._producers.take_snapshot(self._log_end_offset, durable=True)

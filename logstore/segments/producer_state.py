@@ -273,6 +273,10 @@ class ProducerStateManager:
                 f"coordinator epoch {coordinator_epoch}, older than the coordinator epoch "
                 f"{entry.coordinator_epoch} of its last marker")
 
+    @property
+    def has_producers(self) -> bool:
+        return bool(self._producers)
+
     def producers(self) -> list[ProducerEntry]:
         """The producers of the partition, each a copy (describe_producers)."""
         return [ProducerEntry(e.producer_id, e.epoch, deque(e.batches, MAX_CACHED_BATCHES),

@@ -250,6 +250,32 @@ def test_open_transactions_and_aborts_survive_restart(tmp_path: Path, clean: boo
     assert committed(log) == [(0, b"k0"), (1, b"k1")]
 
 
+def test_a_log_flushed_since_its_last_write_closes_with_a_producer_snapshot(
+        tmp_path: Path) -> None:
+    """Goal: a clean close leaves a producer snapshot at the log end offset even when the log
+    was flushed since its last write, so the reopened log loads its producer state instead of
+    replaying the tail: a transaction completed before the close is stable as soon as the
+    high watermark passes its data, as on a log that never closed (found by the transaction
+    state machine: replayed, the abort held the LSO at 0 with the HW at 1); and a log closed
+    again with nothing new writes no second snapshot. Method: one transactional record and
+    its ABORT marker, flush, close, reopen, move the HW to 1; close and reopen once more."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock)
+    p = Producer(log, 1)
+    p.send(1)                                    # offset 0
+    p.end(ABORT)                                 # marker at 1
+    log.flush()
+    log.close()
+    log = reopen(log, clock, clean=True, recovery_point=2)
+    assert log.producer_state.snapshot_offsets() == [2]
+    log.update_high_watermark(1)
+    assert (log.high_watermark, log.last_stable_offset) == (1, 1)
+    snapshot = log.dir / fmt.file_name(2, fmt.SNAPSHOT_SUFFIX)
+    written = snapshot.stat().st_mtime_ns
+    log.close()
+    assert snapshot.stat().st_mtime_ns == written
+
+
 def test_unclean_restart_rebuilds_the_txn_index_of_the_unflushed_tail(tmp_path: Path) -> None:
     """Goal: after an unclean stop, the aborted index of every segment from the recovery point
     on is rebuilt from producer state, even if its file was lost or garbled; a garbled index
