@@ -9,7 +9,10 @@ Method: 200k keyed records (100 keys, a sequence number per key) in a 4-partitio
 real broker; the job runs as a subprocess in its own process group (the command the README
 gives, ``--once``) and the group is killed -9 ten times, each after a seeded random number of
 published micro-batches plus a seeded random delay (LOGSTORE_TEST_SEED replays), then started
-again on the same checkpoint; the last run exits once it has copied everything. Each run
+again on the same checkpoint; the last run exits once it has copied everything. The input
+is 80 micro-batches: ten kills with delays of up to 1 s use about 40 of them at 0.3 s a
+batch, and never all (with 40 batches and delays of up to 1.5 s, seed 3215354417 saw the job
+finish after nine kills). Each run
 starts a Spark session (10-20 s idle, minutes on a loaded machine), so the test takes from a
 few minutes to half an hour; LOGSTORE_SPARK_KILLS sets fewer kills for a quick check.
 """
@@ -39,7 +42,8 @@ RECORDS = 200_000
 KEYS = 100
 PARTITIONS = 4
 KILLS = int(os.environ.get("LOGSTORE_SPARK_KILLS", "10"))
-BATCH = 5_000  # 40 micro-batches; the kills use at most 3 each
+BATCH = 2_500  # 80 micro-batches: the kills use 2 and a delay's worth each on average
+KILL_DELAY_S = 1.0  # the longest wait after the published batch that triggers a kill
 RUN_TIMEOUT_S = 900.0
 
 
@@ -109,7 +113,7 @@ def test_the_spark_job_copies_every_record_exactly_once_through_ten_kills(
     stderr = tmp_path / "job.stderr"
     kills = 0
     while kills < KILLS:
-        if not run(command, stderr, (rng.randint(1, 3), rng.uniform(0, 1.5))):
+        if not run(command, stderr, (rng.randint(1, 3), rng.uniform(0, KILL_DELAY_S))):
             break  # it finished the input before the kills ran out
         kills += 1
     run(command, stderr, None)
