@@ -66,7 +66,7 @@ def read_archive(task: ArchiveTask, target: pa.Schema) -> Iterator[pa.RecordBatc
         groups = _row_groups(parquet, task.start, task.end)
         if not groups:
             return
-        inside = _all_inside(parquet.metadata, groups, task)
+        inside = _all_inside(parquet.metadata, groups, task) and bool(wanted)
         columns = list(dict.fromkeys(wanted if inside else [*wanted, *ROUTING]))
         for batch in parquet.iter_batches(row_groups=groups, columns=columns):
             if not inside:
