@@ -71,9 +71,13 @@ def read_archive(task: ArchiveTask, target: pa.Schema) -> Iterator[pa.RecordBatc
         for batch in parquet.iter_batches(row_groups=groups, columns=columns):
             if not inside:
                 batch = _in_range(batch, task)
-            if batch.num_rows:
-                yield pa.RecordBatch.from_arrays(
-                    [from_stored(batch.column(f.name), f.type) for f in target], schema=target)
+            if not batch.num_rows:
+                continue
+            if not wanted:  # no column asked for (a count): rows without columns
+                yield batch.select([])
+                continue
+            yield pa.RecordBatch.from_arrays(
+                [from_stored(batch.column(f.name), f.type) for f in target], schema=target)
 
 
 @contextmanager

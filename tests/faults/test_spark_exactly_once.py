@@ -10,9 +10,9 @@ real broker; the job runs as a subprocess in its own process group (the command 
 gives, ``--once``) and the group is killed -9 ten times, each after a seeded random number of
 published micro-batches plus a seeded random delay (LOGSTORE_TEST_SEED replays), then started
 again on the same checkpoint; the last run exits once it has copied everything. The input
-is 80 micro-batches: ten kills with delays of up to 1 s use about 40 of them at 0.3 s a
-batch, and never all (with 40 batches and delays of up to 1.5 s, seed 3215354417 saw the job
-finish after nine kills). Each run
+is 80 micro-batches: at 0.3 s a batch, ten kills with delays of up to 1 s use about 37 of
+them and about 70 at worst (with 40 batches and delays of up to 1.5 s, seed 3215354417 saw
+the job finish after nine kills). Each run
 starts a Spark session (10-20 s idle, minutes on a loaded machine), so the test takes from a
 few minutes to half an hour; LOGSTORE_SPARK_KILLS sets fewer kills for a quick check.
 """

@@ -175,3 +175,13 @@ def test_rows_are_checked_unless_statistics_prove_the_whole_row_group_belongs_to
         assert not _all_inside(meta, list(range(meta.num_row_groups)), task)
         got = [v for b in read_archive(task, arrow) for v in b.column("value").to_pylist()]
         assert got == [b"%s-%d-%d" % (tp.topic.encode(), tp.partition, o) for o in range(100)]
+
+
+def test_a_read_of_no_column_still_counts_every_row_of_its_range(tmp_path: Path) -> None:
+    """Goal: a read whose schema names no column (a count) yields as many rows as the range
+    holds, whole file or cut. Method: the one-partition file, read with an empty schema."""
+    _, path = _archive_file(tmp_path, value_schema_arg("n:int64"))
+    for start, end in [(FIRST, FIRST + ROWS), (FIRST + 150, FIRST + 870)]:
+        batches = list(read_archive(ArchiveTask(TP, start, end, path, None), pa.schema([])))
+        assert sum(b.num_rows for b in batches) == end - start
+        assert all(b.num_columns == 0 for b in batches)

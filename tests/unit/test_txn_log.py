@@ -254,10 +254,11 @@ def test_a_log_flushed_since_its_last_write_closes_with_a_producer_snapshot(
         tmp_path: Path) -> None:
     """Goal: a clean close leaves a producer snapshot at the log end offset even when the log
     was flushed since its last write, so the reopened log loads its producer state instead of
-    replaying the tail: a transaction completed before the close is stable as soon as the
-    high watermark passes its data, as on a log that never closed (found by the transaction
-    state machine: replayed, the abort held the LSO at 0 with the HW at 1); and a log closed
-    again with nothing new writes no second snapshot. Method: one transactional record and
+    replaying the tail, as after a close with unflushed writes (which always wrote one): the
+    snapshot, as in Kafka, carries no completed transaction, so one completed before the
+    close is stable once the high watermark passes its data (found by the transaction state
+    machine: replayed, the abort held the LSO at 0 with the HW at 1 until the HW passed its
+    marker); and a log closed again with nothing new writes no second snapshot. Method: one transactional record and
     its ABORT marker, flush, close, reopen, move the HW to 1; close and reopen once more."""
     clock = FakeClock()
     log = open_log(tmp_path, clock)
