@@ -11,8 +11,8 @@ window (``fetch_max_bytes``) is granted at open, and bytes are granted back as t
 drains or drops what was pushed (``Credit``), so the broker pushes no faster than the
 consumer consumes. As with HTTP/2's window updates, a grant goes out once a quarter of the
 window is owed, not after every drain: a grant is a write on the stream that holds the
-polling thread for 0.3-1 ms, and one before each poll returned was most of the time from a
-record's arrival to its return. A consumer about to wait grants all it owes while it holds
+polling thread for 0.3-1 ms (a columnar read of 2M records sent 160 of them, 55 ms of its
+230 ms; now 17). A consumer about to wait grants all it owes while it holds
 half of the window or more (below that the broker still has half a window to push), so a
 broker out of credit never waits on a consumer that waits too, unless paused partitions'
 buffers hold the whole window, which stalls the session's other partitions until they are
