@@ -244,7 +244,8 @@ class FetchSessions:
         s = self._settings
         request = FetchSessionRequest(
             topic=target.topic, isolation_level=s.isolation_level, credit_bytes=s.window_bytes,
-            max_bytes=s.max_bytes, partition_max_bytes=s.partition_max_bytes, partitions=[
+            max_bytes=s.max_bytes, partition_max_bytes=s.partition_max_bytes,
+            state_with_first_batch=True, partitions=[
                 FetchPartition(partition=tp.partition, offset=o) for tp, o in offsets.items()])
         try:
             stream = self._metadata.broker_connection(target.leader).open_fetch_session(

@@ -79,6 +79,9 @@ class FetchSessionRequest(Request[FetchSessionPartitionEnd], frozen=True, kw_onl
     credit_bytes: Bytes  # the window the client grants at open
     max_bytes: int = DEFAULT_FETCH_MAX_BYTES  # <= 0 is INVALID_FETCH_SIZE
     partition_max_bytes: int = DEFAULT_PARTITION_MAX_BYTES  # FetchPartition.max_bytes wins
+    # The client reads a partition's state and its first batch as one F frame (a broker that
+    # predates the field ignores it and sends the state on its own, which the client reads).
+    state_with_first_batch: bool = False
 
 
 class PartitionOffset(Message, frozen=True, kw_only=True):

@@ -28,12 +28,18 @@ one with an X frame, after which the client cancels: the broker's handler return
 the client's side is closed, so no thread of it is left reading a finished call. A replica's
 push of one partition is one R frame whatever its number of batches, built over the bytes the
 segment read returned (``stored_messages_batch``: no copy when they lie back to back).
+A client that opens its session with ``state_with_first_batch`` gets a partition's state with
+batches in an F frame, which also carries the first batch (one message per push of one batch,
+not two); otherwise, or when there are no batches, the state is a P frame of its own.
 
 | from   | tag    | app_metadata after the tag                    | data                          |
 |--------|--------|-----------------------------------------------|-------------------------------|
 | broker | ``P``  | JSON ``FetchSessionPartitionState``: a        | none                          |
 |        |        | partition's watermarks and ``batches``, the   |                               |
 |        |        | number of its batches that follow at once     |                               |
+| broker | ``F``  | uint32 length, the JSON state of a partition  | its first batch               |
+|        |        | with batches (``batches`` counts this frame's |                               |
+|        |        | one), then its first batch's B or R metadata  |                               |
 | broker | ``B``  | as DoGet's BATCH: int32 partition, the 74-byte| the batch                     |
 |        |        | header, optional int32 offset deltas          |                               |
 | broker | ``R``  | a replica's batches: int32 partition (their   | one row per stored message,   |
@@ -97,6 +103,7 @@ _CODED_MESSAGE = re.compile(r"\[([A-Z_]+)\] (.*?)(?:\. Detail:|$)", re.DOTALL)
 BATCH_TAG = b"B"
 SUMMARY_TAG = b"S"
 STATE_TAG = b"P"
+FIRST_TAG = b"F"
 UPDATED_TAG = b"U"
 END_TAG = b"E"
 SESSION_END_TAG = b"X"
@@ -104,6 +111,7 @@ REPLICA_TAG = b"R"
 CREDIT_TAG = b"C"
 UPDATE_TAG = b"U"
 _PARTITION = struct.Struct("<i")
+_LENGTH = struct.Struct("<I")
 
 
 def to_flight_error(error: ApiError) -> flight.FlightServerError:
@@ -233,6 +241,30 @@ def decode_client_frame(data: bytes, where: str) -> ClientFrame:
 
 def encode_broker_frame(frame: BrokerFrame) -> bytes:
     return _BROKER_TAGS[type(frame)] + encode(frame)
+
+
+def encode_first_frame(state: FetchSessionPartitionState, batch_metadata: bytes) -> bytes:
+    """An F frame's metadata: ``state`` carried with the B or R frame metadata of its first
+    batch (whose data the frame carries), so a push of one batch is one message."""
+    body = encode(state)
+    return FIRST_TAG + _LENGTH.pack(len(body)) + body + batch_metadata
+
+
+def decode_first_frame(data: bytes, where: str) -> tuple[FetchSessionPartitionState, bytes]:
+    """An F frame's state, and the metadata of the batch it carries (B or R)."""
+    if len(data) < 1 + _LENGTH.size:
+        raise UnknownServerError(f"{where}: an F frame of {len(data)} bytes")
+    (size,) = _LENGTH.unpack_from(data, 1)
+    start = 1 + _LENGTH.size
+    if start + size > len(data):
+        raise UnknownServerError(f"{where}: an F frame announces a state of {size} bytes "
+                                 f"and holds {len(data) - start}")
+    try:
+        state = decode_versioned(FetchSessionPartitionState, data[start:start + size],
+                                 f"{where}: FetchSessionPartitionState")
+    except InvalidRequestError as e:
+        raise UnknownServerError(e.message) from None
+    return state, data[start + size:]
 
 
 def decode_broker_frame(data: bytes, where: str) -> BrokerFrame:

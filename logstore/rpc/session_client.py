@@ -30,10 +30,12 @@ from logstore.messages.fetch_session import (
 )
 from logstore.rpc.codec import (
     BATCH_TAG,
+    FIRST_TAG,
     REPLICA_TAG,
     FetchedBatch,
     decode_batch_metadata,
     decode_broker_frame,
+    decode_first_frame,
     encode_client_frame,
     from_flight_error,
     stored_messages,
@@ -101,26 +103,41 @@ class FetchSessionStream:
         chunk = self._next()
         if chunk is None:
             return None
-        frame = decode_broker_frame(_metadata(chunk), self.where)
-        if isinstance(frame, FetchSessionEnd):
-            self.close()  # the broker waits for our side to close
-            frame.raise_error(self.where)
-            raise UnknownServerError(f"{self.where}: ended without an error code")
-        if not isinstance(frame, FetchSessionPartitionState):
-            return frame
-        news = PartitionNews(frame)
-        while len(news.batches) + len(news.messages) < frame.batches:
+        meta = _metadata(chunk)
+        if meta[:1] == FIRST_TAG:  # a state with its first batch
+            state, meta = decode_first_frame(meta, self.where)
+            news = PartitionNews(state)
+            self._add_batches(news, chunk, meta)
+        else:
+            frame = decode_broker_frame(meta, self.where)
+            if isinstance(frame, FetchSessionEnd):
+                self.close()  # the broker waits for our side to close
+                frame.raise_error(self.where)
+                raise UnknownServerError(f"{self.where}: ended without an error code")
+            if not isinstance(frame, FetchSessionPartitionState):
+                return frame
+            news = PartitionNews(frame)
+        while len(news.batches) + len(news.messages) < news.state.batches:
             chunk = self._next()
-            meta = _metadata(chunk) if chunk is not None else b""
-            if chunk is None or meta[:1] not in (BATCH_TAG, REPLICA_TAG) or chunk.data is None:
-                raise UnknownServerError(f"{self.where}: partition {frame.partition}'s state "
-                                         f"announced {frame.batches} batches; some are missing")
-            if meta[:1] == REPLICA_TAG:
-                news.messages.extend(stored_messages(chunk.data))
-                continue
+            self._add_batches(news, chunk, _metadata(chunk) if chunk is not None else b"")
+        return news
+
+    def _add_batches(self, news: PartitionNews, chunk: flight.FlightStreamChunk | None,
+                     meta: bytes) -> None:
+        """Add a B or R frame's batches to ``news`` (a missing or foreign frame, or more
+        batches than its state announced, is the broker's fault)."""
+        state = news.state
+        if chunk is None or meta[:1] not in (BATCH_TAG, REPLICA_TAG) or chunk.data is None:
+            raise UnknownServerError(f"{self.where}: partition {state.partition}'s state "
+                                     f"announced {state.batches} batches; some are missing")
+        if meta[:1] == REPLICA_TAG:
+            news.messages.extend(stored_messages(chunk.data))
+        else:
             partition, header, deltas = decode_batch_metadata(meta)
             news.batches.append(FetchedBatch(partition, header, deltas, chunk.data))
-        return news
+        if len(news.batches) + len(news.messages) > state.batches:
+            raise UnknownServerError(f"{self.where}: partition {state.partition}'s state "
+                                     f"announced {state.batches} batches; more came")
 
     def _next(self) -> flight.FlightStreamChunk | None:
         try:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from logstore.broker.fetch_session import FetchSession, Push
+from logstore.broker.fetch_session import FetchSession, PartitionPush, Push
 from logstore.errors import ApiError, CorruptRecordError, UnknownServerError
 from logstore.messages import error_kw
 from logstore.messages.fetch_session import FetchSessionEnd, FetchSessionUpdate, FetchSessionUpdated
@@ -28,6 +28,7 @@ from logstore.rpc.codec import (
     decode_client_frame,
     encode_batch_metadata,
     encode_broker_frame,
+    encode_first_frame,
     encode_replica_metadata,
     stored_messages_batch,
 )
@@ -64,7 +65,8 @@ def _push(session: FetchSession, writer: flight.MetadataRecordBatchWriter,
           schema: pa.Schema, on_push: Callable[[int, int], None]) -> None:
     try:
         while (push := session.next_push()) is not None:
-            _write(writer, push, schema, session.is_replica)
+            _write(writer, push, schema, session.is_replica,
+                   session.request.state_with_first_batch)
             if push.partitions:
                 on_push(sum(b.header.record_count for p in push.partitions for b in p.batches),
                         sum(b.header.batch_size for p in push.partitions for b in p.batches))
@@ -84,21 +86,32 @@ def _push(session: FetchSession, writer: flight.MetadataRecordBatchWriter,
 
 
 def _write(writer: flight.MetadataRecordBatchWriter, push: Push, schema: pa.Schema,
-           replica: bool) -> None:
+           replica: bool, with_state: bool) -> None:
     for seq in push.updated:
         writer.write_metadata(pa.py_buffer(encode_broker_frame(FetchSessionUpdated(seq=seq))))
     for end in push.ended:
         writer.write_metadata(pa.py_buffer(encode_broker_frame(end)))
     for p in push.partitions:
-        writer.write_metadata(pa.py_buffer(encode_broker_frame(p.state)))
-        partition = p.state.partition
-        if replica and p.batches:  # the stored messages as they are, in one frame
-            writer.write_with_metadata(stored_messages_batch(p.batches),
-                                       pa.py_buffer(encode_replica_metadata(partition)))
-            continue
-        for stored in p.batches:
-            writer.write_with_metadata(_batch(stored, schema, partition),
-                                       pa.py_buffer(encode_batch_metadata(partition, stored)))
+        if not p.batches or not with_state:
+            writer.write_metadata(pa.py_buffer(encode_broker_frame(p.state)))
+        first = with_state  # the first batch's frame carries the state (an F frame)
+        for data, meta in _batch_frames(p, schema, replica):
+            if first:
+                meta, first = encode_first_frame(p.state, meta), False
+            writer.write_with_metadata(data, pa.py_buffer(meta))
+
+
+def _batch_frames(p: PartitionPush, schema: pa.Schema, replica: bool
+                  ) -> Iterator[tuple[pa.RecordBatch, bytes]]:
+    """A partition push's batch frames (data, metadata): a replica's stored messages as they
+    are in one R frame, else one B frame per batch."""
+    partition = p.state.partition
+    if replica:
+        if p.batches:
+            yield stored_messages_batch(p.batches), encode_replica_metadata(partition)
+        return
+    for stored in p.batches:
+        yield _batch(stored, schema, partition), encode_batch_metadata(partition, stored)
 
 
 def _batch(stored: StoredBatch, schema: pa.Schema, partition: int) -> pa.RecordBatch:

@@ -14,14 +14,18 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from logstore.errors import OffsetOutOfRangeError
+from logstore.messages.fetch import FetchPartition
+from logstore.messages.fetch_session import FetchSessionRequest
 from logstore.messages.log import BrokerStatsRequest, BrokerStatsResponse
 from logstore.rpc.client import BrokerConnection
+from logstore.rpc.session_client import PartitionNews
 from tests.brokers import BrokerProcess
 from tests.helpers import WAIT_S, wait_for
 
@@ -122,6 +126,66 @@ def test_a_batch_larger_than_the_partition_limit_arrives_whole(
     for tp in ends:
         assert [o for o, _ in got[tp]] == list(range(3073)), tp
         assert got[tp][-1][1] == b"small"
+
+
+def test_a_state_sent_with_its_first_batch_is_read_as_one_sent_alone(
+        broker: BrokerProcess) -> None:
+    """Goal: a session opened with ``state_with_first_batch`` (every client and follower of
+    this version) and one opened without (a client that predates it) receive the same news:
+    each partition's state and the same batches, in the same order, whether a push holds one
+    batch or several. Method: two partitions, five batches each; two raw sessions from offset 0 read until both partitions
+    reach their end; the partition news of both are compared field by field, and the first
+    session must have had each state carried by a batch frame."""
+    topic = make_topic(broker, partitions=2)
+    with Producer(broker.bootstrap, linger_ms=0) as producer:
+        for i in range(5):
+            for p in (0, 1):
+                producer.send_batch(topic, pa.table({"value": [b"%d" % i] * (i + 1)}),
+                                    partition=p).result(WAIT_S)
+    ends = {0: 15, 1: 15}
+
+    def read(with_state: bool) -> tuple[list[tuple[object, ...]], int]:
+        conn = BrokerConnection(broker.bootstrap, timeout_s=10)
+        stream = conn.open_fetch_session(FetchSessionRequest(
+            topic=topic, credit_bytes=1 << 20, state_with_first_batch=with_state,
+            partitions=[FetchPartition(partition=p, offset=0) for p in ends]))
+        counted = stream._reader = _Counted(stream._reader)
+        got: list[tuple[object, ...]] = []
+        positions = dict.fromkeys(ends, 0)
+        deadline = time.monotonic() + WAIT_S
+        try:
+            while positions != ends:
+                assert time.monotonic() < deadline, f"positions {positions} never reached {ends}"
+                frame = stream.read()
+                assert isinstance(frame, PartitionNews), frame
+                got.append((frame.state, [(b.partition, b.header, b.batch.to_pydict())
+                                          for b in frame.batches]))
+                if frame.batches:
+                    positions[frame.state.partition] = frame.batches[-1].header.next_offset
+        finally:
+            stream.close()
+            conn.close()
+        return got, counted.chunks
+
+    merged, merged_chunks = read(True)
+    alone, alone_chunks = read(False)
+    assert merged == alone
+    states = sum(1 for _, batches in alone if batches)
+    assert alone_chunks - merged_chunks == states, (alone_chunks, merged_chunks, states)
+
+
+class _Counted:
+    """A session's Flight reader that counts the frames read through it."""
+
+    def __init__(self, reader: Any) -> None:
+        self._reader, self.chunks = reader, 0
+
+    def read_chunk(self) -> Any:
+        self.chunks += 1
+        return self._reader.read_chunk()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
 
 
 def test_a_consumer_that_stops_consuming_bounds_what_the_broker_pushes(

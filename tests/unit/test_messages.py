@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logstore.errors import InvalidRequestError, UnsupportedVersionError
+from logstore.errors import InvalidRequestError, UnknownServerError, UnsupportedVersionError
 from logstore.messages import REQUEST_TYPES, Message, Request, decode_request, encode
 from logstore.messages.fetch import FetchPartition, FetchRequest
 from logstore.messages.fetch_session import (
@@ -29,8 +29,10 @@ from logstore.records import BatchHeader, decode_message, encode_batch, iter_mes
 from logstore.rpc.codec import (
     decode_broker_frame,
     decode_client_frame,
+    decode_first_frame,
     encode_broker_frame,
     encode_client_frame,
+    encode_first_frame,
     stored_messages,
     stored_messages_batch,
 )
@@ -176,6 +178,27 @@ def test_broker_session_frames_round_trip(frame: Any) -> None:
     """Goal: what the broker pushes (other than batches) is what the client reads. Method:
     hypothesis over the state, update, partition end and session end frames."""
     assert decode_broker_frame(encode_broker_frame(frame), "test") == frame
+
+
+@given(state=st.builds(FetchSessionPartitionState, partition=_partitions,
+                      batches=st.integers(1, 99), high_watermark=_offsets),
+       batch_metadata=st.binary(max_size=200))
+def test_a_state_carried_with_its_first_batch_round_trips(state: Any,
+                                                           batch_metadata: bytes) -> None:
+    """Goal: an F frame gives back the state and its batch's own metadata, whatever that
+    holds. Method: hypothesis over states and metadata bytes, through the codec."""
+    assert decode_first_frame(encode_first_frame(state, batch_metadata), "test") == \
+        (state, batch_metadata)
+
+
+@pytest.mark.parametrize("data", [b"F", b"F\x01\x00", b"F\x10\x00\x00\x00{}",
+                                  b"F\x02\x00\x00\x00{}B", b"F\x03\x00\x00\x00[1]B"])
+def test_a_malformed_first_batch_frame_is_the_brokers_fault(data: bytes) -> None:
+    """Goal: an F frame too short for its length, its state, or holding no valid state, is
+    UNKNOWN_SERVER_ERROR naming the frame, never an IndexError or a partial state. Method:
+    truncated and malformed frames."""
+    with pytest.raises(UnknownServerError, match="F frame|FetchSessionPartitionState"):
+        decode_first_frame(data, "test")
 
 
 @pytest.mark.parametrize("data, error", [
