@@ -103,6 +103,8 @@ def assign_partitions(keys: pa.Array, explicit: np.ndarray | None, topic: str,
                       ) -> np.ndarray:
     """The partition of every record: the explicit one where given (>= 0), else the key's hash,
     else the sticky partition."""
+    if explicit is not None and bool((explicit >= 0).all()):
+        return explicit  # every record named its partition (no hashing to do)
     parts = partitions_for_keys(keys, num_partitions) if keys.null_count < len(keys) else \
         np.full(len(keys), -1, np.int32)
     if explicit is not None:

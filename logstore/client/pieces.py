@@ -44,6 +44,7 @@ from logstore.records import null_column
 
 RECOMPRESS_MARGIN = 64
 _FILL = 0.9  # rows are guessed for this share of the target, so most guesses fit
+_SMALL_SLACK = 4096  # more than the framing of a small batch's message
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,10 @@ def cut(tp: TopicPartition, batch: pa.RecordBatch, limits: PieceLimits
     in order; a record over the limit comes alone, with the MessageTooLargeError (naming the
     partition, the row and its size) in place of its message, and the cutting goes on."""
     n, lo = batch.num_rows, 0
-    per_row = uncompressed_size(batch) / max(n, 1)
+    # The first guess: a batch far below the target is taken whole without sizing its
+    # encoding first (the message is measured anyway); a larger one from its encoded size.
+    small = 2 * batch.nbytes + _SMALL_SLACK
+    per_row = (small if small <= limits.target else uncompressed_size(batch)) / max(n, 1)
     while lo < n:
         hi = lo + _rows_for(n - lo, per_row, limits.target)
         piece = _compact(batch.slice(lo, hi - lo))

@@ -39,7 +39,10 @@ def chunk_arrays(chunk: RecordChunk, info: TopicInfo, now_ms: int) -> ChunkArray
     columns.update(_value_columns(chunk.values, info))
     timestamps = np.full(n, now_ms, dtype=np.int64)
     partitions, headers = _extras(chunk, timestamps, info)
-    columns["timestamp"] = pa.array(timestamps).cast(TIMESTAMP_TYPE)
+    # Over the numpy buffer, no copy (a cast is a compute kernel call: tens of microseconds
+    # a chunk, which the latency of a few records at a time pays in full).
+    columns["timestamp"] = pa.Array.from_buffers(TIMESTAMP_TYPE, n,
+                                                 [None, pa.py_buffer(timestamps)])
     columns["headers"] = headers
     batch = pa.RecordBatch.from_pydict(columns, schema=info.schema)
     return ChunkArrays(batch, timestamps, partitions)
@@ -57,18 +60,39 @@ def _extras(chunk: RecordChunk, timestamps: np.ndarray, info: TopicInfo
     """Apply the side table: timestamps in place; the named partitions and the headers."""
     n = len(timestamps)
     if not chunk.extras:
-        return None, null_column(n, HEADERS_TYPE)
+        return None, _no_headers(n)
     partitions = np.full(n, -1, dtype=np.int32)
-    headers: list[Any] = [None] * n
+    headers: list[Any] | None = None  # built only when a record has headers
     for row, (partition, timestamp_ms, record_headers) in chunk.extras.items():
         if partition is not None:
             partitions[row] = partition
         if timestamp_ms is not None:
             timestamps[row] = timestamp_ms
-        headers[row] = record_headers
+        if record_headers is not None:
+            if headers is None:
+                headers = [None] * n
+            headers[row] = record_headers
     bad = partitions[partitions >= info.num_partitions]
     if len(bad):
         raise InvalidRecordError(f"topic {chunk.topic!r} has no partition {int(bad[0])} "
                                  f"(it has {info.num_partitions})")
     named = partitions if (partitions >= 0).any() else None
-    return named, pa.array(headers, HEADERS_TYPE)
+    return named, _no_headers(n) if headers is None else pa.array(headers, HEADERS_TYPE)
+
+
+_NO_HEADERS: dict[int, pa.Array] = {}  # rows -> an all-null headers column (immutable)
+_NO_HEADERS_CACHED = 256  # lengths kept, each at most _NO_HEADERS_ROWS rows
+_NO_HEADERS_ROWS = 4096
+
+
+def _no_headers(n: int) -> pa.Array:
+    """An all-null headers column of ``n`` rows; small ones are built once (a chunk of a few
+    records would otherwise spend a tenth of its drain on three Arrow calls)."""
+    column = _NO_HEADERS.get(n)
+    if column is None:
+        column = null_column(n, HEADERS_TYPE)
+        if n <= _NO_HEADERS_ROWS:
+            if len(_NO_HEADERS) >= _NO_HEADERS_CACHED:
+                _NO_HEADERS.clear()
+            _NO_HEADERS[n] = column
+    return column
