@@ -1,0 +1,87 @@
+"""How ``send()``'s records become one Arrow batch (client/record_arrays.py).
+
+Goal: whatever mix of keys, named partitions, timestamps and headers a chunk holds, its batch
+holds exactly those records (the shortcuts for chunks without headers or where every record
+named its partition change nothing but the cost), and a chunk's columns never share state with
+another chunk's. Method: hypothesis over chunks, against the batch built record by record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logstore.client.batches import RecordChunk
+from logstore.client.metadata import PartitionInfo, TopicInfo
+from logstore.client.partitioner import StickyPartitioner, assign_partitions
+from logstore.client.record_arrays import chunk_arrays
+from logstore.records import DEFAULT_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE
+
+NOW_MS = 1_700_000_000_000
+PARTITIONS = 3
+INFO = TopicInfo("t", {p: PartitionInfo(p, 0, 0, (0,), (0,)) for p in range(PARTITIONS)},
+                 DEFAULT_SCHEMA, None)
+
+_headers = st.none() | st.lists(st.tuples(st.text(max_size=3), st.binary(max_size=3)),
+                                max_size=2)
+_record = st.tuples(st.binary(max_size=8) | st.none(), st.binary(max_size=8),
+                    st.none() | st.integers(0, PARTITIONS - 1),
+                    st.none() | st.integers(0, 2**40), _headers)
+
+
+def _chunk(records: list[tuple[Any, ...]]) -> RecordChunk:
+    chunk = RecordChunk("t")
+    for i, (key, value, partition, timestamp, headers) in enumerate(records):
+        chunk.keys.append(key)
+        chunk.values.append(value)
+        if (partition, timestamp, headers) != (None, None, None):
+            chunk.extras[i] = (partition, timestamp, headers)
+    return chunk
+
+
+@settings(max_examples=200)
+@given(records=st.lists(_record, min_size=1, max_size=12))
+def test_a_chunk_becomes_exactly_its_records(records: list[tuple[Any, ...]]) -> None:
+    """Keys (some null), values, named partitions, timestamps and headers (null, empty or
+    not) in any mix: the batch, its timestamps and its named partitions are the records'."""
+    arrays = chunk_arrays(_chunk(records), INFO, NOW_MS)
+    expected = pa.RecordBatch.from_pydict({
+        "key": pa.array([r[0] for r in records], pa.binary()),
+        "value": pa.array([r[1] for r in records], pa.binary()),
+        "timestamp": pa.array([NOW_MS if r[3] is None else r[3] for r in records],
+                              pa.int64()).cast(TIMESTAMP_TYPE),
+        "headers": pa.array([r[4] for r in records], HEADERS_TYPE)}, schema=DEFAULT_SCHEMA)
+    assert arrays.batch.equals(expected)
+    assert arrays.timestamps.tolist() == [NOW_MS if r[3] is None else r[3] for r in records]
+    named = [-1 if r[2] is None else r[2] for r in records]
+    if all(p < 0 for p in named):
+        assert arrays.partitions is None
+    else:
+        assert arrays.partitions is not None and arrays.partitions.tolist() == named
+
+
+def test_chunks_of_the_same_length_share_no_timestamps() -> None:
+    """The timestamp column lies over the chunk's own array: a second chunk of the same length
+    (whose all-null headers column is the cached one) leaves the first one's batch as it was."""
+    first = chunk_arrays(_chunk([(None, b"a", None, 5, None)] * 4), INFO, NOW_MS)
+    second = chunk_arrays(_chunk([(None, b"b", None, None, None)] * 4), INFO, NOW_MS + 1)
+    assert first.batch.column("timestamp").cast(pa.int64()).to_pylist() == [5] * 4
+    assert second.batch.column("timestamp").cast(pa.int64()).to_pylist() == [NOW_MS + 1] * 4
+    assert first.batch.column("headers").null_count == 4
+
+
+@given(named=st.lists(st.integers(-1, PARTITIONS - 1), min_size=1, max_size=20),
+       keyed=st.booleans())
+def test_named_partitions_win_and_the_rest_are_placed(named: list[int], keyed: bool) -> None:
+    """Records that named a partition keep it; the others get one from their key or the sticky
+    partitioner (the shortcut when every record named one returns them as they are)."""
+    keys = pa.array([b"k%d" % i if keyed else None for i in range(len(named))], pa.binary())
+    explicit = np.array(named, dtype=np.int32)
+    parts = assign_partitions(keys, explicit, "t", PARTITIONS, StickyPartitioner(), 4)
+    assert [p for p, n in zip(parts.tolist(), named, strict=True) if n >= 0] == \
+        [n for n in named if n >= 0]
+    assert all(0 <= p < PARTITIONS for p in parts.tolist())
