@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from logstore.client.metadata import ClusterMetadata
-from logstore.errors import ApiError, NetworkError
+from logstore.errors import ApiError, NetworkError, UnknownServerError
 from logstore.messages.fetch import FetchPartition
 from logstore.messages.fetch_session import (
     FetchSessionCredit,
@@ -123,6 +123,10 @@ class ClientSession:
             inbox.put((self, NetworkError(f"{self.stream.where}: ended by the broker")))
         except ApiError as e:
             inbox.put((self, e))
+        except Exception as e:  # a frame this client cannot read: the session fails, loudly
+            log.exception("%s: reading the session failed", self.stream.where)
+            inbox.put((self, UnknownServerError(f"{self.stream.where}: a frame could not be "
+                                                f"read: {type(e).__name__}: {e}")))
 
 
 Event = tuple[ClientSession, SessionFrame | ApiError]

@@ -18,11 +18,12 @@ the leader will store in its place:
 
 (The margin covers a LogAppendTime topic, whose leader sets every timestamp to the append
 time and compresses again: the other buffers compress to the same bytes, and equal timestamps
-to no more than the producer's, give or take a frame header.) Pieces aim at ``target`` bytes (``batch_size`` for records gathered by ``send()``,
-the limit for ``send_batch``) and never pass ``limit`` (the smaller of ``max_request_size`` and
-the topic's ``max_message_bytes``). Rows per piece start from the uncompressed size and follow
-what each encoded piece measured; a piece over the target is cut again before it is sent, and
-a single record over the limit is the only error.
+to no more than the producer's, give or take a frame header.) Pieces aim at ``target`` bytes
+(``batch_size`` for records gathered by ``send()``, the limit for ``send_batch``) and never
+pass ``limit`` (the smaller of ``max_request_size`` and the topic's ``max_message_bytes``).
+Rows per piece start from the uncompressed size (a batch far below the target is first tried
+whole) and follow what each encoded piece measured; a piece over the target is cut again
+before it is sent, and a single record over the limit is the only error.
 """
 
 from __future__ import annotations

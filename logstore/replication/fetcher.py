@@ -244,7 +244,8 @@ class ReplicaFetcher:
               positions: dict[int, FetchPartition]) -> None:
         session = conn.open_fetch_session(FetchSessionRequest(
             topic=self.topic, replica_id=self.broker_id, credit_bytes=WINDOW_BYTES,
-            max_bytes=FETCH_MAX_BYTES, partition_max_bytes=FETCH_MAX_BYTES, state_with_first_batch=True,
+            max_bytes=FETCH_MAX_BYTES, partition_max_bytes=FETCH_MAX_BYTES,
+            state_with_first_batch=True,
             partitions=list(positions.values())))
         with self._lock:
             self._session, self._seq, self._applied = session, 0, 0

@@ -291,7 +291,7 @@ class BrokerConnection:
         meta = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else b""
         tag = meta[:1]
         if tag == BATCH_TAG:
-            partition, header, deltas = decode_batch_metadata(meta)
+            partition, header, deltas = decode_batch_metadata(meta, where)
             response.batches.append(FetchedBatch(partition, header, deltas, chunk.data))
         elif tag == SUMMARY_TAG:
             summary = decode_summary(meta, where)

@@ -29,17 +29,18 @@ the client's side is closed, so no thread of it is left reading a finished call.
 push of one partition is one R frame whatever its number of batches, built over the bytes the
 segment read returned (``stored_messages_batch``: no copy when they lie back to back).
 A client that opens its session with ``state_with_first_batch`` gets a partition's state with
-batches in an F frame, which also carries the first batch (one message per push of one batch,
-not two); otherwise, or when there are no batches, the state is a P frame of its own.
+batches in an F frame, which also carries the first B frame (a replica's: the R frame, all of
+its stored messages), so a push of one batch is one message, not two; otherwise, or when there
+are no batches, the state is a P frame of its own.
 
 | from   | tag    | app_metadata after the tag                    | data                          |
 |--------|--------|-----------------------------------------------|-------------------------------|
 | broker | ``P``  | JSON ``FetchSessionPartitionState``: a        | none                          |
 |        |        | partition's watermarks and ``batches``, the   |                               |
 |        |        | number of its batches that follow at once     |                               |
-| broker | ``F``  | uint32 length, the JSON state of a partition  | its first batch               |
-|        |        | with batches (``batches`` counts this frame's |                               |
-|        |        | one), then its first batch's B or R metadata  |                               |
+| broker | ``F``  | uint32 length, the JSON state of a partition  | what its first B frame, or its|
+|        |        | with batches (``batches`` counts those this   | R frame, would carry          |
+|        |        | frame carries), then that frame's metadata    |                               |
 | broker | ``B``  | as DoGet's BATCH: int32 partition, the 74-byte| the batch                     |
 |        |        | header, optional int32 offset deltas          |                               |
 | broker | ``R``  | a replica's batches: int32 partition (their   | one row per stored message,   |
@@ -194,7 +195,14 @@ def encode_batch_metadata(partition: int, stored: StoredBatch) -> bytes:
     return out
 
 
-def decode_batch_metadata(data: bytes) -> tuple[int, BatchHeader, np.ndarray | None]:
+def decode_batch_metadata(data: bytes, where: str
+                          ) -> tuple[int, BatchHeader, np.ndarray | None]:
+    """A B frame's partition, batch header and offset deltas; a frame too short for them, or
+    with a partial delta, is the broker's fault (UNKNOWN_SERVER_ERROR)."""
+    if len(data) < 5 + HEADER_SIZE or (len(data) - 5 - HEADER_SIZE) % 4:
+        raise UnknownServerError(f"{where}: a batch frame's metadata of {len(data)} bytes "
+                                 f"is not a partition, a {HEADER_SIZE}-byte header and "
+                                 "int32 offset deltas")
     (partition,) = _PARTITION.unpack_from(data, 1)
     header = BatchHeader.unpack(data[5: 5 + HEADER_SIZE])
     rest = data[5 + HEADER_SIZE:]
@@ -244,8 +252,8 @@ def encode_broker_frame(frame: BrokerFrame) -> bytes:
 
 
 def encode_first_frame(state: FetchSessionPartitionState, batch_metadata: bytes) -> bytes:
-    """An F frame's metadata: ``state`` carried with the B or R frame metadata of its first
-    batch (whose data the frame carries), so a push of one batch is one message."""
+    """An F frame's metadata: ``state`` carried with the metadata of the partition's first B
+    frame, or of its R frame (whose data the F frame carries)."""
     body = encode(state)
     return FIRST_TAG + _LENGTH.pack(len(body)) + body + batch_metadata
 

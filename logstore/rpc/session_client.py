@@ -133,7 +133,7 @@ class FetchSessionStream:
         if meta[:1] == REPLICA_TAG:
             news.messages.extend(stored_messages(chunk.data))
         else:
-            partition, header, deltas = decode_batch_metadata(meta)
+            partition, header, deltas = decode_batch_metadata(meta, self.where)
             news.batches.append(FetchedBatch(partition, header, deltas, chunk.data))
         if len(news.batches) + len(news.messages) > state.batches:
             raise UnknownServerError(f"{self.where}: partition {state.partition}'s state "

@@ -133,9 +133,10 @@ def test_a_state_sent_with_its_first_batch_is_read_as_one_sent_alone(
     """Goal: a session opened with ``state_with_first_batch`` (every client and follower of
     this version) and one opened without (a client that predates it) receive the same news:
     each partition's state and the same batches, in the same order, whether a push holds one
-    batch or several. Method: two partitions, five batches each; two raw sessions from offset 0 read until both partitions
-    reach their end; the partition news of both are compared field by field, and the first
-    session must have had each state carried by a batch frame."""
+    batch or several. Method: two partitions, five batches each; two raw sessions from offset
+    0 read until both partitions reach their end; the partition news of both are compared
+    field by field, and the first session must have had each state carried by a batch
+    frame."""
     topic = make_topic(broker, partitions=2)
     with Producer(broker.bootstrap, linger_ms=0) as producer:
         for i in range(5):

@@ -25,8 +25,15 @@ from logstore.messages.fetch_session import (
 )
 from logstore.messages.groups import GroupProtocol, JoinGroupRequest
 from logstore.messages.produce import ProduceBatchMetadata
-from logstore.records import BatchHeader, decode_message, encode_batch, iter_messages
+from logstore.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    decode_message,
+    encode_batch,
+    iter_messages,
+)
 from logstore.rpc.codec import (
+    decode_batch_metadata,
     decode_broker_frame,
     decode_client_frame,
     decode_first_frame,
@@ -199,6 +206,19 @@ def test_a_malformed_first_batch_frame_is_the_brokers_fault(data: bytes) -> None
     truncated and malformed frames."""
     with pytest.raises(UnknownServerError, match="F frame|FetchSessionPartitionState"):
         decode_first_frame(data, "test")
+
+
+@pytest.mark.parametrize("size", [1, 5, 4 + HEADER_SIZE, 6 + HEADER_SIZE, 7 + HEADER_SIZE])
+def test_a_truncated_batch_frame_is_the_brokers_fault(size: int) -> None:
+    """Goal: a B frame's metadata (alone, or inside an F frame after its state) too short for
+    its partition and header, or ending in part of an offset delta, is UNKNOWN_SERVER_ERROR
+    (which ends a consumer's session and reaches its poll), never a struct error that stops
+    the session's reading thread and leaves the consumer waiting. Method: truncated frames."""
+    state = FetchSessionPartitionState(partition=0, batches=1)
+    data = b"B" + bytes(size - 1)
+    _, inner = decode_first_frame(encode_first_frame(state, data), "test")
+    with pytest.raises(UnknownServerError, match="batch frame"):
+        decode_batch_metadata(inner, "test")
 
 
 @pytest.mark.parametrize("data, error", [
