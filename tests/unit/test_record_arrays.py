@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +21,7 @@ from logstore.client.batches import RecordChunk
 from logstore.client.metadata import PartitionInfo, TopicInfo
 from logstore.client.partitioner import StickyPartitioner, assign_partitions
 from logstore.client.record_arrays import chunk_arrays
-from logstore.records import DEFAULT_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE
+from logstore.records import DEFAULT_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE, null_column
 
 NOW_MS = 1_700_000_000_000
 PARTITIONS = 3
@@ -85,3 +87,19 @@ def test_named_partitions_win_and_the_rest_are_placed(named: list[int], keyed: b
     assert [p for p, n in zip(parts.tolist(), named, strict=True) if n >= 0] == \
         [n for n in named if n >= 0]
     assert all(0 <= p < PARTITIONS for p in parts.tolist())
+
+
+@pytest.mark.parametrize("type_", [HEADERS_TYPE, pa.large_list(pa.int32()), pa.binary()])
+@pytest.mark.parametrize("length", [0, 1, 7, 8, 9, 1000])
+def test_a_null_column_is_all_null_and_its_lists_hold_nothing(type_: pa.DataType,
+                                                              length: int) -> None:
+    """An all-null column (the headers of records sent without any) is valid, equals
+    ``pa.nulls``, and a slice of a list one encodes without a child as long as the whole."""
+    column = null_column(length, type_)
+    column.validate(full=True)
+    assert column.type == type_ and column.null_count == length
+    assert column.equals(pa.nulls(length, type_))
+    if pa.types.is_list(type_) or pa.types.is_large_list(type_):
+        assert len(column.values) == 0
+        piece = pa.RecordBatch.from_arrays([column.slice(length // 2, 1)], ["h"])
+        assert ipc.get_record_batch_size(piece) < 1024
