@@ -56,6 +56,9 @@ class Txn:
     tracked: bool = True
     tracked_first: int = 0
     marker_gone: bool = False  # compaction dropped the marker
+    # A truncation dropped the marker, and with it the last the log knew of the transaction:
+    # compaction had removed its (aborted) data and no snapshot holds it open (_reopened)
+    lost: bool = False
 
 
 @dataclass
@@ -184,12 +187,14 @@ class TxnLogModel(RuleBasedStateMachine):
         self.batches = [b for b in self.batches if b.next <= offset]
         self.hw, self.committed_hw = min(self.hw, self.leo), min(self.committed_hw, self.leo)
         self.txns = [t for t in self.txns if t.first < self.leo]  # a suffix of the list goes
-        for txn in self.txns:
+        usable = [s for s in snapshots if s <= self.leo]
+        for i, txn in enumerate(self.txns):
             if txn.marker is not None and txn.marker >= self.leo:
                 txn.marker = None
+                self._reopened(i, max(usable) if usable else None)
         for pid, p in self.producers.items():
             opened = [i for i, t in enumerate(self.txns)
-                      if t.producer_id == pid and t.marker is None]
+                      if t.producer_id == pid and t.marker is None and not t.lost]
             p.open_txn = opened[0] if opened else None
             p.epoch, p.sequence = p.epoch + 1, 0  # the producer retries under a new epoch
         self._reloaded(snapshots, self.leo)
@@ -243,6 +248,22 @@ class TxnLogModel(RuleBasedStateMachine):
             rebuild_from = max([b for b in bases if b <= point], default=bases[0])
             self._reloaded(snapshots, min(self.leo, rebuild_from))
 
+    def _reopened(self, index: int, snapshot: int | None) -> None:
+        """A truncation dropped the marker of transaction ``index``: the rebuilt producer state holds it open from
+        the snapshot it was open in (the newest at or below the new log end), else from the
+        first of its batches the replay meets; compaction may have removed them all (it
+        removes an aborted transaction's data below the LSO, and a reloaded state no longer
+        holds the LSO back for a transaction completed before its snapshot), and then the log
+        knows nothing of it: a new marker for its producer closes no transaction."""
+        txn = self.txns[index]
+        if snapshot is not None and txn.first < snapshot:
+            return
+        remaining = [b.base for b in self.batches if b.txn == index]
+        if remaining:
+            txn.first = min(remaining)
+        else:
+            txn.lost = True
+
     def _reloaded(self, snapshots: list[int], at_most: int) -> None:
         """The producer state was reloaded from the newest snapshot at or below ``at_most`` and a
         replay of the batches after it: it holds as not yet replicated only the transactions
@@ -265,7 +286,7 @@ class TxnLogModel(RuleBasedStateMachine):
     # -- invariants --------------------------------------------------------------------------
 
     def expected_lso(self) -> int:
-        unstable = [t.first for t in self.txns if t.marker is None]
+        unstable = [t.first for t in self.txns if t.marker is None and not t.lost]
         unstable += [t.tracked_first for t in self.txns
                      if t.marker is not None and t.tracked and t.marker >= self.hw]
         return max(self.log_start, min([self.hw, *unstable]))
@@ -277,7 +298,7 @@ class TxnLogModel(RuleBasedStateMachine):
         assert log.high_watermark == self.hw
         assert log.last_stable_offset <= log.high_watermark
         assert log.last_stable_offset == self.expected_lso()
-        opened = {t.producer_id: t.first for t in self.txns if t.marker is None}
+        opened = {t.producer_id: t.first for t in self.txns if t.marker is None and not t.lost}
         assert log.producer_state.open_transactions == opened
 
     @invariant()
