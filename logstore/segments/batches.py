@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -96,8 +97,19 @@ def stamp_timestamps(batch: pa.RecordBatch, now: int, config: TopicConfig,
     if column.null_count:
         column = pc.fill_null(column, pa.scalar(now, type=column.type))
         batch = batch.set_column(i, batch.schema.field(i), column)
-    bounds = pc.min_max(column)
-    return batch, bounds["min"].value, bounds["max"].value, flags
+    first, last = _min_max(column)
+    return batch, first, last, flags
+
+
+def _min_max(column: pa.Array) -> tuple[int, int]:
+    """The smallest and largest of a timestamp column without nulls, read over its int64
+    buffer (a compute call costs a fifth of a small batch's append on the leader)."""
+    if not len(column) or column.type.bit_width != 64:
+        bounds = pc.min_max(column)
+        return bounds["min"].value, bounds["max"].value
+    values = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column),
+                           offset=column.offset * 8)
+    return int(values.min()), int(values.max())
 
 
 def follower_bytes(tp: str, batch: StoredBatch) -> tuple[BatchHeader, pa.Buffer]:
