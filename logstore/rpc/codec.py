@@ -65,6 +65,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -112,6 +113,7 @@ REPLICA_TAG = b"R"
 CREDIT_TAG = b"C"
 UPDATE_TAG = b"U"
 _PARTITION = struct.Struct("<i")
+M = TypeVar("M", bound=Message)
 _LENGTH = struct.Struct("<I")
 
 
@@ -267,11 +269,7 @@ def decode_first_frame(data: bytes, where: str) -> tuple[FetchSessionPartitionSt
     if start + size > len(data):
         raise UnknownServerError(f"{where}: an F frame announces a state of {size} bytes "
                                  f"and holds {len(data) - start}")
-    try:
-        state = decode_versioned(FetchSessionPartitionState, data[start:start + size],
-                                 f"{where}: FetchSessionPartitionState")
-    except InvalidRequestError as e:
-        raise UnknownServerError(e.message) from None
+    state = _broker_message(FetchSessionPartitionState, data[start:start + size], where)
     return state, data[start + size:]
 
 
@@ -281,10 +279,15 @@ def decode_broker_frame(data: bytes, where: str) -> BrokerFrame:
     cls = _BROKER_FRAMES.get(data[:1])
     if cls is None:
         raise UnknownServerError(f"{where}: a broker frame tagged {data[:1]!r}")
-    try:
-        frame = decode_versioned(cls, data[1:], f"{where}: {cls.__name__}")
-    except InvalidRequestError as e:
-        raise UnknownServerError(e.message) from None
+    frame = _broker_message(cls, data[1:], where)
     assert isinstance(frame, FetchSessionPartitionState | FetchSessionUpdated
                       | FetchSessionPartitionEnd | FetchSessionEnd)
     return frame
+
+
+def _broker_message(cls: type[M], body: bytes, where: str) -> M:
+    """A versioned message the broker sent; a malformed one is UNKNOWN_SERVER_ERROR."""
+    try:
+        return decode_versioned(cls, body, f"{where}: {cls.__name__}")
+    except InvalidRequestError as e:
+        raise UnknownServerError(e.message) from None
