@@ -323,6 +323,11 @@ def schema_message(schema: pa.Schema) -> bytes:
     return bytes(schema.serialize().to_pybytes())
 
 
+# Arrow's defaults, made once: ``ipc.new_stream`` without options builds them per call from two
+# environment variables (legacy formats a segment must never be written in).
+_WRITE_OPTIONS = ipc.IpcWriteOptions()
+
+
 def ipc_message(batch: pa.RecordBatch, metadata: dict[bytes, bytes],
                 options: ipc.IpcWriteOptions | None = None) -> memoryview:
     """``batch`` as one encapsulated IPC message carrying ``metadata``, without the schema
@@ -339,14 +344,15 @@ def ipc_message(batch: pa.RecordBatch, metadata: dict[bytes, bytes],
     bound = schema_size + body + sum(len(k) + len(v) for k, v in metadata.items()) + 1024
     if options is not None and options.compression is not None:
         bound += body // 64 + 64 * sum(len(c.buffers()) for c in batch.columns)
+    options = options or _WRITE_OPTIONS
     buf = pa.allocate_buffer(bound, memory_pool=pa.system_memory_pool())
     sink = pa.FixedSizeBufferWriter(buf)
     try:
-        writer = ipc.new_stream(sink, batch.schema, options=options)
+        writer = ipc.RecordBatchStreamWriter(sink, batch.schema, options=options)
         writer.write_batch(batch, custom_metadata=metadata)
     except OSError:  # out of bounds
         grown = pa.BufferOutputStream()
-        writer = ipc.new_stream(grown, batch.schema, options=options)
+        writer = ipc.RecordBatchStreamWriter(grown, batch.schema, options=options)
         writer.write_batch(batch, custom_metadata=metadata)
         # not closed: closing would append an end-of-stream marker
         return memoryview(grown.getvalue()).cast("B")[schema_size:]
@@ -506,19 +512,35 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.Re
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+_NULL_LISTS: dict[tuple[int, pa.DataType], pa.Array] = {}  # all-null list columns (immutable)
+_NULL_LISTS_CACHED = 256  # columns kept, each of at most _NULL_LISTS_ROWS rows (16 MiB at most)
+_NULL_LISTS_ROWS = 16_384
+
+
 def null_column(length: int, type_: pa.DataType) -> pa.Array:
     """An all-null column whose list children are empty. ``pa.nulls`` gives a list column
     children as long as itself, which IPC then writes out in full, even for a slice: 8 bytes a
-    row for an all-null ``headers`` column, and a one-row slice of it as large as the whole."""
+    row for an all-null ``headers`` column, and a one-row slice of it as large as the whole.
+    List columns of up to _NULL_LISTS_ROWS rows are built once per length and type: every
+    chunk of ``send()``'s records and every ``send_batch`` without headers asks for one, and
+    its three Arrow calls were a tenth of a small chunk's drain."""
     large = pa.types.is_large_list(type_)
     if not (pa.types.is_list(type_) or large):
         return pa.nulls(length, type_)
+    column = _NULL_LISTS.get((length, type_))
+    if column is not None:
+        return column
     # Zeroed buffers, no conversion: a validity bitmap of nulls and offsets all 0 (four
-    # times cheaper than building them from numpy arrays, for a chunk of send()'s records).
+    # times cheaper than building them from numpy arrays).
     validity = pa.py_buffer(bytes((length + 7) // 8))
     offsets = pa.py_buffer(bytes((8 if large else 4) * (length + 1)))
-    return pa.Array.from_buffers(type_, length, [validity, offsets], null_count=length,
-                                 children=[pa.nulls(0, type_.value_type)])
+    column = pa.Array.from_buffers(type_, length, [validity, offsets], null_count=length,
+                                   children=[pa.nulls(0, type_.value_type)])
+    if length <= _NULL_LISTS_ROWS:
+        if len(_NULL_LISTS) >= _NULL_LISTS_CACHED:
+            _NULL_LISTS.clear()
+        _NULL_LISTS[(length, type_)] = column
+    return column
 
 
 def _cast_column(column: pa.Array, target: pa.Field, where: str) -> pa.Array:

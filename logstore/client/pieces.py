@@ -184,6 +184,9 @@ def by_partition(parts: np.ndarray) -> list[tuple[int, np.ndarray]]:
 def windows(data: pa.Table | pa.RecordBatch, window_bytes: int) -> Iterator[pa.RecordBatch]:
     """``data`` as batches of about ``window_bytes`` each, in order: a large chunk is sliced
     (no copy), small consecutive chunks are combined (one copy of at most a window)."""
+    if isinstance(data, pa.RecordBatch) and data.num_rows and data.nbytes <= window_bytes:
+        yield data  # the common case: one batch that fits a window
+        return
     group: list[pa.RecordBatch] = []
     size = 0
     for chunk in data.to_batches() if isinstance(data, pa.Table) else [data]:

@@ -581,8 +581,9 @@ class Producer:
             raise InvalidRecordError(f"send_batch to {topic!r}: missing column(s) {missing}")
         now = time.time_ns() // 1_000_000
         if "timestamp" not in data.schema.names:
-            stamps = np.full(data.num_rows, now, dtype=np.int64)
-            data = data.append_column("timestamp", pa.array(stamps).cast(TIMESTAMP_TYPE))
+            stamps = np.full(data.num_rows, now, dtype=np.int64)  # over its buffer, no cast
+            data = data.append_column("timestamp", pa.Array.from_buffers(
+                TIMESTAMP_TYPE, data.num_rows, [None, pa.py_buffer(stamps)]))
         data = conform_batch(data, info.schema, f"send_batch to {topic!r}")
         i = data.schema.get_field_index("timestamp")
         if data.column(i).null_count:

@@ -60,7 +60,7 @@ def _extras(chunk: RecordChunk, timestamps: np.ndarray, info: TopicInfo
     """Apply the side table: timestamps in place; the named partitions and the headers."""
     n = len(timestamps)
     if not chunk.extras:
-        return None, _no_headers(n)
+        return None, null_column(n, HEADERS_TYPE)
     partitions = np.full(n, -1, dtype=np.int32)
     headers: list[Any] | None = None  # built only when a record has headers
     for row, (partition, timestamp_ms, record_headers) in chunk.extras.items():
@@ -77,22 +77,6 @@ def _extras(chunk: RecordChunk, timestamps: np.ndarray, info: TopicInfo
         raise InvalidRecordError(f"topic {chunk.topic!r} has no partition {int(bad[0])} "
                                  f"(it has {info.num_partitions})")
     named = partitions if (partitions >= 0).any() else None
-    return named, _no_headers(n) if headers is None else pa.array(headers, HEADERS_TYPE)
-
-
-_NO_HEADERS: dict[int, pa.Array] = {}  # rows -> an all-null headers column (immutable)
-_NO_HEADERS_CACHED = 256  # lengths kept, each at most _NO_HEADERS_ROWS rows
-_NO_HEADERS_ROWS = 4096
-
-
-def _no_headers(n: int) -> pa.Array:
-    """An all-null headers column of ``n`` rows; small ones are built once (a chunk of a few
-    records would otherwise spend a tenth of its drain on three Arrow calls)."""
-    column = _NO_HEADERS.get(n)
-    if column is None:
-        column = null_column(n, HEADERS_TYPE)
-        if n <= _NO_HEADERS_ROWS:
-            if len(_NO_HEADERS) >= _NO_HEADERS_CACHED:
-                _NO_HEADERS.clear()
-            _NO_HEADERS[n] = column
-    return column
+    if headers is None:
+        return named, null_column(n, HEADERS_TYPE)
+    return named, pa.array(headers, HEADERS_TYPE)
