@@ -513,8 +513,8 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.Re
 
 
 _NULL_LISTS: dict[tuple[int, pa.DataType], pa.Array] = {}  # all-null list columns (immutable)
-_NULL_LISTS_CACHED = 256  # columns kept, each of at most _NULL_LISTS_ROWS rows (16 MiB at most)
-_NULL_LISTS_ROWS = 16_384
+_NULL_LISTS_CACHED = 128  # columns kept, each of at most _NULL_LISTS_ROWS rows: at most 8 MiB
+_NULL_LISTS_ROWS = 16_384  # of offsets for list columns, 16 MiB for large_list ones
 
 
 def null_column(length: int, type_: pa.DataType) -> pa.Array:
@@ -536,7 +536,9 @@ def null_column(length: int, type_: pa.DataType) -> pa.Array:
     offsets = pa.py_buffer(bytes((8 if large else 4) * (length + 1)))
     column = pa.Array.from_buffers(type_, length, [validity, offsets], null_count=length,
                                    children=[pa.nulls(0, type_.value_type)])
-    if length <= _NULL_LISTS_ROWS:
+    # A child field's metadata is not part of a type's hash or equality: such a type is not
+    # cached, so that nobody gets a column built for another's metadata.
+    if length <= _NULL_LISTS_ROWS and not type_.value_field.metadata:
         if len(_NULL_LISTS) >= _NULL_LISTS_CACHED:
             _NULL_LISTS.clear()
         _NULL_LISTS[(length, type_)] = column
