@@ -512,7 +512,9 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.Re
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-_NULL_LISTS: dict[tuple[int, pa.DataType], pa.Array] = {}  # all-null list columns (immutable)
+# All-null list columns (immutable), by (rows, type); by rows alone for HEADERS_TYPE itself (as
+# record_arrays asks), since hashing a nested type costs more than a small chunk's whole lookup.
+_NULL_LISTS: dict[int | tuple[int, pa.DataType], pa.Array] = {}
 _NULL_LISTS_CACHED = 128  # columns kept, each of at most _NULL_LISTS_ROWS rows: at most 8 MiB
 _NULL_LISTS_ROWS = 16_384  # of offsets for list columns, 16 MiB for large_list ones
 
@@ -527,7 +529,8 @@ def null_column(length: int, type_: pa.DataType) -> pa.Array:
     large = pa.types.is_large_list(type_)
     if not (pa.types.is_list(type_) or large):
         return pa.nulls(length, type_)
-    column = _NULL_LISTS.get((length, type_))
+    key = length if type_ is HEADERS_TYPE else (length, type_)
+    column = _NULL_LISTS.get(key)
     if column is not None:
         return column
     # Zeroed buffers, no conversion: a validity bitmap of nulls and offsets all 0 (four
@@ -541,7 +544,7 @@ def null_column(length: int, type_: pa.DataType) -> pa.Array:
     if length <= _NULL_LISTS_ROWS and not type_.value_field.metadata:
         if len(_NULL_LISTS) >= _NULL_LISTS_CACHED:
             _NULL_LISTS.clear()
-        _NULL_LISTS[(length, type_)] = column
+        _NULL_LISTS[key] = column
     return column
 
 
