@@ -176,6 +176,9 @@ def by_partition(parts: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """(partition, row indices in record order) for each partition ``parts`` names."""
     if not len(parts):
         return []
+    first = parts[0]
+    if (parts == first).all():  # the common case (a small chunk, sticky or named partition)
+        return [(int(first), np.arange(len(parts)))]
     order = np.argsort(parts, kind="stable")
     bounds = np.flatnonzero(np.diff(parts[order])) + 1
     return [(int(parts[rows[0]]), rows) for rows in np.split(order, bounds)]

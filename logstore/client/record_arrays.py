@@ -44,7 +44,8 @@ def chunk_arrays(chunk: RecordChunk, info: TopicInfo, now_ms: int) -> ChunkArray
     columns["timestamp"] = pa.Array.from_buffers(TIMESTAMP_TYPE, n,
                                                  [None, pa.py_buffer(timestamps)])
     columns["headers"] = headers
-    batch = pa.RecordBatch.from_pydict(columns, schema=info.schema)
+    batch = pa.RecordBatch.from_arrays([columns[name] for name in info.schema.names],
+                                       schema=info.schema)
     return ChunkArrays(batch, timestamps, partitions)
 
 
