@@ -135,7 +135,13 @@ class Sender:
         self._transactional_id = transactional_id
         self._on_failure = on_failure
         self._sequences = _Sequences(metadata)
-        self._cond = threading.Condition()
+        # One lock, two conditions: ``_cond`` for the callers waiting on the sender's state
+        # (flush, buffer_memory, close), ``_work`` for the sender thread, woken only when a
+        # batch may have become sendable (an acknowledgement with nothing queued used to wake
+        # it for nothing: a context switch per batch).
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        self._work = threading.Condition(lock)
         self._ready: dict[TopicPartition, list[ProducerBatch]] = {}
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._inflight: dict[TopicPartition, int] = {}
@@ -214,14 +220,14 @@ class Sender:
                 self._insert(b)
                 self._outstanding.add(b.order)
             self._queued_bytes += size
-            self._cond.notify_all()
+            self._changed()
 
     def set_producer(self, producer_id: int, producer_epoch: int) -> None:
         """A transactional producer's id and epoch (after init_transactions or an epoch
         bump): every partition's sequence starts again at 0."""
         with self._cond:
             self._sequences.reset_all((producer_id, producer_epoch))
-            self._cond.notify_all()
+            self._changed()
 
     def wait_for(self, marker: int, timeout: float | None) -> None:
         """Wait until every batch numbered at or below ``marker`` is done."""
@@ -244,7 +250,7 @@ class Sender:
             queued = [b for queue in self._ready.values() for b in queue]
             self._ready.clear()
             streams = list(self._streams.values())
-            self._cond.notify_all()
+            self._changed()
         failed = len(queued)
         for stream in streams:
             with stream.lock:
@@ -266,7 +272,7 @@ class Sender:
         """Stop; batches not yet acknowledged fail with ``error``."""
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            self._changed()
         self._thread.join(10)
         for stream in list(self._streams.values()):
             self._break_stream(stream, error, retry=False)
@@ -285,7 +291,7 @@ class Sender:
                     return
                 batch = self._next_sendable()
                 if batch is None:
-                    self._cond.wait(min(self._backoff_s / 2, 0.05))
+                    self._work.wait(min(self._backoff_s / 2, 0.05))
             self._watchdog()
             self._fetch_ids()
             if batch is not None:
@@ -363,7 +369,7 @@ class Sender:
             self._fresh_ids.update(fetched)
             if default is not None:
                 self._sequences.set_default(default)
-            self._cond.notify_all()
+            self._changed()
 
     def _send(self, batch: ProducerBatch) -> None:
         stale = False
@@ -529,7 +535,7 @@ class Sender:
                 batch.not_before = now + self._backoff_s
                 self._inflight[batch.tp] -= 1
                 self._insert(batch)
-                self._cond.notify_all()
+                self._changed()
                 log.debug("%s: retrying batch after %s", batch.tp, error)
                 return
         log.warning("%s: batch of %d record(s) failed: %s", batch.tp, batch.record_count, error)
@@ -546,7 +552,7 @@ class Sender:
         self._outstanding.discard(batch.order)
         self.metrics.failed(batch.tp.topic, batch.record_count)
         batch.complete(-1, error)
-        self._cond.notify_all()
+        self._changed()
 
     def _failed_for_good(self, batch: ProducerBatch, error: ApiError) -> ApiError:
         """Its partition's sequence has a hole; the error its futures get (a transactional
@@ -575,7 +581,7 @@ class Sender:
             self._inflight[batch.tp] = self._inflight.get(batch.tp, 1) - 1
             self._queued_bytes -= batch.nbytes
             self._outstanding.discard(batch.order)
-            self._cond.notify_all()
+            self._changed(sendable=bool(self._ready))
 
     def _finish(self, batch: ProducerBatch, base_offset: int, error: ApiError | None) -> None:
         """A batch that never went out (still queued) is done."""
@@ -583,9 +589,16 @@ class Sender:
         with self._cond:
             self._queued_bytes -= batch.nbytes
             self._outstanding.discard(batch.order)
-            self._cond.notify_all()
+            self._changed(sendable=bool(self._ready))
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _changed(self, sendable: bool = True) -> None:
+        """The sender's state changed (caller holds the lock): wake the callers waiting on it,
+        and the sender thread unless no batch can have become sendable."""
+        self._cond.notify_all()
+        if sendable:
+            self._work.notify()
 
     def _insert(self, batch: ProducerBatch) -> None:
         queue = self._ready.setdefault(batch.tp, [])
