@@ -539,8 +539,9 @@ def null_column(length: int, type_: pa.DataType) -> pa.Array:
     offsets = pa.py_buffer(bytes((8 if large else 4) * (length + 1)))
     column = pa.Array.from_buffers(type_, length, [validity, offsets], null_count=length,
                                    children=[pa.nulls(0, type_.value_type)])
-    # A child field's metadata is not part of a type's hash or equality: such a type is not
-    # cached, so that nobody gets a column built for another's metadata.
+    # Field metadata is not part of a type's hash or equality: a list whose child field carries
+    # some is not cached. (Metadata deeper down, on a struct's fields, may be shared with an
+    # equal type; harmless, since every caller takes the column's field from its schema.)
     if length <= _NULL_LISTS_ROWS and not type_.value_field.metadata:
         if len(_NULL_LISTS) >= _NULL_LISTS_CACHED:
             _NULL_LISTS.clear()

@@ -97,7 +97,10 @@ class Producer:
                  metrics_listener: str | None = None, **security: Any) -> None:
         _check_settings(acks, compression_type, {
             "linger_ms": linger_ms, "batch_size": batch_size,
-            "max_request_size": max_request_size, "delivery_timeout_ms": delivery_timeout_ms})
+            "max_request_size": max_request_size, "delivery_timeout_ms": delivery_timeout_ms,
+            "request_timeout_ms": request_timeout_ms, "retry_backoff_ms": retry_backoff_ms,
+            "max_in_flight_requests_per_connection": max_in_flight_requests_per_connection,
+            "buffer_memory": buffer_memory, "max_block_ms": max_block_ms})
         _check_transactional(transactional_id, acks, enable_idempotence)
         self.acks = _ACKS[acks]
         self.linger_s = linger_ms / 1000.0
@@ -618,6 +621,9 @@ def _as_bytes(obj: Any, what: str, topic: str) -> bytes:
                              f"{type(obj).__name__}")
 
 
+_MAY_BE_ZERO = ("linger_ms", "retry_backoff_ms", "max_block_ms")  # 0: no wait (as in Kafka)
+
+
 def _check_settings(acks: str | int, compression_type: str | None,
                     sizes: dict[str, int]) -> None:
     if acks not in _ACKS:
@@ -626,8 +632,10 @@ def _check_settings(acks: str | int, compression_type: str | None,
         raise ValueError(f"compression_type must be None, 'lz4' or 'zstd', "
                          f"got {compression_type!r}")
     for name, value in sizes.items():
-        if not isinstance(value, int) or value < (0 if name == "linger_ms" else 1):
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        least = 0 if name in _MAY_BE_ZERO else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            what = "a non-negative" if least == 0 else "a positive"
+            raise ValueError(f"{name} must be {what} integer, got {value!r}")
 
 
 def _check_transactional(transactional_id: str | None, acks: str | int,

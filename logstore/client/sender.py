@@ -136,7 +136,7 @@ class Sender:
         self._on_failure = on_failure
         self._sequences = _Sequences(metadata)
         # One lock, two conditions: ``_cond`` for the callers waiting on the sender's state
-        # (flush, buffer_memory, close), ``_work`` for the sender thread, woken only when a
+        # (flush, buffer_memory), ``_work`` for the sender thread, woken only when a
         # batch may have become sendable (an acknowledgement with nothing queued used to wake
         # it for nothing: a context switch per batch).
         lock = threading.RLock()
@@ -291,7 +291,9 @@ class Sender:
                     return
                 batch = self._next_sendable()
                 if batch is None:
-                    self._work.wait(min(self._backoff_s / 2, 0.05))
+                    # Woken by news; at least every 50 ms for the watchdog and retries'
+                    # backoff (never a busy loop: retry_backoff_ms may be 0).
+                    self._work.wait(min(self._backoff_s / 2, 0.05) or 0.05)
             self._watchdog()
             self._fetch_ids()
             if batch is not None:
