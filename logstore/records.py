@@ -529,8 +529,13 @@ def null_column(length: int, type_: pa.DataType) -> pa.Array:
     large = pa.types.is_large_list(type_)
     if not (pa.types.is_list(type_) or large):
         return pa.nulls(length, type_)
+    # Field metadata is not part of a type's hash or equality: a list whose child field carries
+    # some is neither cached nor served from the cache. (Metadata deeper down, on a struct's
+    # fields, is not looked at: harmless, since every caller takes the field from its schema.)
     key = length if type_ is HEADERS_TYPE else (length, type_)
-    column = _NULL_LISTS.get(key)
+    cacheable = length <= _NULL_LISTS_ROWS and (type_ is HEADERS_TYPE or
+                                                 not type_.value_field.metadata)
+    column = _NULL_LISTS.get(key) if cacheable else None
     if column is not None:
         return column
     # Zeroed buffers, no conversion: a validity bitmap of nulls and offsets all 0 (four
@@ -539,10 +544,7 @@ def null_column(length: int, type_: pa.DataType) -> pa.Array:
     offsets = pa.py_buffer(bytes((8 if large else 4) * (length + 1)))
     column = pa.Array.from_buffers(type_, length, [validity, offsets], null_count=length,
                                    children=[pa.nulls(0, type_.value_type)])
-    # Field metadata is not part of a type's hash or equality: a list whose child field carries
-    # some is not cached. (Metadata deeper down, on a struct's fields, may be shared with an
-    # equal type; harmless, since every caller takes the column's field from its schema.)
-    if length <= _NULL_LISTS_ROWS and not type_.value_field.metadata:
+    if cacheable:
         if len(_NULL_LISTS) >= _NULL_LISTS_CACHED:
             _NULL_LISTS.clear()
         _NULL_LISTS[key] = column

@@ -103,3 +103,15 @@ def test_a_null_column_is_all_null_and_its_lists_hold_nothing(type_: pa.DataType
         assert len(column.values) == 0
         piece = pa.RecordBatch.from_arrays([column.slice(length // 2, 1)], ["h"])
         assert ipc.get_record_batch_size(piece) < 1024
+
+
+def test_a_list_whose_child_carries_metadata_gets_its_own_null_column() -> None:
+    """Field metadata is not part of a type's equality: the cache of all-null list columns
+    neither serves nor keeps one for a list whose child field carries metadata."""
+    plain = pa.list_(pa.int32())
+    tagged = pa.list_(pa.field("item", pa.int32(), metadata={b"origin": b"a"}))
+    cached = null_column(5, plain)
+    assert null_column(5, plain) is cached  # cached by length and type
+    column = null_column(5, tagged)
+    assert column is not cached and column.type.value_field.metadata == {b"origin": b"a"}
+    assert null_column(5, HEADERS_TYPE) is null_column(5, HEADERS_TYPE)
