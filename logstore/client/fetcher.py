@@ -407,15 +407,24 @@ class Fetcher:
                 self._handle(target, sent, future)
 
     def _take_frames(self, sessions: FetchSessions, timeout_s: float) -> None:
-        """Buffer the frames that arrive within ``timeout_s`` (0: those already here)."""
+        """Buffer the frames that arrive within ``timeout_s`` (0: those already here). Every
+        frame is handled before an error that one of them raised (an out-of-range position
+        with no reset policy) reaches the caller: the frames after it hold other partitions'
+        records, which the broker has moved past and will not push again."""
+        raised: Exception | None = None
         for session, frame in sessions.wait(timeout_s):
-            if isinstance(frame, ApiError):
-                sessions.fail(session, frame)
-            elif isinstance(frame, FetchSessionUpdated):
-                session.applied_update(frame)
-            else:
-                self._pushed(sessions, session, frame)
+            try:
+                if isinstance(frame, ApiError):
+                    sessions.fail(session, frame)
+                elif isinstance(frame, FetchSessionUpdated):
+                    session.applied_update(frame)
+                else:
+                    self._pushed(sessions, session, frame)
+            except Exception as e:  # raised once the rest are buffered (a later one's lost:
+                raised = raised or e  # its partition left the session, and fails again)
         sessions.grant_owed()
+        if raised is not None:
+            raise raised
 
     def _pushed(self, sessions: FetchSessions, session: ClientSession,
                 frame: SessionFrame) -> None:

@@ -5,7 +5,8 @@ wanted, and forgotten once it is not (its partitions' leader moved), so that wai
 frames blocks for the whole timeout again instead of spinning on a retry that never comes;
 credit goes back to the broker in grants of at least a quarter of the window, except that
 everything owed is granted when the consumer is about to wait while it holds half of the
-window or more. Method: metadata stand-ins
+window or more; every frame that arrived together is handled before an error one of them
+raised reaches the caller. Method: metadata stand-ins
 whose connections all fail with a retriable error, or open a session stream that records
 the frames sent on it.
 """
@@ -19,8 +20,14 @@ import pytest
 
 from logstore.client import fetch_session
 from logstore.client.fetch_session import FetchSessions, FetchTarget, SessionSettings
-from logstore.errors import NetworkError
-from logstore.messages.fetch_session import FetchSessionCredit
+from logstore.client.fetcher import FetchConfig, Fetcher
+from logstore.errors import ApiError, NetworkError, OffsetOutOfRangeError
+from logstore.messages import error_kw
+from logstore.messages.fetch_session import (
+    FetchSessionCredit,
+    FetchSessionPartitionEnd,
+    FetchSessionUpdated,
+)
 from logstore.model import TopicPartition
 
 
@@ -126,3 +133,60 @@ def test_credit_goes_back_a_quarter_window_at_a_time_or_before_a_wait_on_half_a_
         assert credits() == [250, 30]
     finally:
         sessions.close()
+
+
+class FramesAtOnce:
+    """A FetchSessions stand-in whose one wait() hands back the frames given."""
+
+    def __init__(self, frames: list[tuple[Any, Any]]) -> None:
+        self.frames = frames
+        self.grants = 0
+
+    def wait(self, timeout_s: float) -> list[tuple[Any, Any]]:
+        frames, self.frames = self.frames, []
+        return frames
+
+    def accepts(self, session: Any, tp: TopicPartition) -> bool:
+        return True
+
+    def left(self, tp: TopicPartition) -> None:
+        pass
+
+    def grant_owed(self, waiting: bool = False) -> None:
+        self.grants += 1
+
+
+class UpdatesSeen:
+    """A session stand-in that records the updates the broker said it applied."""
+
+    target = FetchTarget(1, "t")
+
+    def __init__(self) -> None:
+        self.applied: list[int] = []
+
+    def applied_update(self, frame: FetchSessionUpdated) -> None:
+        self.applied.append(frame.seq)
+
+
+def test_frames_after_one_that_raises_are_still_handled() -> None:
+    """Goal: when a partition's end (OFFSET_OUT_OF_RANGE, no reset policy) raises in the
+    consumer, the frames that came with it are handled first (they hold other partitions'
+    records, which the broker will not push again; dropping them lost records), and the
+    credit is still granted. Method: one wait() returns the end frame, then an update frame
+    standing for the rest; the out-of-range answer raises."""
+    def no_reset(tp: TopicPartition, error: ApiError) -> None:
+        raise error
+
+    fetcher = Fetcher(None, FetchConfig(fetch_session=False), no_reset)  # type: ignore[arg-type]
+    session = UpdatesSeen()
+    sessions = FramesAtOnce([
+        (session, FetchSessionPartitionEnd(partition=0, **error_kw(
+            OffsetOutOfRangeError("offset 99 is past the end of t-0")))),
+        (session, FetchSessionUpdated(seq=7))])
+    try:
+        with pytest.raises(OffsetOutOfRangeError, match="past the end"):
+            fetcher._take_frames(sessions, 0.0)  # type: ignore[arg-type]
+        assert session.applied == [7]
+        assert sessions.grants == 1
+    finally:
+        fetcher.close()
