@@ -26,7 +26,7 @@ from logstore.broker import acl_rules as rules
 from logstore.broker.fetch_session import FetchSession, SessionRegistry
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
 from logstore.controller.store import MetadataStore, TopicRecord
-from logstore.controller.topics import TopicController
+from logstore.controller.topics import TopicController, repeated_topic_error
 from logstore.errors import (
     ApiError,
     InvalidFetchSizeError,
@@ -243,8 +243,11 @@ class RequestHandlers:
         produce or fetch to a partition not yet online gets a retriable error."""
         results: list[ApiError | None] = [None] * len(req.topics)
         valid: list[tuple[int, NewTopic]] = []
+        counts = Counter(t.name for t in req.topics)
         for i, t in enumerate(req.topics):
             try:
+                if counts[t.name] > 1:  # refused in every copy, valid or not
+                    raise repeated_topic_error(t.name, counts[t.name])
                 valid.append((i, _new_topic(t)))
             except ApiError as e:
                 results[i] = e

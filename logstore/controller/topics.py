@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -73,6 +74,12 @@ def _rack_interleaved(brokers: list[BrokerInfo]) -> list[BrokerInfo]:
     return out
 
 
+def repeated_topic_error(name: str, count: int) -> InvalidRequestError:
+    """The error of each copy of a topic name given ``count`` times in one create_topics."""
+    return InvalidRequestError(f"topic {name!r} appears {count} times in the request; none "
+                               "of them was created")
+
+
 class TopicController:
     """Creates, deletes and grows topics in the metadata store."""
 
@@ -92,19 +99,21 @@ class TopicController:
 
     def create_topics(self, reqs: list[NewTopic]) -> list[ApiError | None]:
         """Create every valid topic of ``reqs`` in one store call; per topic, in order, None
-        when it now exists or the error that kept it from being created."""
+        when it now exists or the error (naming the topic) that kept it from being created.
+        A name given more than once is refused in every copy and not created (Kafka's rule:
+        the answers are by name, so one copy's success would hide the other's error)."""
         outcomes: list[ApiError | None] = [None] * len(reqs)
         brokers = list(self._store.brokers().values())
         planned: list[tuple[int, TopicRecord]] = []
-        seen: set[str] = set()
+        counts = Counter(req.name for req in reqs)
         for i, req in enumerate(reqs):
             try:
-                if req.name in seen:
-                    raise InvalidRequestError(f"topic {req.name!r} appears twice in the request")
-                seen.add(req.name)
+                if counts[req.name] > 1:
+                    raise repeated_topic_error(req.name, counts[req.name])
                 planned.append((i, self._plan_topic(req, brokers)))
             except ApiError as e:
-                outcomes[i] = e
+                outcomes[i] = e if repr(req.name) in e.message else \
+                    type(e)(f"topic {req.name!r}: {e.message}")
         if not planned:
             return outcomes
         live = {b.broker_id for b in brokers}

@@ -9,7 +9,10 @@ import time
 
 from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
     InvalidTopicError,
     TopicAlreadyExistsError,
 )
@@ -57,7 +60,9 @@ def test_create_topics_in_bulk_answers_per_topic_and_every_partition_becomes_usa
     exist, reports each failing topic of the same request without failing the others, and all
     4,000 partitions then serve produce and fetch.
     Method: a real broker; one request with the 20 topics plus an existing name, an invalid
-    name and a zero-partition topic; check each topic's answer, wait (bounded) until
+    name, a zero-partition topic, a name given twice, a bad config and a replication factor
+    above the brokers; check each topic's answer (its error names it; a twice-given name is
+    created in neither copy), wait (bounded) until
     list_offsets answers for every partition, produce a record to the last partition of each
     topic and read it back."""
     broker = broker_factory()
@@ -66,12 +71,23 @@ def test_create_topics_in_bulk_answers_per_topic_and_every_partition_becomes_usa
         admin.create_topics([NewTopic("bulk-taken", 1)])
         outcomes = admin.create_topics(
             [NewTopic(n, c) for n, c in names.items()] + [
-                NewTopic("bulk-taken", 3), NewTopic("bad name!", 1), NewTopic("bulk-none", 0)],
+                NewTopic("bulk-taken", 3), NewTopic("bad name!", 1), NewTopic("bulk-none", 0),
+                NewTopic("bulk-twice", 1), NewTopic("bulk-twice", 2),
+                NewTopic("bulk-config", 1, config={"retention_ms": "abc"}),
+                NewTopic("bulk-rf", 1, replication_factor=3)],
             raise_errors=False)
+        existing = admin.list_topics()
     assert {n: outcomes[n] for n in names} == {n: None for n in names}
     assert isinstance(outcomes["bulk-taken"], TopicAlreadyExistsError)
     assert isinstance(outcomes["bad name!"], InvalidTopicError)
     assert isinstance(outcomes["bulk-none"], InvalidPartitionsError)
+    assert isinstance(outcomes["bulk-twice"], InvalidRequestError)
+    assert isinstance(outcomes["bulk-config"], InvalidConfigError)
+    assert isinstance(outcomes["bulk-rf"], InvalidReplicationFactorError)
+    for name in ("bulk-taken", "bad name!", "bulk-none", "bulk-twice", "bulk-config",
+                 "bulk-rf"):  # each error names its topic
+        assert repr(name) in str(outcomes[name]), outcomes[name]
+    assert not {"bulk-twice", "bulk-config", "bulk-rf"} & set(existing)  # none half-made
     _wait_usable(broker.bootstrap, names)
     last = [TopicPartition(n, PER_TOPIC - 1) for n in names]
     with bounded_producer(broker.bootstrap, acks=1) as producer:
