@@ -2,8 +2,10 @@
 
 Owns: running one session's stream. The call's own thread reads the client's frames (credit,
 a follower's acknowledgements, updates, each frame re-authorized first) and hands them to
-the session; a pushing thread writes the pushes ``broker/fetch_session.py`` makes, and, when
-the broker ends the session, a last X frame with the error. The call returns only once the
+the session; a pushing thread writes the pushes ``broker/fetch_session.py`` makes (each push
+of records re-authorized first: a client that never sends a frame, its first credit large,
+is still cut off when its READ is revoked or its user deleted), and, when the broker ends
+the session, a last X frame with the error. The call returns only once the
 client's side is closed and the pushing thread joined, so no thread is left on a finished
 call. Must not: contain business logic, or buffer: a push is written as it is made, and the
 next one is not made before the client's credit allows it.
@@ -45,11 +47,12 @@ def serve_fetch_session(session: FetchSession, schema: pa.Schema,
                         on_push: Callable[[int, int], None] = lambda records, size: None
                         ) -> None:
     """Serve ``session`` until the client's side closes (``on_push(records, bytes)`` told of
-    each push). ``authorize`` runs before each of
-    the client's frames, credit and updates (the connection's SASL session and ACLs now).
+    each push). ``authorize`` runs before each of the client's frames, credit and updates,
+    and before each push of records (the connection's SASL session and ACLs now: a refusal
+    ends the session with its error).
     Raises the ApiError that ended the session (the client read it in the X frame already)."""
     writer.begin(schema)
-    pusher = threading.Thread(target=_push, args=(session, writer, schema, on_push),
+    pusher = threading.Thread(target=_push, args=(session, writer, schema, authorize, on_push),
                               name=f"fetch-session-{session.topic}", daemon=True)
     pusher.start()
     try:
@@ -62,9 +65,12 @@ def serve_fetch_session(session: FetchSession, schema: pa.Schema,
 
 
 def _push(session: FetchSession, writer: flight.MetadataRecordBatchWriter,
-          schema: pa.Schema, on_push: Callable[[int, int], None]) -> None:
+          schema: pa.Schema, authorize: Callable[[], None],
+          on_push: Callable[[int, int], None]) -> None:
     try:
         while (push := session.next_push()) is not None:
+            if push.partitions:
+                authorize()  # records go out only as the ACLs and the SASL session are now
             _write(writer, push, schema, session.is_replica,
                    session.request.state_with_first_batch)
             if push.partitions:
@@ -137,8 +143,8 @@ def _read_frames(session: FetchSession, reader: flight.MetadataRecordBatchReader
             try:
                 frame = decode_client_frame(meta.to_pybytes() if meta is not None else b"",
                                             where)
-                # Every frame is judged by the ACLs as they are now: a revoked READ ends
-                # the session at the client's next credit grant, within one window.
+                # Every frame is judged by the ACLs as they are now (and so is every push:
+                # a revoked READ ends the session at its next push or frame).
                 authorize()
                 if isinstance(frame, FetchSessionUpdate):
                     session.update(frame)
