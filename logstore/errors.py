@@ -70,6 +70,7 @@ class ErrorCode(IntEnum):
     TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
+    OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
@@ -614,6 +615,13 @@ class SecurityDisabledError(ApiError):
     ``authorizer_enable``)."""
 
     code = ErrorCode.SECURITY_DISABLED
+
+
+class OperationNotAttemptedError(ApiError):
+    """Not attempted, because another part of the same request failed (Kafka's answer for the
+    authorized partitions of an AddPartitionsToTxn that names one it may not write)."""
+
+    code = ErrorCode.OPERATION_NOT_ATTEMPTED
 
 
 class SaslAuthenticationFailedError(ApiError):

@@ -257,7 +257,11 @@ def _per_group(operation: Operation, entry: Callable[[str, ApiError], Any]) -> A
 
 DESCRIBE_GROUPS = _per_group(_O.DESCRIBE, lambda n, e: g.GroupDescription(group_id=n,
                                                                           **error_kw(e)))
-DESCRIBE_GROUP_LAG = _on_group(_O.DESCRIBE)
+DESCRIBE_GROUP_LAG: Access[Any, Any] = Access(
+    "DESCRIBE on the group; only the topics it may DESCRIBE",
+    require=lambda req: [on_group(req.group_id, _O.DESCRIBE)],
+    visible=lambda resp, perms: msgspec.structs.replace(resp, partitions=[
+        x for x in resp.partitions if perms.allows(on_topic(x.topic, _O.DESCRIBE))]))
 DELETE_GROUPS = _per_group(_O.DELETE, lambda n, e: g.GroupResult(group_id=n, **error_kw(e)))
 
 # -- security administration -------------------------------------------------------------------
@@ -293,12 +297,13 @@ def _txn_result(k: tuple[str, int], e: ApiError) -> tx.TxnPartitionResult:
 
 
 ADD_PARTITIONS_TO_TXN: Access[Any, Any] = Access(
-    "WRITE on the transactional id and on each topic; verify_only (from partition leaders) "
-    "CLUSTER_ACTION",
+    "WRITE on the transactional id and on each topic (one refused: nothing is added); "
+    "verify_only (from partition leaders) CLUSTER_ACTION",
     require=lambda req: [on_cluster(_O.CLUSTER_ACTION)] if req.verify_only else [
         on_transactional_id(req.transactional_id, _O.WRITE)],
     entities=Entities(checks=_txn_partitions, narrow=_narrow_txn_partitions,
-                      refuse=_added("results", _txn_result)))
+                      refuse=_added("results", _txn_result),
+                      all_or_nothing=tx.AddPartitionsToTxnResponse))
 ADD_OFFSETS_TO_TXN = _on_txn_id(_O.WRITE, lambda req: on_group(req.group_id, _O.READ))
 TXN_OFFSET_COMMIT: Access[Any, Any] = Access(  # Kafka's handleTxnOffsetCommitRequest
     "WRITE on the transactional id, READ on the group, READ on each topic",
@@ -310,8 +315,17 @@ TXN_OFFSET_COMMIT: Access[Any, Any] = Access(  # Kafka's handleTxnOffsetCommitRe
 END_TXN = _on_txn_id(_O.WRITE)
 PREPARE_TXN = _on_txn_id(_O.WRITE)
 WRITE_TXN_MARKERS = BROKERS_ONLY
+def _visible_txn_topics(resp: tx.DescribeTransactionsResponse, perms: Permissions
+                        ) -> tx.DescribeTransactionsResponse:
+    """Each transaction's partitions, only of the topics the caller may DESCRIBE (Kafka's)."""
+    return msgspec.structs.replace(resp, transactions=[msgspec.structs.replace(t, topics=[
+        x for x in t.topics if perms.allows(on_topic(x.topic, _O.DESCRIBE))])
+        for t in resp.transactions])
+
+
 DESCRIBE_TRANSACTIONS: Access[Any, Any] = Access(
-    "DESCRIBE on each transactional id", entities=Entities(
+    "DESCRIBE on each transactional id; only the topics it may DESCRIBE",
+    visible=_visible_txn_topics, entities=Entities(
         checks=lambda req: [(t, on_transactional_id(t, _O.DESCRIBE))
                             for t in req.transactional_ids],
         narrow=_by_name("transactional_ids"),

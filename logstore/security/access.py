@@ -24,6 +24,7 @@ from logstore.errors import (
     ApiError,
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
+    OperationNotAttemptedError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
@@ -141,11 +142,14 @@ def refusal(check: Check, principal: str) -> ApiError:
 class Entities(Generic[Q, R, K]):
     """The per-entity part of a declaration: ``checks`` lists (key, check) per entity of the
     request; ``narrow`` keeps the entities whose keys are given; ``refuse`` adds an entry per
-    refused key (with its error) to the response."""
+    refused key (with its error) to the response. With ``all_or_nothing`` (an empty
+    response), a request with any refused entity is not handled at all: the refused keys get
+    their errors first, the others OPERATION_NOT_ATTEMPTED (Kafka's AddPartitionsToTxn)."""
 
     checks: Callable[[Q], Iterable[tuple[K, Check]]]
     narrow: Callable[[Q, set[K]], Q]
     refuse: Callable[[R, dict[K, ApiError]], R]
+    all_or_nothing: Callable[[], R] | None = None
 
 
 def _nothing(request: Any) -> Iterable[Check]:
@@ -190,6 +194,11 @@ def _per_entity(entities: Entities[Q, R, Any], request: Q, permissions: Permissi
         elif key not in refused:
             refused[key] = refusal(check, permissions.principal)
     allowed -= set(refused)
+    if refused and entities.all_or_nothing is not None:
+        untried = OperationNotAttemptedError(
+            f"not attempted: the request also names what {permissions.principal} may not use")
+        return entities.refuse(entities.all_or_nothing(),
+                               {**refused, **{key: untried for key in sorted(allowed)}})
     if refused:
         request = entities.narrow(request, allowed)
     return entities.refuse(handle(request), refused)
