@@ -319,7 +319,10 @@ class LocalMetadataStore:
         }
         tmp = self._path.with_suffix(".tmp")
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        # Owner only: it holds every SCRAM user's salted keys (what ZooKeeper's znode ACLs
+        # guard in cluster mode).
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            os.fchmod(f.fileno(), 0o600)  # a stale .tmp keeps the mode it was made with
             f.write(orjson.dumps(data, option=orjson.OPT_INDENT_2))
             f.flush()
             os.fsync(f.fileno())

@@ -178,6 +178,10 @@ class SaslServerAuthHandler(flight.ServerAuthHandler):  # type: ignore[misc]  # 
         except (flight.FlightError, OSError):
             raise flight_error(SaslAuthenticationFailedError(
                 "the SASL handshake ended before it completed")) from None
+        except Exception as e:  # boundary: no traceback (or secret) for an unknown client
+            log.error("SASL authentication failed unexpectedly (%s)", type(e).__name__)
+            raise flight_error(SaslAuthenticationFailedError(
+                "SASL authentication failed")) from None
 
     def is_valid(self, token: bytes) -> bytes:
         try:

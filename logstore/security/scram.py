@@ -17,7 +17,7 @@ import hmac
 import secrets
 from dataclasses import dataclass, field
 
-from scramp.utils import saslprep
+from scramp.utils import ScramException, saslprep
 
 from logstore.errors import UnacceptableCredentialError
 
@@ -73,7 +73,11 @@ def check_iterations(mechanism: str, iterations: int) -> int:
 
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
     """Hi(Normalize(password), salt, i) of RFC 5802: PBKDF2 with the mechanism's HMAC."""
-    normalized = saslprep(password).encode("utf-8")
+    try:
+        normalized = saslprep(password).encode("utf-8")
+    except ScramException:  # its message may quote the password: not passed on
+        raise UnacceptableCredentialError(
+            f"{mechanism}: the password holds characters SASLprep (RFC 4013) forbids") from None
     return hashlib.pbkdf2_hmac(HASHES[mechanism], normalized, salt, iterations)
 
 
@@ -101,16 +105,21 @@ def new_credential(mechanism: str, password: str, iterations: int = DEFAULT_ITER
 
 
 def plain_password_matches(credential: ScramCredential, password: str) -> bool:
-    """Whether ``password`` derives ``credential``'s StoredKey (compared in constant time)."""
-    derived = new_credential(credential.mechanism, password, credential.iterations,
-                             credential.salt)
+    """Whether ``password`` derives ``credential``'s StoredKey (compared in constant time); a
+    password SASLprep refuses derives nothing, so it matches no credential."""
+    try:
+        derived = new_credential(credential.mechanism, password, credential.iterations,
+                                 credential.salt)
+    except UnacceptableCredentialError:
+        return False
     return hmac.compare_digest(derived.stored_key, credential.stored_key)
 
 
 def decoy_credential(secret: bytes, mechanism: str, user: str) -> ScramCredential:
     """A credential no password matches, the same for the same user on every attempt: an
     unknown user gets a salt and an iteration count like a real one, and fails at the proof
-    (RFC 5802 §5.1), so the exchange does not say which users exist."""
+    (RFC 5802 §5.1), so the exchange does not say which users exist (while the real users
+    keep the default iteration count: the decoy's is that default)."""
     digest = HASHES[mechanism]
     key = hmac.new(secret, f"{mechanism}:{user}".encode(), digest).digest()
     return ScramCredential(mechanism, key[:SALT_BYTES], hashlib.new(digest, key).digest(),

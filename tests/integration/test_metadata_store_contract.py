@@ -504,3 +504,15 @@ def test_acls_are_added_removed_and_seen_by_another_store(open_store: OpenStore)
     writer.add_acls([_acl("late")])
     probe.wait_until(lambda: reader.acls() == expected | {_acl("late")}, "the new binding",
                      timeout_s=1.0)
+
+
+def test_the_embedded_store_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """Goal: the embedded store's file, which holds every SCRAM user's salted keys, is not
+    readable by other users of the machine (cluster mode guards them with znode ACLs), even
+    when a stale temporary file was left with a wider mode. Method: a local store with a
+    user, the file's mode; again over a .tmp made 0644."""
+    path = tmp_path / METADATA_FILE
+    path.with_suffix(".tmp").touch(mode=0o644)
+    store = LocalMetadataStore(path, 1)
+    store.put_scram_credential("alice", new_credential(SCRAM_SHA_256, "pencil-Zeta-93"))
+    assert path.stat().st_mode & 0o777 == 0o600

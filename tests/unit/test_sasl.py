@@ -12,6 +12,7 @@ from logstore.clock import FakeClock
 from logstore.errors import (
     IllegalSaslStateError,
     SaslAuthenticationFailedError,
+    UnacceptableCredentialError,
     UnsupportedSaslMechanismError,
 )
 from logstore.rpc import auth
@@ -64,6 +65,21 @@ def test_good_password_authenticates_and_bad_or_unknown_fail_alike(mechanism: st
             run(mechanism, user, password, users)
         messages.add(e.value.message)
     assert messages == {f"authentication failed using SASL mechanism {mechanism}"}
+
+
+def test_a_password_saslprep_refuses_fails_plain_like_a_wrong_one() -> None:
+    """Goal: a PLAIN password with a character SASLprep forbids (a control character, a
+    mixed-direction string) fails as a wrong password does, not with an unknown error and
+    scramp's reason; a new credential with one is refused without quoting it. Method: the
+    exchange, both sides in this process, for a known and an unknown user."""
+    users = {"alice": {SCRAM_MECHANISMS[-1]: new_credential(SCRAM_MECHANISMS[-1], PASSWORD)}}
+    for user, password in (("alice", "Secret\x07Pw-XYZZY"), ("mallory", "\u0627abc-XYZZY")):
+        with pytest.raises(SaslAuthenticationFailedError) as e:
+            run(PLAIN, user, password, users)
+        assert e.value.message == f"authentication failed using SASL mechanism {PLAIN}"
+    with pytest.raises(UnacceptableCredentialError, match="SASLprep") as refused:
+        new_credential(SCRAM_SHA_256, "Secret\x07Pw-XYZZY")
+    assert "XYZZY" not in str(refused.value)
 
 
 def test_replayed_client_final_is_refused() -> None:
