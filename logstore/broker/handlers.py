@@ -90,7 +90,7 @@ from logstore.messages.topics import (
     TopicResults,
 )
 from logstore.model import INTERNAL_TOPICS, NewTopic, TopicPartition
-from logstore.produced import ProducerData, read_produced
+from logstore.produced import ProducerData, check_values, read_produced
 from logstore.records import (
     DEFAULT_SCHEMA,
     FLAG_TRANSACTIONAL,
@@ -469,8 +469,10 @@ class RequestHandlers:
         batches (``req.messages``), the produced message the row holds (produced.py)."""
         where = f"topic-partition {tp}"
         schema = self.topic_schema(req.topic)
-        if not req.messages:
-            return conform_batch(batch, schema, where)
+        if not req.messages:  # a plain client's records: checked as a message's are
+            records = conform_batch(batch, schema, where)
+            check_values(records, where)
+            return records
         if not batch.schema.equals(STORED_MESSAGE_SCHEMA) or batch.num_rows != 1 or \
                 batch.column(0).null_count:
             raise InvalidRequestError(

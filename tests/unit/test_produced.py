@@ -20,7 +20,9 @@ from logstore.records import (
     DEFAULT_SCHEMA,
     HEADER_KEY,
     HEADER_SIZE,
+    HEADERS_TYPE,
     MAGIC,
+    TIMESTAMP_TYPE,
     EncodedBatch,
     decode_message,
     iter_messages,
@@ -148,6 +150,58 @@ def test_malformed_produced_messages_are_corrupt_message_naming_the_partition(
     assert log.log_end_offset == 0
     data = segment_files(log)[0].read_bytes()[schema_message_size(DEFAULT_SCHEMA):]
     assert list(iter_messages(pa.py_buffer(data))) == []
+
+
+def _with_column(batch: pa.RecordBatch, name: str, column: pa.Array) -> pa.RecordBatch:
+    i = batch.schema.get_field_index(name)
+    return pa.RecordBatch.from_arrays(
+        [column if j == i else c for j, c in enumerate(batch.columns)], schema=batch.schema)
+
+
+def _invalid_arrays(kind: str) -> tuple[pa.RecordBatch, str]:
+    """A two-record batch that passes Arrow's cheap validation and fails its full one, and the
+    column at fault."""
+    def offsets(*values: int) -> pa.Buffer:
+        return pa.py_buffer(struct.pack(f"<{len(values)}i", *values))
+    if kind == "unordered-offsets":
+        value = pa.Array.from_buffers(pa.binary(), 2, [None, offsets(0, 5, 2),
+                                                       pa.py_buffer(b"abcdef")])
+        return _with_column(keyed(0, 2), "value", value), "value"
+    if kind == "string-not-utf8":
+        schema = topic_schema(pa.schema([("s", pa.string())]))
+        s = pa.Array.from_buffers(pa.string(), 2, [None, offsets(0, 1, 2), pa.py_buffer(b"a\xff")])
+        return pa.RecordBatch.from_arrays([pa.nulls(2, pa.binary()), s, pa.array(
+            [1, 2], pa.int64()).cast(TIMESTAMP_TYPE), pa.nulls(2, HEADERS_TYPE)],
+            schema=schema), "s"
+    assert kind == "header-key-not-utf8"
+    key = pa.Array.from_buffers(pa.string(), 1, [None, offsets(0, 2), pa.py_buffer(b"\xff\xfe")])
+    header = pa.StructArray.from_arrays([key, pa.array([b"x"])],
+                                        fields=list(HEADERS_TYPE.value_type))
+    headers = pa.ListArray.from_arrays(pa.array([0, 1, 1], pa.int32()), header,
+                                       type=HEADERS_TYPE)
+    return _with_column(keyed(0, 2), "headers", headers), "headers"
+
+
+@pytest.mark.parametrize("codec", [None, "lz4", "zstd"])
+@pytest.mark.parametrize("kind", ["unordered-offsets", "string-not-utf8",
+                                  "header-key-not-utf8"])
+def test_produced_arrays_failing_full_validation_are_corrupt_message(
+        tmp_path: Path, kind: str, codec: str | None) -> None:
+    """Goal: what Arrow's cheap validation misses (offsets out of order, strings that are not
+    UTF-8, nested ones too) is CORRUPT_MESSAGE naming the partition and the column, whether
+    the body came compressed or not, and nothing is appended: stored, it would fail every
+    reader of the partition. Method: append each hostile batch as a produced message, then a
+    good one, which lands at offset 0 and reads back under full validation."""
+    batch, column = _invalid_arrays(kind)
+    log = open_log(tmp_path, FakeClock(), schema=batch.schema)
+    with pytest.raises(errors.CorruptRecordError, match=f"topic-0.*{column!r}"):
+        log.append_as_leader(read_produced(_produced(batch, codec), "topic-0"))
+    assert log.log_end_offset == 0
+    good = _with_column(batch.slice(0, 1), column, pa.nulls(1, batch.schema.field(column).type))
+    log.append_as_leader(read_produced(_produced(good, codec), "topic-0"))
+    stored = log.read(0, 1 << 20).batches
+    assert len(stored) == 1 and stored[0].header.base_offset == 0
+    stored[0].record_batch(batch.schema).validate(full=True)
 
 
 def test_produced_typed_and_oversized_messages_follow_the_topics_rules(tmp_path: Path) -> None:
