@@ -26,8 +26,8 @@ class RecordChunk:
     """Records sent one at a time to one topic, waiting to be turned into Arrow batches."""
 
     __slots__ = ("topic", "keys", "values", "extras", "limit", "generation", "created", "done",
-                 "partitions",
-                 "offsets", "timestamps", "error", "errors", "error_index", "_pending", "_lock")
+                 "partitions", "offsets", "timestamps", "_own_timestamps", "error", "errors",
+                 "error_index", "_pending", "_lock")
 
     def __init__(self, topic: str, limit: int = 1000, generation: int = 0) -> None:
         self.topic = topic
@@ -42,6 +42,7 @@ class RecordChunk:
         self.partitions: np.ndarray | None = None
         self.offsets: np.ndarray | None = None
         self.timestamps: np.ndarray | None = None
+        self._own_timestamps = False  # timestamps is shared with the chunk's Arrow batch
         self.error: ApiError | None = None  # the whole chunk failed before it was split
         self.errors: list[ApiError] = []  # failures of single pieces ...
         self.error_index: np.ndarray | None = None  # ... and which rows each one hit
@@ -55,14 +56,22 @@ class RecordChunk:
         self.offsets = np.full(len(partitions), -1, dtype=np.int64)
         self.error_index = np.full(len(partitions), -1, dtype=np.int32)
 
-    def batch_done(self, rows: np.ndarray, base_offset: int, error: ApiError | None) -> None:
-        """One piece (one partition's rows) is acknowledged or failed; only its rows see it."""
+    def batch_done(self, rows: np.ndarray, base_offset: int, error: ApiError | None,
+                   log_append_time: int = -1) -> None:
+        """One piece (one partition's rows) is acknowledged or failed; only its rows see it.
+        A topic with LogAppendTime gives its records the broker's ``log_append_time``, and
+        their metadata says so (as in Kafka)."""
         with self._lock:
             if error is not None and self.error_index is not None:
                 self.error_index[rows] = len(self.errors)
                 self.errors.append(error)
             elif base_offset >= 0 and self.offsets is not None:
                 self.offsets[rows] = base_offset + np.arange(len(rows))
+                if log_append_time >= 0 and self.timestamps is not None:
+                    if not self._own_timestamps:  # the batch's column lies over it: copy
+                        self.timestamps = self.timestamps.copy()
+                        self._own_timestamps = True
+                    self.timestamps[rows] = log_append_time
             self._pending -= 1
             if self._pending <= 0:
                 self.done.set()
@@ -192,9 +201,10 @@ class ProducerBatch:
     def __post_init__(self) -> None:
         self.nbytes = int(self.message.size)
 
-    def complete(self, base_offset: int, error: ApiError | None = None) -> None:
+    def complete(self, base_offset: int, error: ApiError | None = None,
+                 log_append_time: int = -1) -> None:
         if self.chunk is not None and self.rows is not None:
-            self.chunk.batch_done(self.rows, base_offset, error)
+            self.chunk.batch_done(self.rows, base_offset, error, log_append_time)
         if self.batch_future is not None:
             self.batch_future.piece_done(self.tp.partition, base_offset, self.record_count,
                                          error)

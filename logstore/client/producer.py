@@ -263,7 +263,7 @@ class Producer:
 
     def send(self, topic: str, value: Any = None, key: bytes | None = None,
              partition: int | None = None, timestamp_ms: int | None = None,
-             headers: list[tuple[str, bytes]] | None = None) -> FutureRecordMetadata:
+             headers: list[tuple[str, bytes | None]] | None = None) -> FutureRecordMetadata:
         """Queue one record; the future's ``result(timeout)`` is its RecordMetadata. Blocks
         while ``buffer_memory`` is full, up to ``max_block_ms``."""
         # The common record (bytes value, bytes or no key, nothing else) costs two list
@@ -293,7 +293,7 @@ class Producer:
         return self._send_any(topic, value, key, partition, timestamp_ms, headers)
 
     def _send_any(self, topic: str, value: Any, key: Any, partition: int | None,
-                  timestamp_ms: int | None, headers: list[tuple[str, bytes]] | None
+                  timestamp_ms: int | None, headers: list[tuple[str, bytes | None]] | None
                   ) -> FutureRecordMetadata:
         """send() for any record: checked, and its rarer fields kept in the side table."""
         if self._txn is not None:
@@ -304,6 +304,10 @@ class Producer:
             value = _as_bytes(value, "value", topic)
         if partition is not None or type(value) is dict:
             self._check_record(topic, partition, value)
+        if timestamp_ms is not None:
+            timestamp_ms = _check_timestamp(timestamp_ms, topic)
+        if headers is not None:
+            headers = _check_headers(headers, topic)
         extra = None if partition is None and timestamp_ms is None and headers is None else \
             (partition, timestamp_ms, headers)
         while True:
@@ -352,9 +356,11 @@ class Producer:
         # A transaction's pieces belong to the sender's generation now: an abort meanwhile
         # fails the rest instead of sending them into the next transaction.
         generation = self._sender.generation if self._txn is not None else None
+        window_bytes = max(4 * limits.target, WINDOW_BYTES)
+        _check_windows(topic, info.schema, data, window_bytes)
         future = FutureBatchMetadata(topic)
         try:
-            for window in windows(data, max(4 * limits.target, WINDOW_BYTES)):
+            for window in windows(data, window_bytes):
                 self._send_window(topic, info, self._prepare_columns(topic, info, window),
                                   partition, limits, future, generation)
         finally:
@@ -524,7 +530,7 @@ class Producer:
             self._rows_limit[chunk.topic] = max(
                 1, min(1_000_000, int(self.batch_size * batch.num_rows / max(batch.nbytes, 1))))
             parts = self._partitions(chunk.topic, info, batch, arrays.partitions)
-            pieces, too_large = self._chunk_pieces(chunk, info, batch, parts)
+            pieces, too_large = self._chunk_pieces(chunk, info, batch, parts, arrays.rejected)
             generation = None
             if self._txn is not None:
                 generation = chunk.generation
@@ -532,7 +538,7 @@ class Producer:
                     raise self._sender.aborted_error()
                 self._txn.add_partitions(pb.tp for pb in pieces)
             chunk.expect(len(pieces) + len(too_large), parts, arrays.timestamps)
-            for rows, error in too_large:  # a record over the limit fails alone
+            for rows, error in too_large:  # a record over the limit, or a misfit, fails alone
                 chunk.batch_done(rows, -1, error)
             self._sender.enqueue(pieces, self.max_block_s, generation=generation)
         except Exception as e:  # a bad chunk fails its own futures, never the producer
@@ -543,15 +549,21 @@ class Producer:
             chunk.fail(err)
 
     def _chunk_pieces(self, chunk: RecordChunk, info: TopicInfo, batch: pa.RecordBatch,
-                      parts: np.ndarray
+                      parts: np.ndarray, rejected: Mapping[int, InvalidRecordError]
                       ) -> tuple[list[ProducerBatch], list[tuple[np.ndarray, ApiError]]]:
         """The chunk's records cut into pieces of about batch_size, per partition, and the
-        records over the limit (rows in the chunk, error)."""
+        records that fail alone (rows in the chunk, error): those over the limit, and the
+        ``rejected`` ones (values that do not fit the topic's value_schema), never sent."""
         limits = self._limits(info, self.batch_size)
         deadline = time.monotonic() + self.delivery_timeout_s
         pieces: list[ProducerBatch] = []
-        too_large: list[tuple[np.ndarray, ApiError]] = []
+        too_large: list[tuple[np.ndarray, ApiError]] = [
+            (np.array([row]), error) for row, error in rejected.items()]
         for p, rows in by_partition(parts):
+            if rejected:
+                rows = rows[~np.isin(rows, list(rejected))]
+                if not len(rows):
+                    continue
             tp = TopicPartition(chunk.topic, p)
             sub = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
             for lo, hi, message in cut(tp, sub, limits):
@@ -612,6 +624,41 @@ class Producer:
             raise RuntimeError("the producer is closed")
 
 
+def _check_windows(topic: str, schema: pa.Schema, data: pa.Table | pa.RecordBatch,
+                   window_bytes: int) -> None:
+    """Every window of a send_batch fits the topic's schema, checked before the first is
+    sent (each is conformed again just before it goes: memory stays one window's), so a value
+    that cannot be cast fails the call with nothing sent, naming its column and row. Nothing
+    to check when no column needs a cast: what else conform_batch refuses is the same for
+    every window, and the first window's refusal comes before anything is sent."""
+    if not any(data.schema.get_field_index(f.name) >= 0 and
+               not data.schema.field(f.name).type.equals(f.type) for f in schema):
+        return
+    where = f"send_batch to {topic!r}"
+    first_row = 0
+    for window in windows(data, window_bytes):
+        try:
+            conform_batch(window, schema, where)
+        except InvalidRecordError as e:
+            conform_batch(window.slice(0, 0), schema, where)  # a column missing or extra
+            row = first_row + _first_bad_row(window, schema, where)
+            raise InvalidRecordError(f"{e.message}, at row {row}; nothing was sent") from None
+        first_row += window.num_rows
+
+
+def _first_bad_row(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> int:
+    """The first row of ``batch`` that conform_batch refuses, found by halving."""
+    lo, hi = 0, batch.num_rows  # batch[lo:hi] is refused
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            conform_batch(batch.slice(lo, mid - lo), schema, where)
+            lo = mid
+        except InvalidRecordError:
+            hi = mid
+    return lo
+
+
 def _as_bytes(obj: Any, what: str, topic: str) -> bytes:
     if isinstance(obj, bytes | bytearray | memoryview):
         return bytes(obj)
@@ -619,6 +666,33 @@ def _as_bytes(obj: Any, what: str, topic: str) -> bytes:
         return obj.encode()
     raise InvalidRecordError(f"send to {topic!r}: {what} must be bytes, str or None, got "
                              f"{type(obj).__name__}")
+
+
+def _check_timestamp(timestamp_ms: Any, topic: str) -> int:
+    """A record's own timestamp: an int of milliseconds since the epoch, 0 up to int64's
+    largest (Kafka's ProducerRecord refuses a negative one)."""
+    if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int | np.integer) or \
+            not 0 <= timestamp_ms < 2**63:
+        raise InvalidRecordError(f"send to {topic!r}: timestamp_ms must be an int of "
+                                 f"milliseconds, 0 to 2**63-1, got {timestamp_ms!r}")
+    return int(timestamp_ms)
+
+
+def _check_headers(headers: Any, topic: str) -> list[tuple[str, bytes | None]]:
+    """A record's headers: a list of (str, bytes or None) pairs, as kafka-python takes them."""
+    if not isinstance(headers, list | tuple):
+        raise InvalidRecordError(f"send to {topic!r}: headers must be a list of (str, bytes) "
+                                 f"pairs, got {type(headers).__name__}")
+    checked: list[tuple[str, bytes | None]] = []
+    for header in headers:
+        if not isinstance(header, tuple | list) or len(header) != 2 or \
+                not isinstance(header[0], str) or \
+                not (header[1] is None or isinstance(header[1], bytes | bytearray | memoryview)):
+            raise InvalidRecordError(f"send to {topic!r}: a header must be a (str, bytes or "
+                                     f"None) pair, got {header!r}")
+        key, value = header
+        checked.append((key, value if value is None or type(value) is bytes else bytes(value)))
+    return checked
 
 
 _MAY_BE_ZERO = ("linger_ms", "retry_backoff_ms", "max_block_ms")  # 0: no wait (as in Kafka)

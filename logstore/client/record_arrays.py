@@ -22,21 +22,29 @@ from logstore.client.metadata import TopicInfo
 from logstore.errors import InvalidRecordError
 from logstore.records import HEADERS_TYPE, TIMESTAMP_TYPE, null_column
 
+# What pa.array raises for a Python value its type cannot hold.
+_CONVERSION_ERRORS = (pa.ArrowException, ValueError, TypeError, OverflowError)
+
 
 class ChunkArrays(NamedTuple):
     batch: pa.RecordBatch  # the topic's schema
     timestamps: np.ndarray  # int64 ms, per record
     partitions: np.ndarray | None  # int32, -1 where the caller named none; None: nowhere
+    # row -> why its value does not fit the topic's value_schema (its columns are null in
+    # ``batch``; the record must not be sent). Empty unless the whole-chunk conversion failed.
+    rejected: dict[int, InvalidRecordError]
 
 
 def chunk_arrays(chunk: RecordChunk, info: TopicInfo, now_ms: int) -> ChunkArrays:
-    """The chunk's records as one batch of ``info.schema``; InvalidRecordError names the
-    topic when a value does not fit its schema or a named partition does not exist."""
+    """The chunk's records as one batch of ``info.schema``, and the records whose value does
+    not fit a typed topic's value_schema (``rejected``: they must fail alone, unsent).
+    InvalidRecordError names the topic when a named partition does not exist."""
     n = len(chunk.values)
     keys = chunk.keys
     columns: dict[str, pa.Array] = {
         "key": pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary())}
-    columns.update(_value_columns(chunk.values, info))
+    values, rejected = _value_columns(chunk, info)
+    columns.update(values)
     timestamps = np.full(n, now_ms, dtype=np.int64)
     partitions, headers = _extras(chunk, timestamps, info)
     # Over the numpy buffer, no copy (a cast is a compute kernel call: tens of microseconds
@@ -46,14 +54,70 @@ def chunk_arrays(chunk: RecordChunk, info: TopicInfo, now_ms: int) -> ChunkArray
     columns["headers"] = headers
     batch = pa.RecordBatch.from_arrays([columns[name] for name in info.schema.names],
                                        schema=info.schema)
-    return ChunkArrays(batch, timestamps, partitions)
+    return ChunkArrays(batch, timestamps, partitions, rejected)
 
 
-def _value_columns(values: list[Any], info: TopicInfo) -> dict[str, pa.Array]:
+def _value_columns(chunk: RecordChunk, info: TopicInfo
+                   ) -> tuple[dict[str, pa.Array], dict[int, InvalidRecordError]]:
+    """The value column(s), and the records whose value does not fit a typed topic's
+    value_schema. ``send()`` checks no dict against the schema (that would cost every record
+    a conversion of its own): the whole chunk is converted at once, and only when that fails
+    are the misfits looked for, so that they alone fail."""
+    values = chunk.values
     if info.value_schema is None:
-        return {"value": pa.array(values, pa.binary())}
-    struct = pa.array(values, pa.struct(list(info.value_schema)))
-    return {name: struct.field(name) for name in info.value_schema.names}
+        return {"value": pa.array(values, pa.binary())}, {}
+    struct_type = pa.struct(list(info.value_schema))
+    rejected: dict[int, InvalidRecordError] = {}
+    try:
+        struct = pa.array(values, struct_type)
+    except _CONVERSION_ERRORS:
+        misfits: list[int] = []
+        _find_misfits(values, 0, len(values), struct_type, misfits)
+        if not misfits:
+            raise  # no single record is at fault: the chunk fails as a whole
+        rejected = {row: _misfit_error(chunk.topic, values[row], info.value_schema)
+                    for row in misfits}
+        struct = pa.array([None if i in rejected else v for i, v in enumerate(values)],
+                          struct_type)
+    # flatten(), not field(): a null value (a tombstone) must leave its columns null, and a
+    # child array alone does not carry its parent's validity.
+    return dict(zip(info.value_schema.names, struct.flatten(), strict=True)), rejected
+
+
+def _find_misfits(values: list[Any], lo: int, hi: int, struct_type: pa.StructType,
+                  misfits: list[int]) -> None:
+    """Add the rows of ``values[lo:hi]`` that do not convert to ``struct_type`` to
+    ``misfits``, by halving: a few misfits in a large chunk cost a few conversions of the
+    chunk's size, not one conversion per record."""
+    try:
+        pa.array(values[lo:hi], struct_type)
+        return
+    except _CONVERSION_ERRORS:
+        if hi - lo == 1:
+            misfits.append(lo)
+            return
+    mid = (lo + hi) // 2
+    _find_misfits(values, lo, mid, struct_type, misfits)
+    _find_misfits(values, mid, hi, struct_type, misfits)
+
+
+def _misfit_error(topic: str, value: Any, value_schema: pa.Schema) -> InvalidRecordError:
+    """Why a record's value does not fit the value_schema of ``topic``, naming the field at
+    fault."""
+    where = f"send to {topic!r}"
+    if not isinstance(value, dict):
+        return InvalidRecordError(
+            f"{where}: the topic is typed, so a value must be a dict of its value_schema "
+            f"columns {value_schema.names} or None, got {type(value).__name__}")
+    for field in value_schema:
+        try:
+            pa.array([value.get(field.name)], field.type)
+        except _CONVERSION_ERRORS as e:
+            return InvalidRecordError(
+                f"{where}: field {field.name!r} ({field.type}) cannot take "
+                f"{value.get(field.name)!r}: {type(e).__name__}: {e}")
+    return InvalidRecordError(f"{where}: the value does not fit the value_schema "
+                              f"{value_schema}")
 
 
 def _extras(chunk: RecordChunk, timestamps: np.ndarray, info: TopicInfo

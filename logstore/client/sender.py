@@ -486,7 +486,7 @@ class Sender:
                 with self._cond:
                     if batch.producer_id == self._sequences.current(batch.tp):
                         self._sequences.confirmed.add(batch.tp)
-                self._complete(batch, ack.base_offset, None)
+                self._complete(batch, ack.base_offset, None, ack.log_append_time)
             else:
                 self._on_error(batch, error, answered_by=stream.key[0])
 
@@ -571,14 +571,16 @@ class Sender:
                 self._resetting.add(batch.tp)
         return error
 
-    def _complete(self, batch: ProducerBatch, base_offset: int, error: ApiError | None) -> None:
+    def _complete(self, batch: ProducerBatch, base_offset: int, error: ApiError | None,
+                  log_append_time: int = -1) -> None:
         """An in-flight batch is done. Its futures resolve before it stops counting as in
-        flight, so flush() never sees the sender idle while a future is still pending."""
+        flight, so flush() never sees the sender idle while a future is still pending.
+        ``log_append_time`` is the broker's (-1 unless the topic uses LogAppendTime)."""
         if error is not None:
             self.metrics.failed(batch.tp.topic, batch.record_count)
             if batch.producer_id >= 0:
                 error = self._failed_for_good(batch, error)
-        batch.complete(base_offset, error)
+        batch.complete(base_offset, error, log_append_time)
         with self._cond:
             self._inflight[batch.tp] = self._inflight.get(batch.tp, 1) - 1
             self._queued_bytes -= batch.nbytes

@@ -21,7 +21,7 @@ from logstore.client.batches import RecordChunk
 from logstore.client.metadata import PartitionInfo, TopicInfo
 from logstore.client.partitioner import StickyPartitioner, assign_partitions
 from logstore.client.record_arrays import chunk_arrays
-from logstore.records import DEFAULT_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE, null_column
+from logstore.records import DEFAULT_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE, null_column, topic_schema
 
 NOW_MS = 1_700_000_000_000
 PARTITIONS = 3
@@ -115,3 +115,59 @@ def test_a_list_whose_child_carries_metadata_gets_its_own_null_column() -> None:
     column = null_column(5, tagged)
     assert column is not cached and column.type.value_field.metadata == {b"origin": b"a"}
     assert null_column(5, HEADERS_TYPE) is null_column(5, HEADERS_TYPE)
+
+
+VALUE_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("ok", pa.bool_())])
+TYPED_INFO = TopicInfo("typed", INFO.partitions, topic_schema(VALUE_SCHEMA), VALUE_SCHEMA)
+
+
+def _typed_chunk(values: list[Any]) -> RecordChunk:
+    chunk = RecordChunk("typed")
+    chunk.values.extend(values)
+    chunk.keys.extend([None] * len(values))
+    return chunk
+
+
+def _value_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    return batch.select(VALUE_SCHEMA.names).to_pylist()
+
+
+def test_a_null_value_on_a_typed_topic_leaves_every_value_column_null() -> None:
+    """Goal: ``send(typed_topic, None)`` (a tombstone) stores nulls in the value columns,
+    not the zero, empty string and False a struct's children hold under its null slots.
+
+    Method: a chunk mixing None, a full dict, an empty dict and a partial dict; the batch's
+    value columns, read back as Python, are exactly the dicts (missing fields null) and all
+    nulls for the None."""
+    values: list[Any] = [None, {"id": 7, "name": "n", "ok": True}, {}, {"id": 1}, None]
+    arrays = chunk_arrays(_typed_chunk(values), TYPED_INFO, NOW_MS)
+    nulls = dict.fromkeys(VALUE_SCHEMA.names)
+    assert _value_rows(arrays.batch) == [nulls, values[1], nulls, {**nulls, "id": 1}, nulls]
+    assert not arrays.rejected
+
+
+@settings(max_examples=100)
+@given(values=st.lists(
+    st.none() | st.fixed_dictionaries({"id": st.integers(-2**63, 2**63 - 1)}) |
+    st.just({"id": "not-an-int"}) | st.just({"name": 5}) | st.just(b"raw bytes") |
+    st.just({"id": 2**70}), min_size=1, max_size=40))
+def test_values_that_do_not_fit_the_schema_are_rejected_alone(values: list[Any]) -> None:
+    """Goal: a value that does not fit the topic's value_schema (a wrong type, an int too
+    large, bytes on a typed topic) is rejected alone, with an error naming the topic and the
+    field, while the records around it become the batch as they are.
+
+    Method: hypothesis over chunks mixing good and bad values; the rejected rows are exactly
+    the bad ones, each error names the topic (and the field for a dict), and every other
+    row's value columns hold its dict (the rejected ones are null)."""
+    def fits(v: Any) -> bool:
+        return v is None or (isinstance(v, dict) and isinstance(v.get("id", 0), int)
+                             and -2**63 <= v.get("id", 0) < 2**63 and "name" not in v)
+    arrays = chunk_arrays(_typed_chunk(values), TYPED_INFO, NOW_MS)
+    assert sorted(arrays.rejected) == [i for i, v in enumerate(values) if not fits(v)]
+    for row, error in arrays.rejected.items():
+        assert "'typed'" in str(error)
+        if isinstance(values[row], dict):
+            assert f"field {next(iter(values[row]))!r}" in str(error)
+    nulls = dict.fromkeys(VALUE_SCHEMA.names)
+    assert _value_rows(arrays.batch) == [
+        {**nulls, **v} if fits(v) and v is not None else nulls for v in values]
