@@ -18,7 +18,9 @@ topic's schema, compressed with the codec the producer chose:
 |               |                       | (magic first, the magic nowhere else, no offset deltas) |
 | body          | Message.bodyLength    | prefix + body length = the row's bytes, exactly; the    |
 |               |                       | records decode under the topic's schema and pass full   |
-|               |                       | validation (offsets, UTF-8), compressed or not          |
+|               |                       | validation (offsets, UTF-8), compressed or not; a       |
+|               |                       | compressed body declares at most                        |
+|               |                       | ``max_decompressed_bytes`` before it is decompressed    |
 
 The header's fields are the broker's to write: ``seal`` copies the prefix (a few hundred
 bytes), writes the header into the copy and computes the CRC32C over its fields and the body
@@ -38,6 +40,7 @@ from logstore.arrow_message import (
     custom_metadata,
     message_prefix,
     message_summary,
+    parse_record_batch,
 )
 from logstore.errors import CorruptRecordError
 from logstore.records import (
@@ -53,6 +56,17 @@ from logstore.records import (
 
 BLANK_HEADER = BatchHeader(0, 0, 0, 0, 0).pack()
 _PREFIX_SIZE = 8
+# A compressed batch decompresses to at most this many times the topic's max_message_bytes
+# (64 MiB at the default 8 MiB). Brokers decompress each produced batch whole to check it,
+# and consumers and Spark tasks each batch they read: without a bound, a small batch of
+# repetitive values could make any of them allocate gigabytes. Producers cut their pieces
+# to fit it (``client/pieces.py``).
+DECOMPRESSED_FACTOR = 8
+
+
+def max_decompressed_bytes(max_message_bytes: int) -> int:
+    """The most a compressed batch's body may declare, decompressed."""
+    return DECOMPRESSED_FACTOR * max_message_bytes
 
 
 def encode_produced(batch: pa.RecordBatch, options: ipc.IpcWriteOptions | None = None
@@ -88,6 +102,31 @@ class ProducedMessage:
                                      f"topic's schema: {str(e).splitlines()[0]}") from None
         check_values(batch, where)
         return batch
+
+    def decompressed_size(self, where: str) -> int:
+        """The body's bytes once decompressed, as its buffers declare them (each compressed
+        buffer starts with its length decompressed, -1 when stored as it is), read without
+        decompressing anything; the body's size when it is not compressed."""
+        if self.codec is None:
+            return self.size - self.prefix_size
+        try:
+            layout = parse_record_batch(self.data[_PREFIX_SIZE: self.prefix_size].to_pybytes())
+        except MessageFormatError as e:
+            raise CorruptRecordError(f"{where}: produced batch is not an encoded batch "
+                                     f"message: {e}") from None
+        body = memoryview(self.data.slice(self.prefix_size))
+        total = 0
+        for spec in layout.buffers:
+            if spec.length == 0:
+                continue
+            if spec.length < 8 or spec.offset < 0 or spec.offset + spec.length > len(body):
+                raise CorruptRecordError(f"{where}: produced batch has a compressed buffer "
+                                         f"of {spec.length} bytes at {spec.offset}, outside "
+                                         f"its body of {len(body)}")
+            declared = int.from_bytes(body[spec.offset: spec.offset + 8], "little",
+                                      signed=True)
+            total += spec.length - 8 if declared == -1 else max(declared, 0)
+        return total
 
     def seal(self, header: BatchHeader) -> EncodedBatch:
         """The stored message: the header (size and CRC computed here) in a copy of the

@@ -18,7 +18,10 @@ the leader will store in its place:
 
 (The margin covers a LogAppendTime topic, whose leader sets every timestamp to the append
 time and compresses again: the other buffers compress to the same bytes, and equal timestamps
-to no more than the producer's, give or take a frame header.) Pieces aim at ``target`` bytes
+to no more than the producer's, give or take a frame header.) A compressed piece also holds
+at most ``produced.max_decompressed_bytes(limit)`` uncompressed, which the leader checks
+before it decompresses anything: repetitive values compress so well that a piece sized by
+its compressed bytes alone could hold gigabytes. Pieces aim at ``target`` bytes
 (``batch_size`` for records gathered by ``send()``, the limit for ``send_batch``) and never
 pass ``limit`` (the smaller of ``max_request_size`` and the topic's ``max_message_bytes``).
 Rows per piece start from the uncompressed size (a batch far below the target is first tried
@@ -40,7 +43,7 @@ import pyarrow.ipc as ipc
 
 from logstore.errors import MessageTooLargeError
 from logstore.model import TopicPartition
-from logstore.produced import encode_produced
+from logstore.produced import encode_produced, max_decompressed_bytes
 from logstore.records import null_column
 
 RECOMPRESS_MARGIN = 64
@@ -59,6 +62,11 @@ class PieceLimits:
     @property
     def options(self) -> ipc.IpcWriteOptions | None:
         return _write_options(self.codec)
+
+    @property
+    def decompressed_limit(self) -> int:
+        """The most a compressed piece may hold uncompressed (the leader's check)."""
+        return max_decompressed_bytes(self.limit)
 
 
 @lru_cache(maxsize=4)
@@ -110,6 +118,11 @@ def cut(tp: TopicPartition, batch: pa.RecordBatch, limits: PieceLimits
     while lo < n:
         hi = lo + _rows_for(n - lo, per_row, limits.target)
         piece = _compact(batch.slice(lo, hi - lo))
+        raw = uncompressed_size(piece) if limits.codec is not None else 0
+        while raw > limits.decompressed_limit and hi - lo > 1:  # fewer rows, in proportion
+            hi = lo + max(1, int((hi - lo) * limits.decompressed_limit * _FILL / raw))
+            piece = _compact(batch.slice(lo, hi - lo))
+            raw = uncompressed_size(piece)
         message = encode_produced(piece, limits.options)
         size = stored_size(piece, message, limits)
         if size > limits.target and hi - lo > 1:

@@ -21,7 +21,7 @@ import pyarrow.ipc as ipc
 
 from logstore.config import TopicConfig
 from logstore.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
-from logstore.produced import ProducedMessage
+from logstore.produced import DECOMPRESSED_FACTOR, ProducedMessage, max_decompressed_bytes
 from logstore.produced import ProducerData as ProducerData  # the log appends these
 from logstore.records import (
     FLAG_CONTROL,
@@ -162,6 +162,8 @@ class LeaderBatches:
         and whose codec is the topic's is stored as it came (one copy: into the file)."""
         received = batch if isinstance(batch, ProducedMessage) else None
         if received is not None:
+            if received.codec is not None:
+                self._check_decompressed(received)
             batch = received.record_batch(self._schema, self._tp)
         assert isinstance(batch, pa.RecordBatch)
         validate_batch(self._tp, batch, self._schema, self._config)
@@ -184,6 +186,21 @@ class LeaderBatches:
         header = BatchHeader(0, 0, 1, first_ts, max_ts, producer_id, producer_epoch,
                              NO_SEQUENCE, leader_epoch, flags)
         return self._encode(batch, header), header
+
+    def _check_decompressed(self, received: ProducedMessage) -> None:
+        """MESSAGE_TOO_LARGE, before anything is decompressed, for a compressed batch whose
+        body would decompress past what this topic stores (its max_message_bytes when it
+        stores batches uncompressed) or past ``max_decompressed_bytes``."""
+        limit = self._config.max_message_bytes
+        if self._codec is not None:
+            limit = max_decompressed_bytes(limit)
+        declared = received.decompressed_size(self._tp)
+        if declared > limit:
+            raise MessageTooLargeError(
+                f"{self._tp}: a {received.codec} batch of {received.size} bytes decompresses "
+                f"to {declared} bytes, more than {limit} (max_message_bytes "
+                f"{self._config.max_message_bytes}"
+                f"{f', times {DECOMPRESSED_FACTOR} for a compressed topic' if self._codec else ''})")
 
     def _encode(self, batch: pa.RecordBatch, header: BatchHeader) -> memoryview:
         return self._checked(encode_batch(batch, header, options=self._options))

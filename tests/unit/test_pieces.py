@@ -92,6 +92,24 @@ def test_a_topic_that_stores_uncompressed_sizes_pieces_by_their_uncompressed_enc
         assert uncompressed_size(batch.slice(lo, hi - lo)) <= 50_000
 
 
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_a_compressed_topics_pieces_hold_at_most_what_the_leader_decompresses(
+        codec: str) -> None:
+    """Goal: on a compressed topic a piece is sized by its compressed bytes, and repetitive
+    rows compress so well that such a piece could hold gigabytes; each piece must also stay
+    within ``max_decompressed_bytes`` of the limit uncompressed, which the leader checks
+    before decompressing. Method: 4 MB of zeros, a 20 KB limit (so 160 KB decompressed);
+    the leader's reading of every piece's declared size."""
+    batch = _batch([1000] * 4000, 0, compressible=True)
+    limits = piece_limits(20_000, 20_000, 20_000, None, codec)
+    pieces = list(cut(TP, batch, limits))
+    assert sum(hi - lo for lo, hi, _ in pieces) == batch.num_rows
+    for _, _, message in pieces:
+        assert isinstance(message, pa.Buffer)
+        assert read_produced(message, "t-3").decompressed_size("t-3") <= \
+            limits.decompressed_limit
+
+
 def test_limit_is_the_smaller_of_max_request_size_and_the_topics_max_message_bytes() -> None:
     """Goal: the limit named in the error is the setting that binds. Method: both orders."""
     assert piece_limits(10, 100, 50, None, "none").limit_reason == \

@@ -15,7 +15,12 @@ from segment_helpers import keyed, make_batch, open_log, records, reopen, segmen
 from logstore import errors
 from logstore.clock import FakeClock
 from logstore.config import TopicConfig
-from logstore.produced import BLANK_HEADER, encode_produced, read_produced
+from logstore.produced import (
+    BLANK_HEADER,
+    encode_produced,
+    max_decompressed_bytes,
+    read_produced,
+)
 from logstore.records import (
     DEFAULT_SCHEMA,
     HEADER_KEY,
@@ -219,3 +224,31 @@ def test_produced_typed_and_oversized_messages_follow_the_topics_rules(tmp_path:
         small.append_as_leader(read_produced(_produced(keyed(0, 100)), "topic-0"))
     with pytest.raises(errors.InvalidRecordError, match="empty"):
         small.append_as_leader(read_produced(_produced(keyed(0, 0)), "topic-0"))
+
+
+def test_a_compressed_batch_declaring_too_much_decompressed_is_refused_before_decoding(
+        ) -> None:
+    """Goal: a small compressed batch of repetitive values cannot make the leader allocate
+    what it decompresses to: the body's declared decompressed size is read without
+    decompressing, and a batch past max_message_bytes (a topic that stores batches
+    uncompressed) or past max_decompressed_bytes (a compressed topic) is MESSAGE_TOO_LARGE
+    naming the partition; the declared size is the body's real one. Method: 20,000 identical
+    1 KB values (20 MB, a few kilobytes in zstd) through LeaderBatches of both topics, and a
+    small batch that fits."""
+    big = make_batch([b"k"] * 20_000, [b"v" * 1000] * 20_000)
+    small = make_batch([b"k"] * 10)
+    for codec in ("lz4", "zstd"):
+        message = read_produced(_produced(big, codec), "topic-0")
+        assert message.size < 1 << 20  # compressed, it fits the limit
+        decompressed = message.decompressed_size("topic-0")
+        plain = read_produced(_produced(big), "topic-0")
+        assert abs(decompressed - plain.decompressed_size("topic-0")) < 256  # padding
+        for topic_codec, limit in (("none", 1 << 20), (codec, max_decompressed_bytes(1 << 20))):
+            leader = LeaderBatches("topic-0", DEFAULT_SCHEMA, TopicConfig(
+                compression_type=topic_codec, max_message_bytes=1 << 20))
+            with pytest.raises(errors.MessageTooLargeError,
+                               match=f"topic-0: a {codec} batch .* decompresses to "
+                                     f"{decompressed} bytes, more than {limit}"):
+                leader.producer_batch(message, 1, 0, -1, -1, -1, 0)
+            leader.producer_batch(read_produced(_produced(small, codec), "topic-0"),
+                                  1, 0, -1, -1, -1, 0)
