@@ -21,22 +21,30 @@ import pyarrow as pa
 from logstore.errors import ApiError, RequestTimedOutError
 from logstore.model import RecordMetadata, TopicPartition
 
+# What a record costs in Arrow beyond its key, value and headers: the offsets of its key,
+# value and headers, and its timestamp.
+RECORD_OVERHEAD = 20
+
 
 class RecordChunk:
     """Records sent one at a time to one topic, waiting to be turned into Arrow batches."""
 
-    __slots__ = ("topic", "keys", "values", "extras", "limit", "generation", "created", "done",
-                 "partitions", "offsets", "timestamps", "_own_timestamps", "error", "errors",
-                 "error_index", "_pending", "_lock")
+    __slots__ = ("topic", "keys", "values", "nbytes", "max_bytes", "extras", "generation",
+                 "created", "done", "partitions", "offsets", "timestamps", "_own_timestamps",
+                 "error", "errors", "error_index", "_pending", "_lock")
 
-    def __init__(self, topic: str, limit: int = 1000, generation: int = 0) -> None:
+    def __init__(self, topic: str, generation: int = 0, max_bytes: int = 1 << 20) -> None:
         self.topic = topic
         self.generation = generation  # the sender's generation when the chunk was started
         self.keys: list[bytes | None] = []
         self.values: list[Any] = []
+        # The records' bytes in Arrow, about: keys, values, headers (a typed value's
+        # estimated) and RECORD_OVERHEAD each. Counted against buffer_memory once handed to
+        # the drainer; the chunk is full at max_bytes (the producer's batch_size).
+        self.nbytes = 0
+        self.max_bytes = max_bytes
         # row -> (partition, timestamp_ms, headers), for the records that set any of them
         self.extras: dict[int, tuple[int | None, int | None, Any]] = {}
-        self.limit = limit  # rows that make about batch_size bytes, learnt from earlier chunks
         self.created = time.monotonic()  # then the first record's time: its linger starts
         self.done = threading.Event()
         self.partitions: np.ndarray | None = None

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.client.batches import (
+    RECORD_OVERHEAD,
     FutureBatchMetadata,
     FutureRecordMetadata,
     ProducerBatch,
@@ -133,7 +134,6 @@ class Producer:
         self._order = 0
         self._ready_chunks: list[RecordChunk] = []
         self._draining_chunks: list[RecordChunk] = []  # taken by the drainer, being split
-        self._rows_limit: dict[str, int] = {}  # rows per chunk that make about batch_size
         self._closed = False
         self._wake = threading.Event()
         self._drainer = threading.Thread(target=self._drain_loop, name="logstore-producer-drain",
@@ -204,10 +204,10 @@ class Producer:
         with self._lock:
             stale = [c for c in self._chunks.values() if c.values]
             stale.extend(self._ready_chunks)
+            self._sender.release(sum(c.nbytes for c in self._ready_chunks))
             self._ready_chunks = []
             for topic in self._chunks:
-                self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000),
-                                                  generation)
+                self._chunks[topic] = self._new_chunk(topic, generation)
         for chunk in stale:
             chunk.fail(error)
         return failed + len(stale)
@@ -281,8 +281,12 @@ class Producer:
                 values = chunk.values
                 values.append(value)
                 chunk.keys.append(key)
+                nbytes = chunk.nbytes + len(value) + RECORD_OVERHEAD
+                if key is not None:
+                    nbytes += len(key)
+                chunk.nbytes = nbytes
                 index = len(values) - 1
-                if index >= chunk.limit:
+                if nbytes >= chunk.max_bytes:
                     self._swap_chunk(topic)
                 elif index == 0:  # its linger starts now; the drainer times it
                     chunk.created = time.monotonic()
@@ -322,10 +326,13 @@ class Producer:
         """Add one record to ``chunk`` (caller holds ``self._lock``)."""
         chunk.values.append(value)
         chunk.keys.append(key)
+        chunk.nbytes += RECORD_OVERHEAD + _approx_size(key) + _approx_size(value) + (
+            0 if extra is None or extra[2] is None else
+            sum(len(k) + _approx_size(v) for k, v in extra[2]))
         index = len(chunk.values) - 1
         if extra is not None:
             chunk.extras[index] = extra
-        if index >= chunk.limit:
+        if chunk.nbytes >= chunk.max_bytes:
             self._swap_chunk(topic)
         elif index == 0:
             chunk.created = time.monotonic()
@@ -476,19 +483,21 @@ class Producer:
                 "faster than the brokers take them); the record was not sent")
         with self._lock:
             if topic not in self._chunks:
-                self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000),
-                                                  self._sender.generation)
+                self._chunks[topic] = self._new_chunk(topic, self._sender.generation)
 
     def _swap_chunk(self, topic: str) -> None:
         """Hand the topic's full chunk to the drainer (caller holds ``self._lock``). While
         ``buffer_memory`` is full the topic gets no new chunk, so its next send() waits in
         ``_start_topic``: what send() holds stays bounded."""
         full = self._chunks.pop(topic)
+        self._sender.reserve(full.nbytes)  # counted against buffer_memory from now on
         if self._sender.has_room():
-            self._chunks[topic] = RecordChunk(topic, self._rows_limit.get(topic, 1000),
-                                              full.generation)
+            self._chunks[topic] = self._new_chunk(topic, full.generation)
         self._ready_chunks.append(full)
         self._wake.set()
+
+    def _new_chunk(self, topic: str, generation: int) -> RecordChunk:
+        return RecordChunk(topic, generation, self.batch_size)
 
     def _drain_loop(self) -> None:
         """Drain full chunks, and chunks whose linger is over, until closed. Between rounds
@@ -523,12 +532,11 @@ class Producer:
         return max(min(started) + self.linger_s - time.monotonic(), 0.0)
 
     def _drain_chunk(self, chunk: RecordChunk) -> None:
+        reserved = chunk.nbytes  # released here unless enqueue takes it over
         try:
             info = self._topic_info(chunk.topic)
             arrays = chunk_arrays(chunk, info, time.time_ns() // 1_000_000)
             batch = arrays.batch
-            self._rows_limit[chunk.topic] = max(
-                1, min(1_000_000, int(self.batch_size * batch.num_rows / max(batch.nbytes, 1))))
             parts = self._partitions(chunk.topic, info, batch, arrays.partitions)
             pieces, too_large = self._chunk_pieces(chunk, info, batch, parts, arrays.rejected)
             generation = None
@@ -540,13 +548,18 @@ class Producer:
             chunk.expect(len(pieces) + len(too_large), parts, arrays.timestamps)
             for rows, error in too_large:  # a record over the limit, or a misfit, fails alone
                 chunk.batch_done(rows, -1, error)
-            self._sender.enqueue(pieces, self.max_block_s, generation=generation)
+            self._sender.enqueue(pieces, self.max_block_s, generation=generation,
+                                 reserved=reserved)
+            reserved = 0
         except Exception as e:  # a bad chunk fails its own futures, never the producer
             err = e if isinstance(e, InvalidRecordError | MessageTooLargeError) else e if \
                 isinstance(e, ApiError) and (self._txn is not None or
                                              isinstance(e, RequestTimedOutError)) else \
                 InvalidRecordError(f"topic {chunk.topic!r}: {type(e).__name__}: {e}")
             chunk.fail(err)
+        finally:
+            if reserved:
+                self._sender.release(reserved)
 
     def _chunk_pieces(self, chunk: RecordChunk, info: TopicInfo, batch: pa.RecordBatch,
                       parts: np.ndarray, rejected: Mapping[int, InvalidRecordError]
@@ -666,6 +679,16 @@ def _as_bytes(obj: Any, what: str, topic: str) -> bytes:
         return obj.encode()
     raise InvalidRecordError(f"send to {topic!r}: {what} must be bytes, str or None, got "
                              f"{type(obj).__name__}")
+
+
+def _approx_size(obj: Any) -> int:
+    """Bytes a key, value or header value counts for against batch_size and buffer_memory:
+    its length, a typed value's (a dict) estimated as 8 bytes a field plus its strings."""
+    if obj is None:
+        return 0
+    if type(obj) is not dict:
+        return len(obj)
+    return sum(len(v) if isinstance(v, str | bytes) else 8 for v in obj.values())
 
 
 def _check_timestamp(timestamp_ms: Any, topic: str) -> int:

@@ -150,6 +150,7 @@ class Sender:
         # A refusal no retry can change (an authorization error): batches fail with it.
         self._ids_refused: ApiError | None = None
         self._queued_bytes = 0
+        self._reserved_bytes = 0  # records handed to the drainer, not yet queued (reserve)
         self._outstanding: set[int] = set()  # orders of batches not yet done
         self._generation = 0  # moved on by each abort_pending
         self._aborted: ApiError | None = None  # the error of the last abort
@@ -174,29 +175,47 @@ class Sender:
         return self._buffer_memory
 
     def has_room(self) -> bool:
-        """Whether queued batches leave room in buffer_memory (read without the lock: a
-        hint for the producer, which waits in ``wait_for_room``)."""
-        return self._queued_bytes < self._buffer_memory
+        """Whether queued batches and reserved records leave room in buffer_memory (read
+        without the lock: a hint for the producer, which waits in ``wait_for_room``)."""
+        return self._queued_bytes + self._reserved_bytes < self._buffer_memory
 
     def wait_for_room(self, max_block_s: float) -> bool:
-        """Wait up to ``max_block_s`` until queued batches leave room in buffer_memory."""
+        """Wait up to ``max_block_s`` until queued batches and reserved records leave room in
+        buffer_memory."""
         deadline = time.monotonic() + max_block_s
         with self._cond:
-            while self._queued_bytes >= self._buffer_memory and not self._closed:
+            while self._queued_bytes + self._reserved_bytes >= self._buffer_memory and \
+                    not self._closed:
                 if not self._cond.wait(deadline - time.monotonic()):
                     return False
         return True
+
+    def reserve(self, nbytes: int) -> None:
+        """Count ``nbytes`` of records handed to the drainer against buffer_memory until they
+        are queued as batches (``enqueue(reserved=...)``) or dropped (``release``): so
+        send() blocks however far the drainer lags behind it."""
+        with self._cond:
+            self._reserved_bytes += nbytes
+
+    def release(self, nbytes: int) -> None:
+        """Records reserved that will not be queued (their chunk failed)."""
+        with self._cond:
+            self._reserved_bytes -= nbytes
+            self._cond.notify_all()
 
     def _in_flight_count(self) -> int:
         with self._cond:
             return sum(self._inflight.values())
 
     def enqueue(self, batches: list[ProducerBatch], max_block_s: float = 60.0,
-                generation: int | None = None) -> None:
+                generation: int | None = None, reserved: int = 0) -> None:
         """Queue ``batches``, waiting (at most ``max_block_s``) while they would overflow
         buffer_memory; a batch larger than it all goes alone, once the queue is empty. With
         ``generation``, refused with the abort's error if an abort moved the sender past it
-        (the records belong to an aborted transaction)."""
+        (the records belong to an aborted transaction). ``reserved``: the bytes ``reserve``
+        counted for these records, released once they are queued (the caller releases them
+        if this raises). Other reservations are records the drainer has not reached, behind
+        these: they do not hold these up."""
         size = sum(b.nbytes for b in batches)
         deadline = time.monotonic() + max_block_s
         with self._cond:
@@ -220,6 +239,7 @@ class Sender:
                 self._insert(b)
                 self._outstanding.add(b.order)
             self._queued_bytes += size
+            self._reserved_bytes -= reserved
             self._changed()
 
     def set_producer(self, producer_id: int, producer_epoch: int) -> None:

@@ -1,7 +1,8 @@
 """Producer behaviour found wanting in a third review: a tombstone on a typed topic stored as
 made-up values, one bad record failing the records sharing its chunk (or a bad timestamp or
 header being stored at all), metadata giving the client's time on a LogAppendTime topic, and
-``send_batch`` raising after part of its table was written.
+``send_batch`` raising after part of its table was written; ``send()`` accepting records far
+past ``buffer_memory``.
 
 Each test runs against a real broker process (the module's ``broker`` fixture) and checks the
 claim by reading the records back, not by trusting the producer's own metadata.
@@ -9,6 +10,8 @@ claim by reading the records back, not by trusting the producer's own metadata.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
 import uuid
 from typing import Any
@@ -19,7 +22,7 @@ import pytest
 
 from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.client import producer as producer_module
-from logstore.errors import ApiError, ErrorCode, InvalidRecordError
+from logstore.errors import ApiError, ErrorCode, InvalidRecordError, RequestTimedOutError
 from tests.brokers import bounded_producer, new_topic
 
 VALUE_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("ok", pa.bool_())])
@@ -209,3 +212,35 @@ def test_send_batch_with_a_column_missing_raises_before_sending(broker) -> None:
         assert "payload" in str(e.value) and "row" not in str(e.value), e.value
         assert admin.list_offsets({TopicPartition(topic, 0): -1}) == {
             TopicPartition(topic, 0): 0}
+
+
+def test_send_blocks_once_buffer_memory_is_held_however_far_the_drainer_lags(
+        broker_factory: Any) -> None:
+    """Goal: ``buffer_memory`` bounds what ``send()`` accepts, as in Kafka: records count from
+    the moment their chunk is handed to the drainer, not only once they are encoded batches,
+    and a chunk holds at most ``batch_size`` bytes (a topic's first chunk used to take 1,000
+    records whatever their size). Before, with the broker stalled and buffer_memory 100 kB,
+    28,818 sends of 1 kB were accepted (19 MiB held in chunks) before one blocked.
+    Method: a broker of its own, frozen with SIGSTOP after one acknowledged record; a
+    producer with buffer_memory 100 kB, batch_size 16 kB and max_block_ms 1 s sends 1 kB
+    records until send() raises RequestTimedOutError (at most 5,000); what it accepted must
+    stay within twice buffer_memory plus a batch."""
+    broker = broker_factory()
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, prefix="r3", partitions=1)
+    producer = producer_module.Producer(
+        broker.bootstrap, acks=1, linger_ms=0, buffer_memory=100_000, batch_size=16_384,
+        max_block_ms=1_000, request_timeout_ms=60_000, delivery_timeout_ms=120_000)
+    accepted = 0
+    try:
+        producer.send(topic, b"warm").result(10)
+        broker.kill(signal.SIGSTOP)
+        with pytest.raises(RequestTimedOutError, match="buffer_memory"):
+            while accepted < 5_000:
+                producer.send(topic, b"x" * 1000)
+                accepted += 1
+    finally:
+        broker.kill(signal.SIGCONT)
+        with contextlib.suppress(ApiError):
+            producer.close(10)
+    assert accepted * 1000 <= 2 * 100_000 + 16_384, accepted
