@@ -306,6 +306,8 @@ class Producer:
             key = _as_bytes(key, "key", topic)
         if value is not None and type(value) is not bytes and type(value) is not dict:
             value = _as_bytes(value, "value", topic)
+        if isinstance(partition, np.integer):
+            partition = int(partition)
         if partition is not None or type(value) is dict:
             self._check_record(topic, partition, value)
         if timestamp_ms is not None:
@@ -461,8 +463,13 @@ class Producer:
     # -- per-record path ---------------------------------------------------------------------
 
     def _check_record(self, topic: str, partition: int | None, value: Any) -> None:
-        """What send() can check cheaply, so one bad record fails alone and at once."""
+        """What send() can check cheaply, so one bad record fails alone and at once. A
+        partition past the cached count is looked up again first (it may have been added
+        since: Kafka's send() waits for metadata that has it)."""
         info = self._topic_info(topic)
+        if partition is not None and type(partition) is int and \
+                partition >= info.num_partitions:
+            info = self._metadata.topic(topic, refresh=True)
         if partition is not None and (type(partition) is not int
                                       or not 0 <= partition < info.num_partitions):
             raise InvalidRecordError(f"topic {topic!r} has no partition {partition!r} "
@@ -482,6 +489,7 @@ class Producer:
                 f"full for max_block_ms {self.max_block_s * 1000:.0f} ms (records are sent "
                 "faster than the brokers take them); the record was not sent")
         with self._lock:
+            self._check_open()  # closed during the wait: no chunk nobody would drain
             if topic not in self._chunks:
                 self._chunks[topic] = self._new_chunk(topic, self._sender.generation)
 

@@ -244,3 +244,21 @@ def test_send_blocks_once_buffer_memory_is_held_however_far_the_drainer_lags(
         with contextlib.suppress(ApiError):
             producer.close(10)
     assert accepted * 1000 <= 2 * 100_000 + 16_384, accepted
+
+
+def test_send_to_a_partition_added_since_the_metadata_was_cached_is_sent(broker: Any) -> None:
+    """Goal: as Kafka's send() waits for metadata that has the partition, a record for a
+    partition added after the producer cached the topic's metadata (within
+    metadata_max_age_ms) is sent, not refused; a numpy integer partition is taken as an int;
+    a partition that does not exist even after a refresh is still refused, naming the topic.
+    Method: a producer sends to a one-partition topic, the topic grows to three, the same
+    producer sends to partition 2 (given as numpy.int64) and to partition 5."""
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, prefix="r3", partitions=1)
+        with bounded_producer(broker.bootstrap, acks=1) as producer:
+            producer.send(topic, b"first", partition=0).result(10)
+            admin.create_partitions({topic: 3})
+            metadata = producer.send(topic, b"later", partition=np.int64(2)).result(10)
+            assert (metadata.partition, metadata.offset) == (2, 0)
+            with pytest.raises(InvalidRecordError, match=f"{topic}.*no partition 5"):
+                producer.send(topic, b"nowhere", partition=5)
