@@ -336,7 +336,10 @@ class ReplicaFetcher:
         try:
             if not p.append_as_follower([to_stored(m) for m in pushed.messages],
                                         state.high_watermark, f.leader_epoch):
-                return  # this replica moved on to another epoch: add() positions it again
+                # This replica moved on to another epoch (add() positions it again): the
+                # push is dropped, and its credit goes back, or the session's window shrinks.
+                session.send(FetchSessionCredit(credit_bytes=pushed.size_bytes))
+                return
         except ApiError as e:
             log.warning("%s: append of the leader's batches failed: %s; truncating by "
                         "epoch again", p.tp, e)
@@ -366,7 +369,8 @@ class ReplicaFetcher:
                 else logging.WARNING
             log.log(level, "%s: leader %d ended it in the session: %s", f.partition.tp,
                     self.leader_id, error)
-            self._reposition(f, truncate=False, backoff=True)
+            # Truncated by epoch again before it is positioned again: its epoch may be stale.
+            self._reposition(f, truncate=True, backoff=True)
 
     def _reposition(self, f: _Fetching, truncate: bool, backoff: bool) -> None:
         with self._lock:
