@@ -421,7 +421,10 @@ class ReplicaFetcher:
             target = p.log.log_end_offset if epoch == UNDEFINED_EPOCH else 0
         else:
             own_end = p.end_offset_for_epoch(entry.leader_epoch)[1]
-            target = min(entry.end_offset, own_end)
+            # An epoch older than every one we know (UNDEFINED_OFFSET): the leader's end of it
+            # bounds what we may keep, as in Kafka; never below our log start.
+            target = min(entry.end_offset, own_end if own_end >= 0 else p.log.log_end_offset)
+        target = max(target, p.log.log_start_offset)
         if target < p.log.log_end_offset:
             log.warning("%s: truncating the divergent tail %d..%d (leader %d, epoch %d)",
                         p.tp, target, p.log.log_end_offset, self.leader_id, epoch)

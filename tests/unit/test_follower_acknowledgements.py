@@ -4,7 +4,8 @@ Goal: a follower's log end offset advances the leader's high watermark (and comp
 appends, and readmits it to the ISR) only while the follower follows the leader's current
 epoch and holds the partition subscribed: a follower on an older epoch may hold a divergent
 tail it has not truncated yet, and counting it acknowledged records no ISR member but the
-leader had. A push the follower drops gives its credit back. Method: the real ReplicaManager,
+leader had. A push the follower drops gives its credit back; truncation by epoch stays within
+the log. Method: the real ReplicaManager,
 Partition, Log and broker-side FetchSession in one process with a FakeClock (no network); the
 follower's side with a real ReplicaFetcher and a stand-in stream.
 """
@@ -21,6 +22,7 @@ from logstore.broker.fetch_session import FetchSession
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.clock import FakeClock, SystemClock
 from logstore.config import TopicConfig
+from logstore.messages.cluster import EpochEndOffset, OffsetsForLeaderEpochResponse
 from logstore.messages.fetch import FetchPartition
 from logstore.messages.fetch_session import (
     FetchSessionCredit,
@@ -138,3 +140,28 @@ def test_a_push_the_follower_drops_gives_its_credit_back(tmp_path: Path) -> None
     assert follower.log.log_end_offset == 0
     assert sum(f.credit_bytes for f in stream.frames
                if isinstance(f, FetchSessionCredit)) == news.size_bytes
+
+
+def test_truncation_by_an_epoch_older_than_every_known_one_stays_in_the_log(
+        tmp_path: Path) -> None:
+    """A follower whose cached epochs all start after the epoch the leader answers with
+    (its cache lost older entries) keeps what the leader's end of that epoch bounds, and
+    never truncates below its log start (before, it truncated to offset -1: the log
+    restarted empty at -1). Method: a follower log of 10 records at epoch 5, a stand-in
+    leader that answers epoch 3 ending at 7."""
+    clock = SystemClock()
+    log = Log.open(tmp_path / "follower" / "t-0", "t", 0, TopicConfig(), DEFAULT_SCHEMA, clock)
+    for i in range(10):
+        log.append_as_leader(keyed(i, 1), leader_epoch=5)
+    follower = Partition(TP, log, 3, clock, lambda tp: None)
+    follower.epochs.assign(5, 0)
+    follower.make_follower(1, 6, (1, 3))
+
+    class Leader:
+        def call(self, request: Any, timeout_s: float | None = None) -> Any:
+            return OffsetsForLeaderEpochResponse(topic="t", partitions=[
+                EpochEndOffset(partition=0, leader_epoch=3, end_offset=7)])
+
+    replica = fetcher.ReplicaFetcher(3, 1, "t", lambda broker: None)
+    replica._truncate_by_epoch(Leader(), fetcher._Fetching(follower, 6))  # type: ignore[arg-type]
+    assert (log.log_start_offset, log.log_end_offset) == (0, 7)
