@@ -23,8 +23,12 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from logstore import Admin, NewTopic, Producer
 from logstore.errors import ApiError
+from logstore.messages.produce import ProduceAck, ProduceBatchMetadata, ProduceRequest
+from logstore.rpc.client import BrokerConnection
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 60.0
@@ -238,3 +242,26 @@ def new_topic(admin: Admin, partitions: int, prefix: str = "t", **config: object
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(name, partitions, config=dict(config))])
     return name
+
+
+def raw_produce(address: str, request: ProduceRequest, schema: pa.Schema,
+                batches: list[tuple[pa.RecordBatch, ProduceBatchMetadata]]
+                ) -> list[ProduceAck]:
+    """Send ``batches`` on one raw produce stream to ``address`` (no Producer: what a
+    hand-made client sends), each acknowledgement read before the next batch; every batch
+    must be answered."""
+    conn = BrokerConnection(address, timeout_s=10)
+    try:
+        stream = conn.open_produce(request, schema)
+        try:
+            acks = []
+            for batch, meta in batches:
+                stream.send(batch, meta)
+                acks.append(stream.read_ack())
+        finally:
+            stream.close()
+    finally:
+        conn.close()
+    received = [ack for ack in acks if ack is not None]
+    assert len(received) == len(batches), acks
+    return received

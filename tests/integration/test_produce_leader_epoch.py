@@ -15,8 +15,7 @@ from logstore.client.metadata import ClusterMetadata
 from logstore.errors import ErrorCode
 from logstore.messages.produce import ProduceAck, ProduceBatchMetadata, ProduceRequest
 from logstore.records import DEFAULT_SCHEMA
-from logstore.rpc.client import BrokerConnection
-from tests.brokers import BrokerFactory, bounded_producer
+from tests.brokers import BrokerFactory, bounded_producer, raw_produce
 from tests.faults.cluster import Cluster
 
 
@@ -38,22 +37,9 @@ def _leader_epoch(bootstrap: str | list[str], tp: TopicPartition) -> tuple[int, 
 def _produce(address: str, topic: str, metas: list[dict[str, Any]]) -> list[ProduceAck]:
     """Send one single-record batch per metadata dict (fields of ProduceBatchMetadata) on one
     stream (acks=1), read the acks."""
-    conn = BrokerConnection(address, timeout_s=10)
-    try:
-        stream = conn.open_produce(ProduceRequest(topic=topic, acks=1, timeout_ms=5000),
-                                   DEFAULT_SCHEMA)
-        try:
-            for seq, meta in enumerate(metas):
-                stream.send(_batch([b"v%d" % seq]),
-                            ProduceBatchMetadata(seq=seq, partition=0, **meta))
-            acks = [stream.read_ack() for _ in metas]
-        finally:
-            stream.close()
-    finally:
-        conn.close()
-    received = [ack for ack in acks if ack is not None]
-    assert len(received) == len(metas), acks
-    return received
+    return raw_produce(address, ProduceRequest(topic=topic, acks=1, timeout_ms=5000),
+                       DEFAULT_SCHEMA, [(_batch([b"v%d" % seq]), ProduceBatchMetadata(
+                           seq=seq, partition=0, **meta)) for seq, meta in enumerate(metas)])
 
 
 def _values(bootstrap: str | list[str], topic: str, expected: int) -> list[bytes]:

@@ -25,7 +25,7 @@ from logstore.records import (
     message_batch,
     null_column,
 )
-from logstore.rpc.client import BrokerConnection
+from tests.brokers import raw_produce
 
 
 def _offsets(*offsets: int) -> pa.Buffer:
@@ -57,23 +57,10 @@ def _invalid_utf8_header_key() -> pa.RecordBatch:
 
 def _produce(address: str, topic: str, messages: list[pa.Buffer]) -> list[ProduceAck]:
     """Send each encoded batch on one stream of encoded batches (acks=1), read the acks."""
-    conn = BrokerConnection(address, timeout_s=10)
-    try:
-        stream = conn.open_produce(
-            ProduceRequest(topic=topic, acks=1, timeout_ms=5000, messages=True),
-            STORED_MESSAGE_SCHEMA)
-        try:
-            acks = []
-            for seq, message in enumerate(messages):
-                stream.send(message_batch(message), ProduceBatchMetadata(seq=seq, partition=0))
-                acks.append(stream.read_ack())
-        finally:
-            stream.close()
-    finally:
-        conn.close()
-    received = [ack for ack in acks if ack is not None]
-    assert len(received) == len(messages), acks
-    return received
+    return raw_produce(
+        address, ProduceRequest(topic=topic, acks=1, timeout_ms=5000, messages=True),
+        STORED_MESSAGE_SCHEMA, [(message_batch(message), ProduceBatchMetadata(
+            seq=seq, partition=0)) for seq, message in enumerate(messages)])
 
 
 def test_batches_with_invalid_arrays_are_refused_and_the_partition_stays_readable(
@@ -133,21 +120,11 @@ def test_plain_batches_with_invalid_arrays_are_refused(broker) -> None:
     topic = f"pv-plain-{uuid.uuid4().hex[:8]}"
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 1)])
-    conn = BrokerConnection(broker.bootstrap, timeout_s=10)
-    try:
-        stream = conn.open_produce(ProduceRequest(topic=topic, acks=1, timeout_ms=5000),
-                                   DEFAULT_SCHEMA)
-        try:
-            acks = []
-            for seq, batch in enumerate([_unordered_value_offsets(), _invalid_utf8_header_key(),
-                                         _batch()]):
-                stream.send(batch, ProduceBatchMetadata(seq=seq, partition=0))
-                acks.append(stream.read_ack())
-        finally:
-            stream.close()
-    finally:
-        conn.close()
-    assert all(ack is not None for ack in acks), acks
+    acks = raw_produce(broker.bootstrap, ProduceRequest(topic=topic, acks=1, timeout_ms=5000),
+                       DEFAULT_SCHEMA, [(batch, ProduceBatchMetadata(seq=seq, partition=0))
+                                        for seq, batch in enumerate([
+                                            _unordered_value_offsets(),
+                                            _invalid_utf8_header_key(), _batch()])])
     for ack in acks[:2]:
         assert ack is not None and ack.error_code == ErrorCode.CORRUPT_MESSAGE, ack
         assert f"{topic}-0" in (ack.error_message or "")
