@@ -67,6 +67,12 @@ class ConsumerRebalanceListener:
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         """After new partitions arrive, before their records are fetched."""
 
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        """The consumer was removed from the group (its session or ``max_poll_interval_ms``
+        ran out): the partitions may already be another member's, and nothing can be
+        committed for them. By default, as in Kafka, ``on_partitions_revoked``."""
+        self.on_partitions_revoked(lost)
+
 
 class Consumer:
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
@@ -157,11 +163,14 @@ class Consumer:
         self._group.need_rejoin.set()
 
     def unsubscribe(self) -> None:
+        failure = None
         if self._group is not None and self._subscription is not None:
-            self._revoke(set(self._assignment))
+            failure = self._revoke(set(self._assignment))
             self._group.leave()
         self._subscription = None
         self.assign([])
+        if failure is not None:
+            raise failure
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
@@ -169,7 +178,7 @@ class Consumer:
     def position(self, tp: TopicPartition) -> int:
         tp = self._assigned(tp)
         if tp not in self._positions:
-            self._reset_position(tp)
+            self._initial_positions([tp])
         return self._positions[tp]
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
@@ -272,6 +281,9 @@ class Consumer:
         """Wait up to ``timeout_s`` for fetched records (the fetcher sends the next fetch
         straight away, so the network works while the caller decodes)."""
         wanted = [tp for tp in self._assignment if tp not in self._paused]
+        unplaced = [tp for tp in wanted if tp not in self._positions]
+        if unplaced:  # in one lookup, not one per partition
+            self._initial_positions(unplaced)
         # With nothing to fetch (all paused or buffered), block like Kafka's poll, but wake on
         # wakeup() from another thread.
         if not self._fetcher.fetch(wanted, self.position, timeout_s) and \
@@ -285,6 +297,18 @@ class Consumer:
         log.warning("%s; resetting to the %s offset", err.message,
                     "earliest" if self._reset == EARLIEST else "latest")
         self._reset_position(tp)
+
+    def _initial_positions(self, tps: list[TopicPartition]) -> None:
+        """Where partitions without a position start: with a group_id, at the group's
+        committed offsets (after assign() too, as in Kafka), else as auto_offset_reset says."""
+        committed = self._group.committed(tps, self._require_stable) \
+            if self._group is not None else {}
+        for tp in tps:
+            found = committed.get(tp)
+            if found is not None and found.offset >= 0:
+                self._set_position(tp, found.offset)
+            else:
+                self._reset_position(tp)
 
     def _reset_position(self, tp: TopicPartition) -> None:
         if self._reset is None:
@@ -336,17 +360,31 @@ class Consumer:
         return counts
 
     def _rebalance(self, group: GroupMember) -> None:
+        """One join of the group. Before it: a consumer the group removed loses what it held
+        (no commit: another member may own it by now; it rejoins owning nothing); an eager
+        one revokes everything (committing when auto-commit is on), a cooperative one
+        commits everything it owns (Kafka's onJoinPrepare: its commit after the join would
+        be at the new generation, for partitions no longer its own). The previous owner's
+        partitions go to the assignor as owned either way (so ``sticky`` keeps them). A
+        listener's exception is raised once the rebalance is complete, as in Kafka."""
+        failure: Exception | None = None
+        if group.generation_id < 0 and self._assignment:
+            failure = self._lose(set(self._assignment))
         owned = set(self._assignment)
-        if not group.cooperative and owned:
-            self._revoke(owned)
+        if group.cooperative:
+            if self._auto_commit_s is not None and owned:
+                self._commit_quietly({tp: o for tp, o in self._positions.items()
+                                      if tp in owned})
+        elif owned:
+            failure = self._revoke(owned) or failure
         topics = self._subscribed_topics()
         self._subscribed_counts = self._partition_counts(topics)
-        outcome = group.join(topics, sorted(self._assignment), self._partition_counts)
+        outcome = group.join(topics, sorted(owned), self._partition_counts)
         new = set(outcome.assignment)
         revoked = set(self._assignment) - new
-        if revoked:
-            self._revoke(revoked)
-            group.need_rejoin.set()  # cooperative: the revoked partitions go out next round
+        if revoked:  # cooperative: committed before the join
+            failure = self._revoke(revoked, commit=False) or failure
+            group.need_rejoin.set()  # the revoked partitions go out next round
         added = new - set(self._assignment)
         self.assign(sorted(new))
         log.info("group %s generation %d: assigned %s", group.settings.group_id,
@@ -354,6 +392,8 @@ class Consumer:
         self._awaiting_committed = {tp for tp in (self._awaiting_committed or set()) | added
                                     if tp in new}
         self._take_committed(group)
+        if failure is not None:
+            raise failure
 
     def _take_committed(self, group: GroupMember) -> None:
         """Position the partitions the last rebalance added at their committed offsets, then
@@ -369,13 +409,31 @@ class Consumer:
         if self._listener is not None:
             self._listener.on_partitions_assigned(added)
 
-    def _revoke(self, revoked: set[TopicPartition]) -> None:
-        if self._auto_commit_s is not None:
+    def _revoke(self, revoked: set[TopicPartition], commit: bool = True) -> Exception | None:
+        """Give ``revoked`` up (their positions committed first when auto-commit is on and
+        ``commit``); the listener's exception, returned once they are gone."""
+        if commit and self._auto_commit_s is not None:
             self._commit_quietly({tp: tp_pos for tp, tp_pos in self._positions.items()
                                   if tp in revoked})
+        return self._give_up(revoked, "on_partitions_revoked")
+
+    def _lose(self, lost: set[TopicPartition]) -> Exception | None:
+        """The group removed this consumer: ``lost`` go without a commit."""
+        log.warning("group %s: removed from the group; partitions lost: %s",
+                    self._group.settings.group_id if self._group else "",
+                    sorted(map(str, lost)))
+        return self._give_up(lost, "on_partitions_lost")
+
+    def _give_up(self, partitions: set[TopicPartition], callback: str) -> Exception | None:
+        failure: Exception | None = None
         if self._listener is not None:
-            self._listener.on_partitions_revoked(revoked)
-        self.assign([tp for tp in self._assignment if tp not in revoked])
+            try:
+                getattr(self._listener, callback)(partitions)
+            except Exception as e:  # the user's: raised once the rebalance is complete
+                log.exception("the rebalance listener's %s failed", callback)
+                failure = e
+        self.assign([tp for tp in self._assignment if tp not in partitions])
+        return failure
 
     def _maybe_auto_commit(self) -> None:
         if self._group is None or self._auto_commit_s is None or not self._assignment:
@@ -466,7 +524,9 @@ class Consumer:
         self._closed = True
         if self._group is not None:
             if self._subscription is not None and self._assignment:
-                self._revoke(set(self._assignment))
+                self._revoke(set(self._assignment))  # a listener's failure is logged
+            elif self._auto_commit_s is not None and self._positions:
+                self._commit_quietly(dict(self._positions))  # assign(): positions too
             self._group.close(leave=self._subscription is not None)
         if self._commit_pool is not None:
             self._commit_pool.shutdown(wait=True)

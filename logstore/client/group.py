@@ -229,8 +229,11 @@ class GroupMember:
                         self.settings.max_poll_interval_ms)
             self.leave()
             return
-        if self.generation_id < 0 or self.need_rejoin.is_set():
+        if self.generation_id < 0:
             return
+        # Also while a rebalance is pending: until this member rejoins (at its next poll,
+        # within max_poll_interval_ms), heartbeats keep its session; without them a member
+        # busy for longer than session_timeout_ms was removed as soon as another joined.
         try:
             self.call(HeartbeatRequest(group_id=self.settings.group_id,
                                        member_id=self.member_id,

@@ -2,8 +2,9 @@
 
 Owns: validating a commit per partition (one bad partition never fails the others: a negative
 offset is OFFSET_OUT_OF_RANGE, over-long metadata INVALID_COMMIT_OFFSET_SIZE, a partition the
-member is not assigned ILLEGAL_GENERATION), the offset records it appends and the change that
-merges them into memory once durable (a merge, not a replacement of the group, so a commit in
+member is not assigned ILLEGAL_GENERATION, except, in a cooperative group, one the last
+assignment took from it and gives to no one before the next), the offset records it appends
+and the change that merges them into memory once durable (a merge, not a replacement of the group, so a commit in
 flight does not hold up the group's heartbeats); reading committed offsets (with
 ``require_stable``, UNSTABLE_OFFSET_COMMIT while offsets a transaction committed for them are
 pending); deleting an empty group with tombstones. Must not: do I/O, take locks or read clocks.
@@ -20,6 +21,7 @@ from logstore.errors import (
     OffsetOutOfRangeError,
     UnstableOffsetCommitError,
 )
+from logstore.groups.assignors import COOPERATIVE, REBALANCE_PROTOCOL
 from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
 from logstore.groups.offsets import offset_key, offset_value
 from logstore.groups.state import Group
@@ -43,8 +45,11 @@ def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms
     existing = shard.groups.get(req.group_id)
     group = existing or Group(req.group_id, now_ms)
     member = group.check_commit(req.member_id, req.generation_id)
-    owned = member.owned() if member is not None and group.protocol_type == "consumer" \
-        else None
+    owned = None
+    if member is not None and group.protocol_type == "consumer":
+        owned = member.owned()
+        if REBALANCE_PROTOCOL.get(group.protocol or "") == COOPERATIVE:
+            owned |= member.revoking  # its revoke listener commits them at this generation
     results, valid = [], []
     for tp, e in {TopicPartition(e.topic, e.partition): e for e in req.offsets}.items():
         error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id)

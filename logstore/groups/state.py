@@ -66,6 +66,10 @@ class Member:
     join_future: Future[JoinGroupResponse] | None = None
     sync_future: Future[Any] | None = None
     assignment: Any = field(default_factory=lambda: dict(EMPTY_ASSIGNMENT))  # the leader's JSON
+    # What the last assignment took from this member: in a cooperative rebalance it gives
+    # them up (committing their positions) only after it learns the new assignment, and no
+    # other member gets them before the next generation.
+    revoking: set[TopicPartition] = field(default_factory=set)
 
     def owned(self) -> set[TopicPartition]:
         """The partitions of a consumer's assignment (none if it is not one: assignments are
@@ -256,7 +260,9 @@ class Group:
         member.sync_future = future
         if member_id == self.leader_id and assignments is not None:
             for m in self.members.values():
+                before = m.owned()
                 m.assignment = assignments.get(m.member_id, dict(EMPTY_ASSIGNMENT))
+                m.revoking = before - m.owned()
             self.state = GroupState.STABLE
             for m in self.members.values():
                 if m.sync_future is not None:
