@@ -47,11 +47,11 @@ from logstore.client.transactions import (
     PreparedTxnState,
 )
 from logstore.errors import ApiError, LogstoreError, ProducerFencedError
-from logstore.model import OffsetAndMetadata, TopicPartition
+from logstore.model import SINK_PROGRESS_TOPIC, OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
-PROGRESS = TopicPartition("__logstore_sink_progress", 0)  # the sink group's pseudo-partition
+PROGRESS = TopicPartition(SINK_PROGRESS_TOPIC, 0)  # the sink group's pseudo-partition
 LEFTOVER_STATES = ["Prepared", "Ongoing"]
 _txn_partitions: dict[str, int] = {}  # bootstrap -> __transaction_state partitions
 

@@ -17,6 +17,9 @@ MAX_TOPIC_NAME_LENGTH = 249
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+# Not a topic: the pseudo-partition (partition 0) on which a Spark sink's group records the
+# last batch it published (datasource/sink_commit.py). Offsets expiry leaves it alone.
+SINK_PROGRESS_TOPIC = "__logstore_sink_progress"
 
 # Special offsets in list-offsets requests and Spark's offset JSON, as in Kafka.
 EARLIEST = -2

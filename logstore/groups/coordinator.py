@@ -40,7 +40,7 @@ from logstore.groups.offsets import (
 )
 from logstore.groups.state import Group, GroupState
 from logstore.messages.groups import GroupDescription, GroupListing, MemberDescription
-from logstore.model import OFFSETS_TOPIC, OffsetAndMetadata, TopicPartition
+from logstore.model import OFFSETS_TOPIC, SINK_PROGRESS_TOPIC, OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,10 @@ def _tick_group(shard: GroupCoordinatorShard, group: Group, now_ms: int
     if _long_empty(shard, draft, now_ms):
         retention = shard.config.offsets_retention_ms
         committed = shard.offsets.get(group.group_id, {})
-        old = [tp for tp, om in committed.items() if now_ms - om.commit_timestamp >= retention]
+        # A sink's progress record never expires: without it, a batch Spark replays after
+        # a restart would be published a second time.
+        old = [tp for tp, om in committed.items() if now_ms - om.commit_timestamp >= retention
+               and tp.topic != SINK_PROGRESS_TOPIC]
         if old or not committed:
             deleted, delete = shard.deletion(group.group_id, old)
             rows += deleted

@@ -36,7 +36,7 @@ from logstore.errors import (
 from logstore.groups.coordinator import GroupConfig
 from logstore.groups.offsets import java_string_hash, partition_for
 from logstore.groups.state import GroupState
-from logstore.model import TopicPartition
+from logstore.model import SINK_PROGRESS_TOPIC, TopicPartition
 from tests.unit.group_helpers import (
     MemoryOffsetsLog,
     commit,
@@ -195,6 +195,18 @@ def test_empty_group_offsets_expire_and_delete_writes_tombstones(
         coord.delete_group("g")
     coord2 = GroupCoordinatorService(offsets_log, coord.config, clock)  # a fresh replay agrees
     assert committed(coord2, "h") == {}
+
+
+def test_a_sink_progress_record_outlives_the_offsets_retention(
+        coord: GroupCoordinatorService, clock: FakeClock) -> None:
+    """A Spark sink's progress record (its group's offset on the pseudo-partition
+    ``__logstore_sink_progress-0``) is what keeps a batch replayed after a restart from
+    being published twice: it is never expired, while the same group's other offsets are."""
+    progress = TopicPartition(SINK_PROGRESS_TOPIC, 0)
+    commit(coord, "", -1, {TP0: 7, progress: 41})
+    clock.advance(61_000)
+    tick(coord)
+    assert {tp: om.offset for tp, om in committed(coord).items()} == {progress: 41}
 
 
 def test_leave_of_the_last_member_empties_the_group(coord: GroupCoordinatorService) -> None:
