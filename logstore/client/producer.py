@@ -372,6 +372,10 @@ class Producer:
             for window in windows(data, window_bytes):
                 self._send_window(topic, info, self._prepare_columns(topic, info, window),
                                   partition, limits, future, generation)
+        except ApiError as e:
+            if self._txn is not None:  # part of the table may be in the transaction
+                self._txn.fail(e)
+            raise
         finally:
             future.seal()
         return future
@@ -556,6 +560,8 @@ class Producer:
             chunk.expect(len(pieces) + len(too_large), parts, arrays.timestamps)
             for rows, error in too_large:  # a record over the limit, or a misfit, fails alone
                 chunk.batch_done(rows, -1, error)
+                if self._txn is not None:  # ... and its transaction can only abort (Kafka)
+                    self._txn.fail(error)
             self._sender.enqueue(pieces, self.max_block_s, generation=generation,
                                  reserved=reserved)
             reserved = 0
@@ -565,6 +571,8 @@ class Producer:
                                              isinstance(e, RequestTimedOutError)) else \
                 InvalidRecordError(f"topic {chunk.topic!r}: {type(e).__name__}: {e}")
             chunk.fail(err)
+            if self._txn is not None and chunk.generation == self._sender.generation:
+                self._txn.fail(err)  # records of the open transaction failed: it must abort
         finally:
             if reserved:
                 self._sender.release(reserved)

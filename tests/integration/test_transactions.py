@@ -28,6 +28,7 @@ from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ErrorCode,
     InvalidTxnStateError,
+    MessageTooLargeError,
     ProducerFencedError,
     TransactionAbortableError,
     UnstableOffsetCommitError,
@@ -246,3 +247,33 @@ def test_an_abort_fails_its_unacknowledged_records_and_none_joins_the_next_trans
         {0: [b"next"]}
     assert end_offsets(tbroker.bootstrap, stuck, [0]) == \
         end_offsets(tbroker.bootstrap, stuck, [0], "read_uncommitted")
+
+
+def test_a_record_that_fails_in_the_producer_makes_its_transaction_abort(
+        tbroker: BrokerProcess) -> None:
+    """Goal: a transaction is all or nothing also when one of its records fails before it is
+    sent (over the topic's max_message_bytes, here): as in Kafka, the transaction can then
+    only abort, commit_transaction() raises that error, and read_committed sees none of it;
+    after the abort the next transaction commits. Before, the failed record's future failed
+    alone and the commit published the rest. (A send_batch whose table holds such a record is
+    refused before any of it is sent, and leaves the transaction as it was.) Method: a topic
+    with max_message_bytes 2,000; a transaction of a small record, a 5,000-byte one and
+    another small one; then one with a small record and that send_batch."""
+    with Admin(tbroker.bootstrap) as admin:
+        topic = new_topic(admin, 1, max_message_bytes=2000)
+    with txn_producer(tbroker) as producer:
+        producer.begin_transaction()
+        producer.send(topic, value=b"part-1", partition=0)
+        too_large = producer.send(topic, value=b"x" * 5000, partition=0)
+        producer.send(topic, value=b"part-3", partition=0)
+        with pytest.raises(MessageTooLargeError):
+            too_large.result(10)
+        with pytest.raises(MessageTooLargeError):
+            producer.commit_transaction()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, value=b"after", partition=0)
+        with pytest.raises(MessageTooLargeError, match="nothing was sent"):
+            producer.send_batch(topic, pa.table({"value": [b"ok", b"x" * 5000]}), partition=0)
+        producer.commit_transaction()  # refused whole before any of it was sent
+    assert read_values(tbroker.bootstrap, topic, [0]) == {0: [b"after"]}
