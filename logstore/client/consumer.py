@@ -327,6 +327,10 @@ class Consumer:
         group = self._group
         if group is None or self._subscription is None:
             return
+        if group.fenced is not None:  # another instance took this one's group_instance_id
+            if self._assignment:
+                self._lose(set(self._assignment))
+            group.check_fenced()
         group.last_poll = time.monotonic()
         group.start_heartbeats()
         if time.monotonic() >= self._next_metadata_check:

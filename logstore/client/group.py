@@ -24,6 +24,7 @@ import msgspec
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
+    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     RebalanceInProgressError,
@@ -92,6 +93,7 @@ class GroupMember:
         self.generation_id = -1
         self.need_rejoin = threading.Event()
         self.need_rejoin.set()
+        self.fenced: FencedInstanceIdError | None = None  # set for good (``fence``)
         self._joining = False
         self.last_poll = time.monotonic()
         self._stop = threading.Event()
@@ -141,7 +143,9 @@ class GroupMember:
 
     def join(self, topics: list[str], owned: list[TopicPartition],
              partition_counts: Callable[[list[str]], dict[str, int]]) -> JoinOutcome:
-        """One join + sync round; raises the coordinator's error (the caller retries)."""
+        """One join + sync round; raises the coordinator's error (the caller retries, but not
+        FENCED_INSTANCE_ID, which ends this member for good)."""
+        self.check_fenced()
         self._joining = True
         try:
             subscription = ConsumerProtocolSubscription(
@@ -155,7 +159,8 @@ class GroupMember:
             synced = self.call(SyncGroupRequest(
                 group_id=self.settings.group_id, member_id=self.member_id,
                 generation_id=joined.generation_id, assignments=assignments,
-                timeout_ms=self.settings.max_poll_interval_ms), rebalance_s + 10)
+                timeout_ms=self.settings.max_poll_interval_ms,
+                group_instance_id=self.settings.group_instance_id), rebalance_s + 10)
             with self._lock:
                 self.generation_id = joined.generation_id
             self.need_rejoin.clear()
@@ -163,6 +168,9 @@ class GroupMember:
                                   "the assignment")
             return JoinOutcome(joined.generation_id, protocol,
                                [TopicPartition(t, p) for t, p in assignment.partitions])
+        except FencedInstanceIdError as e:
+            self.fence(e)
+            raise
         finally:
             self._joining = False
 
@@ -198,6 +206,18 @@ class GroupMember:
                  joined.member_id, sum(len(v) for v in result.values()), len(result), protocol)
         return {m: ConsumerProtocolAssignment(partitions=[(tp.topic, tp.partition) for tp in tps])
                 for m, tps in result.items()}
+
+    def fence(self, error: FencedInstanceIdError) -> None:
+        """Another consumer took over this one's group_instance_id: this one is done (as in
+        Kafka, FENCED_INSTANCE_ID is fatal: rejoining would displace the new one in turn)."""
+        log.error("group %s: %s", self.settings.group_id, error.message)
+        with self._lock:
+            self.fenced = error
+            self.member_id, self.generation_id = "", -1
+
+    def check_fenced(self) -> None:
+        if self.fenced is not None:
+            raise FencedInstanceIdError(self.fenced.message)
 
     def reset_member(self) -> None:
         with self._lock:
@@ -237,7 +257,10 @@ class GroupMember:
         try:
             self.call(HeartbeatRequest(group_id=self.settings.group_id,
                                        member_id=self.member_id,
-                                       generation_id=self.generation_id))
+                                       generation_id=self.generation_id,
+                                       group_instance_id=self.settings.group_instance_id))
+        except FencedInstanceIdError as e:
+            self.fence(e)
         except UnknownMemberIdError:
             self.reset_member()
         except REJOIN_CODES:
@@ -251,11 +274,15 @@ class GroupMember:
         request = OffsetCommitRequest(
             group_id=self.settings.group_id, member_id=self.member_id if as_member else "",
             generation_id=self.generation_id if as_member else -1,
+            group_instance_id=self.settings.group_instance_id if as_member else None,
             offsets=[OffsetCommitEntry(topic=tp.topic, partition=tp.partition,
                                        offset=om.offset, metadata=om.metadata)
                      for tp, om in offsets.items()])
         try:
             response = self.call(request)
+        except FencedInstanceIdError as e:
+            self.fence(e)
+            raise
         except REJOIN_CODES:
             self.need_rejoin.set()
             raise

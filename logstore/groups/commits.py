@@ -24,7 +24,7 @@ from logstore.errors import (
 from logstore.groups.assignors import COOPERATIVE, REBALANCE_PROTOCOL
 from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
 from logstore.groups.offsets import offset_key, offset_value
-from logstore.groups.state import Group
+from logstore.groups.state import Group, Member
 from logstore.messages import error_kw
 from logstore.messages.groups import (
     CommittedOffset,
@@ -44,12 +44,8 @@ def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms
     commit to a group that does not exist creates it."""
     existing = shard.groups.get(req.group_id)
     group = existing or Group(req.group_id, now_ms)
-    member = group.check_commit(req.member_id, req.generation_id)
-    owned = None
-    if member is not None and group.protocol_type == "consumer":
-        owned = member.owned()
-        if REBALANCE_PROTOCOL.get(group.protocol or "") == COOPERATIVE:
-            owned |= member.revoking  # its revoke listener commits them at this generation
+    member = group.check_commit(req.member_id, req.generation_id, req.group_instance_id)
+    owned = committable(group, member)
     results, valid = [], []
     for tp, e in {TopicPartition(e.topic, e.partition): e for e in req.offsets}.items():
         error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id)
@@ -71,6 +67,18 @@ def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms
         shard.offsets.setdefault(req.group_id, {}).update(valid)
         shard.group(req.group_id).touch(req.member_id, now_ms)
     return CoordinatorResult(batch(rows, now_ms), response, merge)
+
+
+def committable(group: Group, member: Member | None) -> set[TopicPartition] | None:
+    """The partitions ``member`` may commit (None: any, for an admin commit or a group that
+    is not a consumer group): its assignment, and in a cooperative group what the last
+    assignment took from it (its revoke listener commits them at this generation)."""
+    if member is None or group.protocol_type != "consumer":
+        return None
+    owned = member.owned()
+    if REBALANCE_PROTOCOL.get(group.protocol or "") == COOPERATIVE:
+        owned |= member.revoking
+    return owned
 
 
 def commit_error(shard: GroupCoordinatorShard, group: Group, offset: int, metadata: str,

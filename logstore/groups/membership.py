@@ -51,14 +51,15 @@ def sync_group(shard: GroupCoordinatorShard, req: SyncGroupRequest, now_ms: int
                ) -> CoordinatorResult[Future[Any]]:
     """The leader hands out assignments; every member's future completes with its own."""
     draft = shard.draft(req.group_id, now_ms)
-    future = draft.sync(req.member_id, req.generation_id, req.assignments)
+    future = draft.sync(req.member_id, req.generation_id, req.assignments,
+                        req.group_instance_id)
     return shard.changed(draft, now_ms, future)
 
 
 def heartbeat(shard: GroupCoordinatorShard, req: HeartbeatRequest, now_ms: int
               ) -> CoordinatorResult[HeartbeatResponse]:
     draft = shard.draft(req.group_id, now_ms)
-    error = draft.heartbeat(req.member_id, req.generation_id, now_ms)
+    error = draft.heartbeat(req.member_id, req.generation_id, now_ms, req.group_instance_id)
     return shard.changed(draft, now_ms, HeartbeatResponse(**error_kw(error)))
 
 

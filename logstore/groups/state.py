@@ -248,9 +248,9 @@ class Group:
 
     # -- sync, heartbeat, leave --------------------------------------------------------------
 
-    def sync(self, member_id: str, generation_id: int,
-             assignments: dict[str, Any] | None) -> Future[Any]:
-        member = self.member(member_id, generation_id)
+    def sync(self, member_id: str, generation_id: int, assignments: dict[str, Any] | None,
+             group_instance_id: str | None = None) -> Future[Any]:
+        member = self.member(member_id, generation_id, group_instance_id)
         if self.state == GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
         future: Future[Any] = Future()
@@ -270,10 +270,11 @@ class Group:
                     m.sync_future = None
         return future
 
-    def heartbeat(self, member_id: str, generation_id: int, now_ms: int) -> ApiError | None:
+    def heartbeat(self, member_id: str, generation_id: int, now_ms: int,
+                  group_instance_id: str | None = None) -> ApiError | None:
         """Keep the member's session; REBALANCE_IN_PROGRESS is returned, not raised, because
         the heartbeat counts even then (the member has until the join deadline to rejoin)."""
-        member = self.member(member_id, generation_id)
+        member = self.member(member_id, generation_id, group_instance_id)
         member.last_heartbeat_ms = now_ms
         if self.state == GroupState.PREPARING_REBALANCE:
             return RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
@@ -332,11 +333,14 @@ class Group:
 
     # -- lookups -----------------------------------------------------------------------------
 
-    def member(self, member_id: str, generation_id: int) -> Member:
-        """The member, checked against the generation (Kafka's codes otherwise)."""
+    def member(self, member_id: str, generation_id: int,
+               group_instance_id: str | None = None) -> Member:
+        """The member, checked against the generation (Kafka's codes otherwise: a static
+        member another instance replaced gets FENCED_INSTANCE_ID, not UNKNOWN_MEMBER_ID, so
+        it stops instead of rejoining and displacing the new one in turn)."""
         member = self.members.get(member_id)
         if member is None:
-            self._unknown(member_id, None)
+            self._unknown(member_id, group_instance_id)
         assert member is not None
         if generation_id != self.generation_id:
             raise IllegalGenerationError(
@@ -344,7 +348,8 @@ class Group:
                 f"{self.generation_id}); rejoin")
         return member
 
-    def check_commit(self, member_id: str, generation_id: int) -> Member | None:
+    def check_commit(self, member_id: str, generation_id: int,
+                     group_instance_id: str | None = None) -> Member | None:
         """The committing member (None for an admin commit outside the protocol). Changes
         nothing: the commit's ``touch`` comes once its offsets are durable."""
         if generation_id < 0 and not member_id:
@@ -353,7 +358,7 @@ class Group:
                     f"group {self.group_id} has {len(self.members)} active member(s); "
                     "offsets can only be changed from outside while it is empty")
             return None
-        member = self.member(member_id, generation_id)
+        member = self.member(member_id, generation_id, group_instance_id)
         if self.state == GroupState.COMPLETING_REBALANCE:
             raise RebalanceInProgressError(f"group {self.group_id} is rebalancing; rejoin")
         return member

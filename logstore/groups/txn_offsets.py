@@ -15,7 +15,7 @@ fetch with ``require_stable`` checks ``pending_txn`` (commits.py). Must not: do 
 from __future__ import annotations
 
 from logstore.coordinator import CoordinatorResult, TxnProducer
-from logstore.groups.commits import commit_error
+from logstore.groups.commits import commit_error, committable
 from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
 from logstore.groups.offsets import offset_key, offset_value, stage_txn_offsets, take_decided
 from logstore.groups.state import Group
@@ -34,8 +34,7 @@ def txn_offset_commit(shard: GroupCoordinatorShard, req: TxnOffsetCommitRequest,
     partition (the whole request fails when the member or generation is wrong)."""
     group = shard.groups.get(req.group_id) or Group(req.group_id, now_ms)
     member = group.check_commit(req.member_id, req.generation_id)
-    owned = member.owned() if member is not None and group.protocol_type == "consumer" \
-        else None
+    owned = committable(group, member)
     results, valid = [], []
     for tp, e in {TopicPartition(e.topic, e.partition): e for e in req.offsets}.items():
         error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id)

@@ -116,6 +116,7 @@ class SyncGroupRequest(Request[SyncGroupResponse], frozen=True, kw_only=True, ta
     generation_id: Int32
     assignments: dict[str, Any] | None = None
     timeout_ms: TimeoutMs = 300_000
+    group_instance_id: str | None = None  # a static member's: FENCED_INSTANCE_ID once replaced
 
 
 class HeartbeatResponse(ErrorFields, frozen=True, kw_only=True):
@@ -128,6 +129,7 @@ class HeartbeatRequest(Request[HeartbeatResponse], frozen=True, kw_only=True, ta
     group_id: str
     member_id: str
     generation_id: Int32
+    group_instance_id: str | None = None  # a static member's: FENCED_INSTANCE_ID once replaced
 
 
 class LeaveGroupResponse(ErrorFields, frozen=True, kw_only=True):
@@ -171,6 +173,7 @@ class OffsetCommitRequest(Request[OffsetCommitResponse], frozen=True, kw_only=Tr
     member_id: str = ""
     generation_id: Int32 = -1
     offsets: list[OffsetCommitEntry]
+    group_instance_id: str | None = None  # a static member's: FENCED_INSTANCE_ID once replaced
 
 
 class GroupPartition(Message, frozen=True, kw_only=True):

@@ -23,6 +23,7 @@ import pytest
 
 from logstore import Admin, Consumer, TopicPartition
 from logstore.client.consumer import ConsumerRebalanceListener
+from logstore.errors import FencedInstanceIdError
 from logstore.model import OffsetAndMetadata
 from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer, new_topic
 from tests.helpers import wait_for
@@ -258,3 +259,37 @@ def test_assign_with_a_group_starts_at_its_committed_offset_and_commits_at_close
     with Consumer(gbroker.bootstrap, group_id=group, **FAST) as c:
         committed = c.committed(tp)
         assert committed is not None and committed.offset == position
+
+
+def test_a_static_member_replaced_by_another_instance_is_fenced(
+        gbroker: BrokerProcess, admin: Admin) -> None:
+    """Two consumers with one group_instance_id (a zombie and its replacement): as in Kafka,
+    the older one gets FENCED_INSTANCE_ID from its next heartbeat, commit or join, and
+    ``poll()`` raises it for good; the newer keeps the partitions. Before, the older one was
+    told UNKNOWN_MEMBER_ID, rejoined under the same instance id and displaced the newer one,
+    and so on: both consumed the same partitions. Method: the old instance polls, the new
+    one joins on a thread; the old one's polls must raise within the wait."""
+    topic, group = new_topic(admin, 2), _group()
+    settings = dict(FAST, group_id=group, group_instance_id="instance-1")
+    old = Consumer(gbroker.bootstrap, **settings)  # type: ignore[arg-type]
+    new = Consumer(gbroker.bootstrap, **settings)  # type: ignore[arg-type]
+    try:
+        old.subscribe([topic])
+        wait_for(lambda: old.poll(100) is not None and len(old.assignment()) == 2,
+                 "the old instance owning both partitions")
+        new.subscribe([topic])
+        with _polling(new):
+            def fenced() -> bool:
+                try:
+                    old.poll(100)
+                except FencedInstanceIdError:
+                    return True
+                return False
+            wait_for(fenced, "the old instance fenced")
+            with pytest.raises(FencedInstanceIdError, match="instance-1"):
+                old.poll(0)
+            wait_for(lambda: len(new.assignment()) == 2, "the new instance owning both")
+        assert old.assignment() == set()
+    finally:
+        new.close()
+        old.close()
