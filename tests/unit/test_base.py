@@ -95,6 +95,7 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.ConcurrentTransactionsError, 51, True, False),
     (errors.TransactionalIdAuthorizationFailedError, 53, False, False),
     (errors.SecurityDisabledError, 54, False, False),
+    (errors.OperationNotAttemptedError, 55, False, False),
     (errors.TransactionCoordinatorFencedError, 52, False, False),
     (errors.KafkaStorageError, 56, True, True),
     (errors.SaslAuthenticationFailedError, 58, False, False),
