@@ -410,7 +410,20 @@ class ReplicaManager:
             elif outcome is not None:
                 result.batches = outcome.batches
                 if committed and result.batches:
-                    result.aborted = self._remote_aborted(result)
+                    self._add_remote_aborted(result)
+
+    def _add_remote_aborted(self, result: PartitionFetchResult) -> None:
+        """``result``'s aborted transactions, or, when the remote tier cannot give them (an
+        index object unreadable), its error: this partition's alone, the fetch's others are
+        served (its batches are dropped: without their aborts they cannot be filtered)."""
+        try:
+            result.aborted = self._remote_aborted(result)
+        except ApiError as e:
+            result.error, result.batches = e, []
+        except Exception as e:  # a boundary, as in _read_partition
+            log.exception("%s: aborted transactions of a remote read failed", result.tp)
+            result.error = UnknownServerError(f"{result.tp}: {type(e).__name__}: {e}")
+            result.batches = []
 
     def _remote_aborted(self, result: PartitionFetchResult) -> list[AbortedTxn]:
         """The aborted transactions overlapping a remote read (read_committed): the uploaded

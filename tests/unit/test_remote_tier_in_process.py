@@ -19,7 +19,7 @@ from logstore.clock import FakeClock
 from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import PartitionState, TopicRecord
-from logstore.errors import OffsetMovedToTieredStorageError
+from logstore.errors import CorruptRecordError, OffsetMovedToTieredStorageError
 from logstore.model import EARLIEST, TopicPartition
 from logstore.records import DEFAULT_SCHEMA, FLAG_TRANSACTIONAL
 from logstore.replication.partition import Partition
@@ -42,6 +42,7 @@ class Broker:
     replicas: ReplicaManager
     tier: RemoteTier
     logs: LogManager
+    remote: Path  # the file:// store's directory
 
     def partition(self, p: int = 0) -> Partition:
         return self.replicas.partition(TopicPartition(TOPIC, p))
@@ -77,7 +78,7 @@ def _broker(tmp_path: Path, partitions: int = 1) -> Broker:
         tp = TopicPartition(TOPIC, p)
         replicas.make_leader(tp, local_log_config(config), DEFAULT_SCHEMA, 0, (0,), (0,))
         tier.sync(replicas.partition(tp), config, TOPIC_ID, lambda: config)
-    return Broker(clock, config, replicas, tier, logs)
+    return Broker(clock, config, replicas, tier, logs, tmp_path / "remote")
 
 
 @pytest.fixture
@@ -170,6 +171,31 @@ def test_a_read_committed_fetch_of_the_remote_tier_carries_its_aborted_transacti
     (local,) = broker.replicas.fetch([FetchPartition(tp, 31, 1 << 20)], 0, 1, 1 << 20,
                                      isolation_level=READ_COMMITTED)
     assert local.error is None and local.batches == []  # the open transaction is not stable
+
+
+def test_an_unreadable_remote_txn_index_fails_its_partition_only(broker: Broker) -> None:
+    """Goal: a read_committed fetch whose remote ``.txnindex`` cannot be read (cut short here)
+    answers CORRUPT_MESSAGE naming the partition for that partition alone; the fetch's other
+    partitions are served (before, the error escaped the fetch and failed all of them).
+    Method: partition 0's aborted transaction tiered with its index object truncated;
+    partition 1 local; one read_committed fetch of both."""
+    tp0, tp1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+    broker.replicas.append_records(tp0, keyed(0, RECORDS, broker.clock), 1, producer_id=7,
+                                   producer_epoch=0, base_sequence=0, flags=FLAG_TRANSACTIONAL)
+    broker.replicas.write_txn_marker(tp0, 7, 0, committed=False, coordinator_epoch=0)
+    broker.partition().log.roll()
+    broker.produce_segments(2)
+    broker.produce_segments(2, p=1)
+    broker.tier_all()
+    (index,) = broker.remote.glob("**/*.txnindex")
+    with open(index, "r+b") as f:
+        f.truncate(31)
+    r0, r1 = broker.replicas.fetch([FetchPartition(tp0, 0, 1 << 20),
+                                    FetchPartition(tp1, 0, 1 << 20)], 0, 1, 1 << 20,
+                                   isolation_level=READ_COMMITTED)
+    assert isinstance(r0.error, CorruptRecordError) and "orders-0" in str(r0.error)
+    assert r0.batches == []
+    assert r1.error is None and len(r1.batches) == 2
 
 
 def test_one_fetch_reads_several_partitions_remote_tiers_within_max_bytes(
