@@ -77,12 +77,22 @@ def next_ranges(coverage: Mapping[TopicPartition, Coverage],
                 ) -> NextRanges:
     """From the table's ``coverage`` and each partition's (log start, end to archive up to):
     a partition the table knows resumes at its end; a new one starts at its log start. Offsets
-    between the end and a later log start are lost: an error, or skipped and recorded."""
+    between the end and a later log start are lost: an error, or skipped and recorded. A log
+    that ends below the table's end is not the log the table holds (a topic created again):
+    an error, or, with ``fail_on_data_loss`` off, archived on from the table's end. (Seen only
+    while the new log is shorter: the table does not record topic ids.)"""
     ranges: list[Span] = []
     lost: list[Span] = []
     after = dict(coverage)
     for tp, (log_start, end) in sorted(logs.items()):
         known = coverage.get(tp)
+        if known is not None and end < known.end and fail_on_data_loss:
+            raise ArchiveDataLossError(
+                f"{tp}: the log ends at offset {end}, below the {known.end} the table already "
+                "holds: the topic was deleted and created again, or its log lost records the "
+                "table has (an unclean leader election). The table's offsets would no longer "
+                "name the log's records: archive the topic into a new table, or rerun with "
+                f"--no-fail-on-data-loss to go on after offset {known.end}")
         start = log_start if known is None else known.end
         if known is not None and start < log_start:
             gone = Span(tp, start, min(log_start, end))

@@ -48,6 +48,18 @@ def test_offsets_deleted_before_archiving_are_data_loss_or_recorded_as_lost() ->
     assert [(s.start, s.end) for s in plan.ranges] == [(60, 90)]
 
 
+def test_a_log_shorter_than_the_table_is_data_loss() -> None:
+    """Goal: a topic deleted and created again (or a log that lost records the table holds)
+    is not taken for "nothing new": its log ends below the table's end, an error naming the
+    partition and both offsets; with fail_on_data_loss off the run goes on from the table's
+    end, as before. Method: table end 1000, log end 400."""
+    with pytest.raises(ArchiveDataLossError, match="t-0: the log ends at offset 400, below "
+                                                   "the 1000 the table already holds"):
+        next_ranges({TP: Coverage(0, 1000)}, {TP: (0, 400)}, True)
+    plan = next_ranges({TP: Coverage(0, 1000)}, {TP: (0, 400)}, False)
+    assert plan.ranges == [] and plan.coverage == {TP: Coverage(0, 1000)}
+
+
 @given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 50), st.integers(0, 50),
        st.integers(0, 50), st.booleans())
 def test_history_split_covers_the_read_once(start: int, length: int, log_start: int,
