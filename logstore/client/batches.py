@@ -142,6 +142,7 @@ class FutureBatchMetadata:
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
+        self.pieces = 0  # added so far (none: nothing of the batch was queued)
         self._pending = 0
         self._sealed = False
         self._results: list[BatchRecordMetadata] = []
@@ -151,6 +152,7 @@ class FutureBatchMetadata:
 
     def add_piece(self) -> None:
         with self._lock:
+            self.pieces += 1
             self._pending += 1
 
     def seal(self) -> None:

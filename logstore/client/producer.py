@@ -373,7 +373,7 @@ class Producer:
                 self._send_window(topic, info, self._prepare_columns(topic, info, window),
                                   partition, limits, future, generation)
         except ApiError as e:
-            if self._txn is not None:  # part of the table may be in the transaction
+            if self._txn is not None and future.pieces:  # part of it is in the transaction
                 self._txn.fail(e)
             raise
         finally:
@@ -559,9 +559,9 @@ class Producer:
                 self._txn.add_partitions(pb.tp for pb in pieces)
             chunk.expect(len(pieces) + len(too_large), parts, arrays.timestamps)
             for rows, error in too_large:  # a record over the limit, or a misfit, fails alone
+                if self._txn is not None:  # ... and its transaction can only abort (Kafka):
+                    self._txn.fail(error)  # before its future fails, which a commit waits on
                 chunk.batch_done(rows, -1, error)
-                if self._txn is not None:  # ... and its transaction can only abort (Kafka)
-                    self._txn.fail(error)
             self._sender.enqueue(pieces, self.max_block_s, generation=generation,
                                  reserved=reserved)
             reserved = 0
@@ -570,9 +570,9 @@ class Producer:
                 isinstance(e, ApiError) and (self._txn is not None or
                                              isinstance(e, RequestTimedOutError)) else \
                 InvalidRecordError(f"topic {chunk.topic!r}: {type(e).__name__}: {e}")
-            chunk.fail(err)
             if self._txn is not None and chunk.generation == self._sender.generation:
                 self._txn.fail(err)  # records of the open transaction failed: it must abort
+            chunk.fail(err)  # after: a commit waiting on these futures sees the failure
         finally:
             if reserved:
                 self._sender.release(reserved)

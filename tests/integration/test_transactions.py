@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -25,8 +27,10 @@ import pytest
 from logstore import Admin, Consumer, Producer, TopicPartition
 from logstore.client.coordinator import CoordinatorClient
 from logstore.client.metadata import ClusterMetadata
+from logstore.client.transactions import TransactionManager
 from logstore.errors import (
     ErrorCode,
+    InvalidRecordError,
     InvalidTxnStateError,
     MessageTooLargeError,
     ProducerFencedError,
@@ -250,30 +254,40 @@ def test_an_abort_fails_its_unacknowledged_records_and_none_joins_the_next_trans
 
 
 def test_a_record_that_fails_in_the_producer_makes_its_transaction_abort(
-        tbroker: BrokerProcess) -> None:
+        tbroker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     """Goal: a transaction is all or nothing also when one of its records fails before it is
     sent (over the topic's max_message_bytes, here): as in Kafka, the transaction can then
     only abort, commit_transaction() raises that error, and read_committed sees none of it;
     after the abort the next transaction commits. Before, the failed record's future failed
-    alone and the commit published the rest. (A send_batch whose table holds such a record is
-    refused before any of it is sent, and leaves the transaction as it was.) Method: a topic
-    with max_message_bytes 2,000; a transaction of a small record, a 5,000-byte one and
-    another small one; then one with a small record and that send_batch."""
+    alone and the commit published the rest. The transaction fails before the record's
+    future does, so a commit that was waiting on it cannot slip in between. (A send_batch
+    refused before any of it is sent leaves the transaction as it was.) Method: a topic with
+    max_message_bytes 2,000; a transaction of a small record (acknowledged) and a 5,000-byte
+    one (its failure recorded 50 ms late, standing in for a thread switch), committed at once;
+    then one with a small record and two send_batch calls refused up front."""
     with Admin(tbroker.bootstrap) as admin:
         topic = new_topic(admin, 1, max_message_bytes=2000)
+    fail = TransactionManager.fail
+
+    def late_fail(self: TransactionManager, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)
+        return fail(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransactionManager, "fail", late_fail)
     with txn_producer(tbroker) as producer:
         producer.begin_transaction()
-        producer.send(topic, value=b"part-1", partition=0)
+        producer.send(topic, value=b"part-1", partition=0).result(10)
         too_large = producer.send(topic, value=b"x" * 5000, partition=0)
-        producer.send(topic, value=b"part-3", partition=0)
-        with pytest.raises(MessageTooLargeError):
-            too_large.result(10)
         with pytest.raises(MessageTooLargeError):
             producer.commit_transaction()
+        with pytest.raises(MessageTooLargeError):
+            too_large.result(10)
         producer.abort_transaction()
         producer.begin_transaction()
         producer.send(topic, value=b"after", partition=0)
         with pytest.raises(MessageTooLargeError, match="nothing was sent"):
             producer.send_batch(topic, pa.table({"value": [b"ok", b"x" * 5000]}), partition=0)
-        producer.commit_transaction()  # refused whole before any of it was sent
+        with pytest.raises(InvalidRecordError, match="missing column"):
+            producer.send_batch(topic, pa.table({"key": [b"k"]}), partition=0)
+        producer.commit_transaction()  # both refused whole before any of it was sent
     assert read_values(tbroker.bootstrap, topic, [0]) == {0: [b"after"]}
