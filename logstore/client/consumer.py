@@ -431,8 +431,12 @@ class Consumer:
     def _give_up(self, partitions: set[TopicPartition], callback: str) -> Exception | None:
         failure: Exception | None = None
         if self._listener is not None:
+            # A listener that is not a ConsumerRebalanceListener may lack on_partitions_lost:
+            # its on_partitions_revoked stands in, as the base class's default does.
+            call = getattr(self._listener, callback, None) or \
+                self._listener.on_partitions_revoked
             try:
-                getattr(self._listener, callback)(partitions)
+                call(partitions)
             except Exception as e:  # the user's: raised once the rebalance is complete
                 log.exception("the rebalance listener's %s failed", callback)
                 failure = e

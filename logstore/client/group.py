@@ -249,15 +249,16 @@ class GroupMember:
                         self.settings.max_poll_interval_ms)
             self.leave()
             return
-        if self.generation_id < 0:
+        with self._lock:  # one snapshot: a reset meanwhile must not send an empty member id
+            member_id, generation_id = self.member_id, self.generation_id
+        if generation_id < 0 or not member_id:
             return
         # Also while a rebalance is pending: until this member rejoins (at its next poll,
         # within max_poll_interval_ms), heartbeats keep its session; without them a member
         # busy for longer than session_timeout_ms was removed as soon as another joined.
         try:
-            self.call(HeartbeatRequest(group_id=self.settings.group_id,
-                                       member_id=self.member_id,
-                                       generation_id=self.generation_id,
+            self.call(HeartbeatRequest(group_id=self.settings.group_id, member_id=member_id,
+                                       generation_id=generation_id,
                                        group_instance_id=self.settings.group_instance_id))
         except FencedInstanceIdError as e:
             self.fence(e)

@@ -339,8 +339,8 @@ class Group:
         member another instance replaced gets FENCED_INSTANCE_ID, not UNKNOWN_MEMBER_ID, so
         it stops instead of rejoining and displacing the new one in turn)."""
         member = self.members.get(member_id)
-        if member is None:
-            self._unknown(member_id, group_instance_id)
+        if member is None:  # (no member id at all is UNKNOWN_MEMBER_ID, never a fencing)
+            self._unknown(member_id, group_instance_id if member_id else None)
         assert member is not None
         if generation_id != self.generation_id:
             raise IllegalGenerationError(

@@ -36,6 +36,7 @@ from logstore.errors import (
 from logstore.groups.coordinator import GroupConfig
 from logstore.groups.offsets import java_string_hash, partition_for
 from logstore.groups.state import GroupState
+from logstore.messages.groups import HeartbeatRequest, SyncGroupRequest
 from logstore.model import SINK_PROGRESS_TOPIC, TopicPartition
 from tests.unit.group_helpers import (
     MemoryOffsetsLog,
@@ -164,6 +165,26 @@ def test_static_member_rejoins_without_rebalance(coord: GroupCoordinatorService)
         "partitions": [["t", 0]]}
     with pytest.raises(FencedInstanceIdError):
         join(coord, first.member_id, instance="i-1")
+
+
+def test_a_replaced_static_members_requests_are_fenced_and_an_empty_id_is_unknown(
+        coord: GroupCoordinatorService) -> None:
+    """Heartbeat, sync and commit from a static member another instance replaced answer
+    FENCED_INSTANCE_ID (it must stop, not rejoin and displace the new one); a request with no
+    member id at all is UNKNOWN_MEMBER_ID, never a fencing (a member's own request sent while
+    it resets must not end it for good)."""
+    first = join(coord, instance="i-1").result(0)
+    sync(coord, first.member_id, first.generation_id,
+         {first.member_id: {"partitions": [["t", 0]]}}).result(0)
+    join(coord, instance="i-1").result(0)  # the replacement
+    stale = dict(group_id="g", member_id=first.member_id, generation_id=first.generation_id,
+                 group_instance_id="i-1")
+    with pytest.raises(FencedInstanceIdError):
+        coord.heartbeat(HeartbeatRequest(**stale)).raise_error()  # type: ignore[arg-type]
+    with pytest.raises(FencedInstanceIdError):
+        coord.sync_group(SyncGroupRequest(**stale)).result(0)  # type: ignore[arg-type]
+    with pytest.raises(UnknownMemberIdError):
+        coord.heartbeat(HeartbeatRequest(**{**stale, "member_id": ""})).raise_error()  # type: ignore[arg-type]
 
 
 def test_state_survives_a_reload_and_leadership_loss(coord: GroupCoordinatorService,
