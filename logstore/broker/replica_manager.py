@@ -295,17 +295,13 @@ class ReplicaManager:
         self.stats.bytes += sum(r.size_bytes for r in results)
         return results
 
-    def acknowledge_follower(self, tp: TopicPartition, replica_id: int, log_end_offset: int,
-                             leader_epoch: int) -> None:
-        """A session's follower has everything below ``log_end_offset`` on its disk, as of
-        ``leader_epoch``, the epoch it follows. Ignored when this broker no longer leads
-        ``tp``, when the follower's epoch is not the leader's (a follower on another epoch
-        may hold a divergent tail it has not truncated yet: counting it could acknowledge
-        acks=all records, or readmit it to the ISR, on the word of a replica without them),
-        or when the offset is past the leader's log end offset, which no follower can have."""
+    def acknowledge_follower(self, tp: TopicPartition, replica_id: int, log_end_offset: int
+                             ) -> None:
+        """A session's follower has everything below ``log_end_offset`` on its disk (ignored
+        when this broker no longer leads ``tp``, or when the offset is past the leader's log
+        end offset, which no follower can have)."""
         p = self._partitions.get(tp)
-        if p is None or leader_epoch != p.leader_epoch or \
-                log_end_offset > p.log.log_end_offset:
+        if p is None or log_end_offset > p.log.log_end_offset:
             return
         p.update_follower_fetch(replica_id, log_end_offset)
 

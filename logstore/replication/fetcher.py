@@ -369,8 +369,7 @@ class ReplicaFetcher:
                 else logging.WARNING
             log.log(level, "%s: leader %d ended it in the session: %s", f.partition.tp,
                     self.leader_id, error)
-            # Truncated by epoch again before it is positioned again: its epoch may be stale.
-            self._reposition(f, truncate=True, backoff=True)
+            self._reposition(f, truncate=False, backoff=True)
 
     def _reposition(self, f: _Fetching, truncate: bool, backoff: bool) -> None:
         with self._lock:
