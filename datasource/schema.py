@@ -27,12 +27,12 @@ import numpy as np
 import pyarrow as pa
 
 from logstore.errors import LogstoreError
+from logstore.model import CREATE_TIME, LOG_APPEND_TIME
 from logstore.records import RESERVED_COLUMNS, topic_schema
 
 # Columns computed from the batch rather than stored in it.
 META_COLUMNS = ("topic", "partition", "offset", "timestampType")
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
-CREATE_TIME, LOG_APPEND_TIME = 0, 1
 
 
 class SchemaError(LogstoreError, ValueError):

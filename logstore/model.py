@@ -25,6 +25,13 @@ SINK_PROGRESS_TOPIC = "__logstore_sink_progress"
 EARLIEST = -2
 LATEST = -1
 
+# A record's timestamp type, as Kafka numbers it (kafka-python's ConsumerRecord.timestamp_type):
+# the producer's create time, or the leader's append time (a topic whose
+# ``message_timestamp_type`` is LogAppendTime). Indexed by the config's value.
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+TIMESTAMP_TYPE_IDS = {"CreateTime": CREATE_TIME, "LogAppendTime": LOG_APPEND_TIME}
+
 
 class TopicPartition(NamedTuple):
     topic: str
@@ -61,7 +68,9 @@ class RecordMetadata(NamedTuple):
 
 
 class ConsumerRecord(NamedTuple):
-    """One record as ``Consumer.poll`` returns it; ``headers`` is ``()`` when it has none."""
+    """One record as ``Consumer.poll`` returns it; ``headers`` is ``()`` when it has none.
+    ``timestamp_type`` says what ``timestamp`` is: CREATE_TIME (0) or LOG_APPEND_TIME (1), as
+    in Kafka (last, so that records built from seven fields keep their meaning)."""
 
     topic: str
     partition: int
@@ -70,6 +79,7 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, bytes]]
+    timestamp_type: int = CREATE_TIME
 
 
 def validate_topic_name(name: object) -> str:

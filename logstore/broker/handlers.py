@@ -233,7 +233,8 @@ class RequestHandlers:
         return TopicMetadata(name=name, internal=record.internal,
                              value_schema=encode_schema(record.value_schema),
                              partitions=partitions, max_message_bytes=config.max_message_bytes,
-                             compression_type=config.compression_type)
+                             compression_type=config.compression_type,
+                             message_timestamp_type=config.message_timestamp_type)
 
     def create_topics(self, req: CreateTopicsRequest) -> TopicResults:
         """All valid topics in one controller call (one store write, or a few ZooKeeper

@@ -40,6 +40,7 @@ from logstore.errors import (
 )
 from logstore.messages.fetch import READ_COMMITTED, READ_UNCOMMITTED
 from logstore.model import (
+    CREATE_TIME,
     EARLIEST,
     LATEST,
     ConsumerRecord,
@@ -235,9 +236,16 @@ class Consumer:
              ) -> dict[TopicPartition, RecordsView]:
         """Records from assigned partitions, at most ``max_poll_records`` in all: per
         partition a Sequence of ConsumerRecords, built from the Arrow columns as they are read
-        (``records_view.py``)."""
+        (``records_view.py``), each with its topic's ``timestamp_type``."""
         limit = max_records or self.max_poll_records
-        return {tp: RecordsView(tp, table) for tp, table in self._poll(timeout_ms, limit).items()}
+        return {tp: RecordsView(tp, table, self._timestamp_type(tp.topic))
+                for tp, table in self._poll(timeout_ms, limit).items()}
+
+    def _timestamp_type(self, topic: str) -> int:
+        """CREATE_TIME or LOG_APPEND_TIME, as the topic's metadata says (it was fetched
+        from, so its metadata is known; a topic deleted since is CREATE_TIME)."""
+        info = self._metadata.known_topic(topic)
+        return CREATE_TIME if info is None else info.timestamp_type
 
     def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None
                    ) -> dict[TopicPartition, pa.Table]:

@@ -9,6 +9,8 @@ is converted by one C loop (Arrow's conversion of a binary column, NumPy's ``tol
 timestamps, a ``range`` for contiguous offsets) and the records come out of ``map`` over
 ``tuple.__new__``. A record the caller drops is freed at once, so the garbage collector never
 sees a poll's worth of young tuples. ``records[i]`` builds one record; a slice is a view.
+Every record of a view has the view's ``timestamp_type`` (the topic's, from its metadata): one
+object repeated, no work per record.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, overload
 
 import pyarrow as pa
 
-from logstore.model import ConsumerRecord, TopicPartition
+from logstore.model import CREATE_TIME, ConsumerRecord, TopicPartition
 
 _RESERVED = ["key", "timestamp", "headers", "offset", "partition"]
 
@@ -27,11 +29,13 @@ _RESERVED = ["key", "timestamp", "headers", "offset", "partition"]
 class RecordsView(Sequence[ConsumerRecord]):
     """One partition's polled records (equal to a list of the same ConsumerRecords)."""
 
-    __slots__ = ("_table", "_tp")
+    __slots__ = ("_table", "_timestamp_type", "_tp")
 
-    def __init__(self, tp: TopicPartition, table: pa.Table) -> None:
+    def __init__(self, tp: TopicPartition, table: pa.Table,
+                 timestamp_type: int = CREATE_TIME) -> None:
         self._tp = tp
         self._table = table
+        self._timestamp_type = timestamp_type
 
     def __len__(self) -> int:
         return int(self._table.num_rows)
@@ -48,17 +52,19 @@ class RecordsView(Sequence[ConsumerRecord]):
             start, stop, step = index.indices(n)
             if step != 1:
                 return list(self)[index]
-            return RecordsView(self._tp, self._table.slice(start, max(stop - start, 0)))
+            return RecordsView(self._tp, self._table.slice(start, max(stop - start, 0)),
+                               self._timestamp_type)
         i = index + n if index < 0 else index
         if not 0 <= i < n:
             raise IndexError(f"record {index} of {n} polled from {self._tp}")
-        return next(iter(RecordsView(self._tp, self._table.slice(i, 1))))
+        return next(iter(RecordsView(self._tp, self._table.slice(i, 1), self._timestamp_type)))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         t, n = self._table, len(self)
         fields = (repeat(self._tp.topic, n), repeat(self._tp.partition, n), _offsets(t),
                   t.column("timestamp").cast(pa.int64()).to_numpy().tolist(),
-                  _binary(t.column("key")), _values(t), _headers(t.column("headers")))
+                  _binary(t.column("key")), _values(t), _headers(t.column("headers")),
+                  repeat(self._timestamp_type, n))
         # tuple.__new__ builds each record in C; calling the NamedTuple runs its Python __new__.
         return map(tuple.__new__, repeat(ConsumerRecord, n), zip(*fields, strict=False))
 

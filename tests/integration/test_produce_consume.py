@@ -9,6 +9,7 @@ import pytest
 
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from logstore.client.partitioner import murmur2
+from logstore.model import CREATE_TIME, LOG_APPEND_TIME
 
 
 def _topic(admin: Admin, partitions: int = 3, **config: object) -> str:
@@ -147,3 +148,33 @@ def test_fetch_end_offset_stops_before_the_batch_at_it(broker) -> None:
         assert fetch(end_offset=2) == ([], 10)
     finally:
         conn.close()
+
+
+def test_polled_records_carry_their_topics_timestamp_type(broker) -> None:
+    """Goal: ``ConsumerRecord.timestamp_type`` is what Kafka's is: 0 (CreateTime) on a topic
+    with the default ``message_timestamp_type``, 1 (LogAppendTime) on one with
+    LogAppendTime, where the timestamp is the broker's append time, not the one sent.
+    Method: a real broker, one topic of each kind, records sent with an old explicit
+    timestamp; poll() (records built from the Arrow columns) and a single record by index."""
+    with Admin(broker.bootstrap) as admin:
+        create_time = _topic(admin, partitions=1)
+        append_time = _topic(admin, partitions=1, message_timestamp_type="LogAppendTime")
+    with Producer(broker.bootstrap) as producer:
+        for topic in (create_time, append_time):
+            for i in range(3):
+                producer.send(topic, value=b"v%d" % i, timestamp_ms=1_000_000 + i)
+        producer.flush(30)
+    for topic, expected in ((create_time, CREATE_TIME), (append_time, LOG_APPEND_TIME)):
+        with Consumer(broker.bootstrap, auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition(topic, 0)])
+            records = []
+            for _ in range(60):
+                for view in consumer.poll(timeout_ms=500).values():
+                    records += list(view)
+                    assert view[0].timestamp_type == expected
+                if len(records) >= 3:
+                    break
+        assert [r.value for r in records] == [b"v0", b"v1", b"v2"], topic
+        assert [r.timestamp_type for r in records] == [expected] * 3, topic
+        created = [r.timestamp == 1_000_000 + i for i, r in enumerate(records)]
+        assert all(created) if expected == CREATE_TIME else not any(created), topic

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from logstore.client.records_view import RecordsView
-from logstore.model import ConsumerRecord, TopicPartition
+from logstore.model import CREATE_TIME, LOG_APPEND_TIME, ConsumerRecord, TopicPartition
 from logstore.records import DEFAULT_SCHEMA, TIMESTAMP_TYPE, topic_schema
 
 TP = TopicPartition("t", 2)
@@ -28,7 +28,7 @@ def _drained(schema: pa.Schema, columns: dict[str, Any], offsets: list[int]) -> 
     return table.append_column("partition", pa.array(np.full(n, TP.partition, np.int32)))
 
 
-def _reference(table: pa.Table) -> list[ConsumerRecord]:
+def _reference(table: pa.Table, timestamp_type: int = CREATE_TIME) -> list[ConsumerRecord]:
     """The records one by one, from Python values (the meaning the view must keep)."""
     rows = table.to_pylist()
     out = []
@@ -39,7 +39,7 @@ def _reference(table: pa.Table) -> list[ConsumerRecord]:
                                                     for h in r["headers"]]
         out.append(ConsumerRecord(TP.topic, TP.partition, r["offset"],
                                   round(r["timestamp"].timestamp() * 1000), r["key"], value,
-                                  headers))
+                                  headers, timestamp_type))
     return out
 
 
@@ -85,3 +85,20 @@ def test_an_empty_poll_is_an_empty_sequence() -> None:
     view = RecordsView(TP, _drained(DEFAULT_SCHEMA, {"key": pa.nulls(0, pa.binary()),
                                                      "value": pa.array([], pa.binary())}, []))
     assert not view and list(view) == [] and view == [] and repr(view) == "[]"
+
+
+@pytest.mark.parametrize("timestamp_type", [CREATE_TIME, LOG_APPEND_TIME])
+def test_every_record_carries_the_views_timestamp_type(timestamp_type: int) -> None:
+    """Goal: each record has ``timestamp_type`` as Kafka numbers it (0 CreateTime, 1
+    LogAppendTime), the one the view was given for its topic, whether iterated, indexed or
+    sliced; a view given none says CreateTime. Method: one drained table viewed with each
+    type, compared field by field with the reference conversion."""
+    table = _drained(DEFAULT_SCHEMA, {"key": pa.array([b"a", None, b"c"]),
+                                      "value": pa.array([b"1", b"2", b"3"])}, [7, 8, 9])
+    view, expected = RecordsView(TP, table, timestamp_type), _reference(table, timestamp_type)
+    assert list(view) == expected
+    assert [r.timestamp_type for r in view] == [timestamp_type] * 3
+    assert view[1].timestamp_type == timestamp_type and view[-1] == expected[-1]
+    assert [r.timestamp_type for r in view[1:]] == [timestamp_type] * 2
+    assert view[::2] == expected[::2]
+    assert {r.timestamp_type for r in RecordsView(TP, table)} == {CREATE_TIME}
