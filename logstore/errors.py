@@ -77,6 +77,7 @@ class ErrorCode(IntEnum):
     GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
+    OFFSET_NOT_AVAILABLE = 78
     MEMBER_ID_REQUIRED = 79
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
@@ -517,6 +518,16 @@ class UnknownLeaderEpochError(ApiError):
     code = ErrorCode.UNKNOWN_LEADER_EPOCH
     retriable = True
     refresh_metadata = True
+
+
+class OffsetNotAvailableError(ApiError):
+    """A new leader cannot answer for its end yet: its high watermark is still below the
+    start of its leader epoch (it learns the old leader's from its followers), and an older
+    end would show a consumer the log going backwards (Kafka's KAFKA-2334)."""
+
+    code = ErrorCode.OFFSET_NOT_AVAILABLE
+    retriable = True
+    refresh_metadata = False
 
 
 class MemberIdRequiredError(ApiError):

@@ -8,7 +8,8 @@ broker holds nothing for it); reading each push through the replica manager, onc
 waiting (below the high watermark, the last stable offset for read_committed, the log end
 offset for a follower), waking when a subscribed partition's log, watermarks or role move;
 applying updates in order; a follower's acknowledgements (its log end offsets, which advance
-the leader's high watermark as a fetch at that offset would); ending a partition on its
+the leader's high watermark as a fetch at that offset would, counted only for a partition it
+holds subscribed and only at the leader epoch it subscribed with); ending a partition on its
 error; and the registry of open sessions (ended when the broker stops, counted for
 broker_stats). Must not: know about Arrow Flight (``rpc/session_stream.py`` writes what a
 push holds), or loop over records.
@@ -86,6 +87,10 @@ class FetchSession:
         self.pushed_bytes = 0
         self.granted_bytes = 0  # granted after the open
         self._pending_adds = request.partitions
+        # A follower's subscribed partitions and the leader epoch it follows each at: its
+        # acknowledgements count only for these (written by the writing thread, read by the
+        # reading thread, under _cond).
+        self._acked_epochs: dict[int, int] = {}
 
     @property
     def is_replica(self) -> bool:
@@ -103,9 +108,13 @@ class FetchSession:
         if credit.log_end_offsets and not self.is_replica:
             raise InvalidRequestError(f"fetch session on {self.topic!r}: only a replica "
                                       "acknowledges log end offsets")
-        for ack in credit.log_end_offsets:
-            self._replicas.acknowledge_follower(TopicPartition(self.topic, ack.partition),
-                                                self.replica_id, ack.offset)
+        with self._cond:
+            epochs = [(ack, self._acked_epochs.get(ack.partition))
+                      for ack in credit.log_end_offsets]
+        for ack, epoch in epochs:
+            if epoch is not None:  # not a partition the session ended or never had
+                self._replicas.acknowledge_follower(TopicPartition(self.topic, ack.partition),
+                                                    self.replica_id, ack.offset, epoch)
         with self._cond:
             self._credit += credit.credit_bytes
             self.granted_bytes += credit.credit_bytes
@@ -172,11 +181,16 @@ class FetchSession:
                 tp, fp.offset, self.request.partition_max_bytes if fp.max_bytes is None
                 else fp.max_bytes, fp.current_leader_epoch, fp.end_offset))
             if self.is_replica:  # a follower (re)starts at its log end offset
-                self._replicas.acknowledge_follower(tp, self.replica_id, fp.offset)
+                self._replicas.acknowledge_follower(tp, self.replica_id, fp.offset,
+                                                    fp.current_leader_epoch)
             with self._cond:
                 self._dirty.add(fp.partition)
+                if self.is_replica:
+                    self._acked_epochs[fp.partition] = fp.current_leader_epoch
 
     def _drop(self, partition: int) -> None:
+        with self._cond:
+            self._acked_epochs.pop(partition, None)
         if self._subs.pop(partition, None) is not None:
             self._replicas.unwatch(TopicPartition(self.topic, partition), self._wake)
 

@@ -295,13 +295,17 @@ class ReplicaManager:
         self.stats.bytes += sum(r.size_bytes for r in results)
         return results
 
-    def acknowledge_follower(self, tp: TopicPartition, replica_id: int, log_end_offset: int
-                             ) -> None:
-        """A session's follower has everything below ``log_end_offset`` on its disk (ignored
-        when this broker no longer leads ``tp``, or when the offset is past the leader's log
-        end offset, which no follower can have)."""
+    def acknowledge_follower(self, tp: TopicPartition, replica_id: int, log_end_offset: int,
+                             leader_epoch: int) -> None:
+        """A session's follower has everything below ``log_end_offset`` on its disk, as of
+        ``leader_epoch``, the epoch it follows. Ignored when this broker no longer leads
+        ``tp``, when the follower's epoch is not the leader's (a follower on another epoch
+        may hold a divergent tail it has not truncated yet: counting it could acknowledge
+        acks=all records, or readmit it to the ISR, on the word of a replica without them),
+        or when the offset is past the leader's log end offset, which no follower can have."""
         p = self._partitions.get(tp)
-        if p is None or log_end_offset > p.log.log_end_offset:
+        if p is None or leader_epoch != p.leader_epoch or \
+                log_end_offset > p.log.log_end_offset:
             return
         p.update_follower_fetch(replica_id, log_end_offset)
 
@@ -494,11 +498,14 @@ class ReplicaManager:
                     isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int]:
         """(offset, timestamp) for EARLIEST, LATEST (the high watermark; for READ_COMMITTED
         the last stable offset) or the first record at or after ``timestamp``; (-1, -1) when
-        no record is that late."""
+        no record is that late. A new leader that has not learned its high watermark yet
+        answers LATEST, and a lookup it finds nothing for below it, with OFFSET_NOT_AVAILABLE
+        (``Partition.check_end_known``)."""
         p = self._leader(tp)
         if timestamp == EARLIEST:
             return self.log_start_offset(tp, p.log), -1
         if timestamp == LATEST:
+            p.check_end_known()
             committed = isolation_level == READ_COMMITTED
             return p.log.last_stable_offset if committed else p.log.high_watermark, -1
         if timestamp < 0:
@@ -509,6 +516,7 @@ class ReplicaManager:
                                               below=p.log.log_start_offset)
         found = found or p.log.offsets_for_time(timestamp)
         if found is None or found[0] >= p.log.high_watermark:
+            p.check_end_known()
             return -1, -1
         return found
 

@@ -16,6 +16,7 @@ import msgspec
 import pyarrow as pa
 
 from logstore.client import admin_transactions as txn_admin
+from logstore.client import lookups
 from logstore.client.admin_transactions import (
     HangingTransaction,
     ProducerState,
@@ -32,7 +33,6 @@ from logstore.messages.groups import (
     DescribeGroupsRequest,
     ListGroupsRequest,
 )
-from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
 from logstore.messages.metrics import (
     DescribeBrokerMetricsRequest,
     DescribeBrokerMetricsResponse,
@@ -190,6 +190,7 @@ class Admin:
         self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms,
                                          security=client_security(security, "Admin"))
         self._timeout_s = max(request_timeout_ms / 1000.0, 60.0)
+        self._request_timeout_s = request_timeout_ms / 1000.0
 
     def describe_cluster(self) -> ClusterDescription:
         """The registered brokers, sorted by id, and the controller, as one broker sees them."""
@@ -278,14 +279,14 @@ class Admin:
             TopicConfigChange(name=n, config=c) for n, c in configs.items()])).topics)
 
     def list_offsets(self, partitions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """Offsets for EARLIEST (-2), LATEST (-1) or a timestamp, per partition."""
+        """Offsets for EARLIEST (-2), LATEST (-1) or a timestamp, per partition; a retriable
+        error (a leader that moved, or one that does not know its end yet) is asked again for
+        up to ``request_timeout_ms`` (``lookups.list_offset``)."""
         out = {}
         for tp, spec in partitions.items():
             tp = TopicPartition(*tp)
-            conn = self._metadata.leader_connection(tp)
-            (entry,) = conn.call(ListOffsetsRequest(topic=tp.topic, partitions=[
-                ListOffsetsPartition(partition=tp.partition, timestamp=spec)])).partitions
-            entry.raise_error()
+            entry = lookups.list_offset(self._metadata, tp, spec, self._request_timeout_s)
+            entry.raise_error(f"list_offsets of {tp}")
             out[tp] = entry.offset
         return out
 

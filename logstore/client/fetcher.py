@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from logstore.client import lookups
 from logstore.client.fetch_session import (
     ClientSession,
     Credit,
@@ -40,7 +41,7 @@ from logstore.client.fetch_session import (
 )
 from logstore.client.metadata import ClusterMetadata
 from logstore.client.metrics import ConsumerMetrics
-from logstore.errors import ApiError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from logstore.errors import ApiError, OffsetOutOfRangeError
 from logstore.messages.fetch import (
     DEFAULT_FETCH_MAX_BYTES,
     READ_COMMITTED,
@@ -51,9 +52,7 @@ from logstore.messages.fetch import (
 )
 from logstore.messages.fetch_session import FetchSessionPartitionEnd, FetchSessionUpdated
 from logstore.messages.log import (
-    ListOffsetsPartition,
     ListOffsetsPartitionResult,
-    ListOffsetsRequest,
 )
 from logstore.model import TopicPartition
 from logstore.rpc.client import FetchedBatch, FetchResponse
@@ -64,8 +63,6 @@ from logstore.txn_filter import committed_mask as txn_committed_mask
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-LEADER_ATTEMPTS = 5  # list_offsets tries for a partition the metadata does not know
-LOOKUP_BACKOFF_MAX_S = 0.5  # the longest pause between list_offsets tries
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,28 +160,9 @@ class Fetcher:
         return out
 
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> ListOffsetsPartitionResult:
-        """Asked of ``tp``'s leader. When the leader moved or cannot be reached (a failover
-        under way), the metadata is refreshed and the new one asked, for up to
-        ``lookup_timeout_s``, as Kafka's ``endOffsets`` waits out a leader election; a topic
-        or partition the metadata does not know is asked about LEADER_ATTEMPTS times only."""
-        request = ListOffsetsRequest(topic=tp.topic, partitions=[
-            ListOffsetsPartition(partition=tp.partition, timestamp=timestamp)],
-            isolation_level=self._config.isolation_level)
-        deadline = time.monotonic() + self._config.lookup_timeout_s
-        attempt = 0
-        while True:
-            try:
-                entry = self._metadata.leader_connection(tp).call(request).partitions[0]
-                error = entry.error()
-                if error is None or not error.refresh_metadata or \
-                        not _try_again(error, attempt, deadline):
-                    return entry
-            except ApiError as e:
-                if not e.retriable or not _try_again(e, attempt, deadline):
-                    raise
-            self._metadata.refresh([tp.topic])
-            attempt += 1
-            time.sleep(min(0.05 * attempt, LOOKUP_BACKOFF_MAX_S))
+        """Asked of ``tp``'s leader, again across a failover (``lookups.list_offset``)."""
+        return lookups.list_offset(self._metadata, tp, timestamp, self._config.lookup_timeout_s,
+                                   self._config.isolation_level)
 
     # -- fetching ----------------------------------------------------------------------------
 
@@ -465,10 +443,3 @@ def _with_offsets(table: pa.Table, offsets: np.ndarray, partition: int) -> pa.Ta
     table = table.append_column("offset", pa.array(offsets, pa.int64()))
     return table.append_column("partition",
                                pa.array(np.full(len(offsets), partition, dtype=np.int32)))
-
-
-def _try_again(error: ApiError, attempt: int, deadline: float) -> bool:
-    """Whether a list_offsets lookup that failed with ``error`` (retriable) is tried again."""
-    if isinstance(error, UnknownTopicOrPartitionError):
-        return attempt < LEADER_ATTEMPTS - 1
-    return time.monotonic() < deadline

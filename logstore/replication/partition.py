@@ -25,6 +25,7 @@ from logstore.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
@@ -239,13 +240,32 @@ class Partition:
             self._maybe_expand_isr(follower_id, log_end_offset)
             self._maybe_advance_high_watermark()
 
+    @property
+    def epoch_start_offset(self) -> int:
+        """Where the latest leader epoch this replica knows began (a leader's own epoch: its
+        log end offset when it took over); 0 with no epoch known."""
+        entries = self.epochs.entries
+        return entries[-1].start_offset if entries else 0
+
+    def check_end_known(self) -> None:
+        """Raise OFFSET_NOT_AVAILABLE while this leader's high watermark is below the start of
+        its epoch: it took over with an older high watermark than its predecessor's, and
+        learns the real one as its followers fetch. Until then its end (or a record looked up
+        past its high watermark) would show a client the log going backwards (Kafka's
+        KAFKA-2334)."""
+        start = self.epoch_start_offset
+        if self.log.high_watermark < start:
+            raise OffsetNotAvailableError(
+                f"{self.tp}: leader {self.broker_id} at epoch {self.leader_epoch} has not yet "
+                f"learned its high watermark ({self.log.high_watermark}, below the start of "
+                f"its epoch at {start}); try again")
+
     def _maybe_expand_isr(self, follower_id: int, log_end_offset: int) -> None:
         # Kafka's rule: caught up to the high watermark, and to the start of this epoch, so a
         # member of the ISR always holds everything this leader acknowledged.
         if follower_id in self.isr or self._pending_isr is not None:
             return
-        epoch_start = self.epochs.entries[-1].start_offset if self.epochs.entries else 0
-        if log_end_offset >= max(self.log.high_watermark, epoch_start):
+        if log_end_offset >= max(self.log.high_watermark, self.epoch_start_offset):
             self._propose(self.isr | {follower_id})
 
     def maybe_shrink_isr(self, replica_lag_time_max_ms: int) -> frozenset[int] | None:

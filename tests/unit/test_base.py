@@ -103,6 +103,7 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.GroupIdNotFoundError, 69, False, False),
     (errors.FencedLeaderEpochError, 74, True, True),
     (errors.UnknownLeaderEpochError, 75, True, True),
+    (errors.OffsetNotAvailableError, 78, True, False),
     (errors.MemberIdRequiredError, 79, False, False),
     (errors.FencedInstanceIdError, 82, False, False),
     (errors.InvalidRecordError, 87, False, False),
