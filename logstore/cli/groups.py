@@ -3,14 +3,16 @@
 Owns: parsing these commands' arguments and printing their results (describe shows state,
 members, and per partition the committed offset, log end offset, lag, lag in seconds and owner,
 then the total lag: the figures the group's coordinator computes and exports, from
-``Admin.list_consumer_group_lag``). Offsets are reset only while the group is empty (the admin client and the coordinator
-both refuse otherwise with NON_EMPTY_GROUP). Must not: talk to brokers except through
-``Admin``.
+``Admin.list_consumer_group_lag``). Offsets are reset only while the group is empty (the admin
+client and the coordinator both refuse otherwise with NON_EMPTY_GROUP); ``--to-offset`` is
+clamped to each partition's [log start, log end] with a warning naming the partition, as
+kafka-consumer-groups does. Must not: talk to brokers except through ``Admin``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import closing
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -40,7 +42,9 @@ def register(commands: Any) -> None:
     target.add_argument("--to-latest", action="store_true")
     target.add_argument("--to-datetime", metavar="ISO-8601",
                         help="the first offset at or after this time (naive times are UTC)")
-    target.add_argument("--to-offset", type=int, metavar="OFFSET")
+    target.add_argument("--to-offset", type=int, metavar="OFFSET",
+                        help="this offset in every partition (clamped to the partition's "
+                             "earliest and latest offsets, with a warning)")
     reset.set_defaults(run=_cmd_reset)
     delete = actions.add_parser("delete", help="delete an empty group and its offsets")
     delete.add_argument("group")
@@ -105,7 +109,7 @@ def _cmd_reset(args: argparse.Namespace) -> int:
 def _targets(client: Admin, args: argparse.Namespace, tps: list[TopicPartition]
              ) -> dict[TopicPartition, int]:
     if args.to_offset is not None:
-        return dict.fromkeys(tps, args.to_offset)
+        return _in_range(client, dict.fromkeys(tps, args.to_offset))
     if args.to_earliest or args.to_latest:
         return client.list_offsets(dict.fromkeys(tps, EARLIEST if args.to_earliest else LATEST))
     when = datetime.fromisoformat(args.to_datetime)
@@ -114,6 +118,33 @@ def _targets(client: Admin, args: argparse.Namespace, tps: list[TopicPartition]
     found = client.list_offsets(dict.fromkeys(tps, int(when.timestamp() * 1000)))
     latest = client.list_offsets(dict.fromkeys(tps, LATEST))
     return {tp: found[tp] if found[tp] >= 0 else latest[tp] for tp in tps}
+
+
+def _in_range(client: Admin, requested: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """``requested`` clamped to each partition's range, a warning on stderr for each one
+    moved (Kafka's ConsumerGroupCommand.checkOffsetsRange)."""
+    earliest = client.list_offsets(dict.fromkeys(requested, EARLIEST))
+    latest = client.list_offsets(dict.fromkeys(requested, LATEST))
+    out = {}
+    for tp, offset in requested.items():
+        out[tp], warning = clamp_offset(tp, offset, earliest[tp], latest[tp])
+        if warning is not None:
+            print(f"warning: {warning}", file=sys.stderr)
+    return out
+
+
+def clamp_offset(tp: TopicPartition, offset: int, earliest: int, latest: int
+                 ) -> tuple[int, str | None]:
+    """The offset to commit for ``tp`` when ``offset`` is asked for and its log holds
+    [earliest, latest): above the log end it is the log end, below the log start the log
+    start (checked in that order, as Kafka does); with why, when it moved."""
+    if offset > latest:
+        return latest, (f"new offset {offset} is higher than the latest offset of {tp}; it "
+                        f"is set to {latest}")
+    if offset < earliest:
+        return earliest, (f"new offset {offset} is lower than the earliest offset of {tp}; it "
+                          f"is set to {earliest}")
+    return offset, None
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:

@@ -297,6 +297,51 @@ def test_cli_lists_describes_resets_and_deletes(gbroker: BrokerProcess, admin: A
     assert group not in [g.group_id for g in admin.list_groups()]
 
 
+def test_cli_reset_to_an_offset_outside_a_partition_clamps_it_with_a_warning(
+        broker_factory: BrokerFactory) -> None:
+    """Goal: ``reset-offsets --to-offset N`` commits N only where the partition holds it:
+    below the log start it commits the earliest offset, above the log end the latest, each
+    with a warning naming the partition (kafka-consumer-groups' checkOffsetsRange); in range
+    it commits N and warns of nothing. Method: a broker checking retention every 100 ms; a
+    two-partition topic of 16 KiB segments, 200 records of ~500 bytes in partition 0 and 20
+    in partition 1, in batches of ten; retention_bytes 1 deletes partition 0's sealed segments (its log start
+    moves past 100) and leaves partition 1's only, active one; then --to-offset 5, 1000
+    and 15."""
+    broker = broker_factory(log_retention_check_interval_ms=100, **GROUP_SETTINGS)
+    with Admin(broker.bootstrap) as admin:
+        topic, group = new_topic(admin, 2, segment_bytes=16 * 1024), group_name()
+        tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+        with bounded_producer(broker.bootstrap, linger_ms=0) as producer:
+            for i in range(220):  # batches of ten records: 5 KB each, 16 KiB segments
+                producer.send(topic, b"%04d" % i + b"x" * 500, partition=0 if i < 200 else 1)
+                if i % 10 == 9:
+                    producer.flush()
+        admin.alter_configs({topic: {"retention_bytes": "1"}})
+        start = wait_for(lambda: (o := admin.list_offsets({tp0: -2})[tp0]) > 100 and o,
+                         "retention to delete partition 0's sealed segments")
+
+        def reset(offset: int) -> tuple[dict[TopicPartition, int], list[str]]:
+            done = subprocess.run([
+                sys.executable, "-m", "logstore", "groups", "reset-offsets", group, "--topic",
+                topic, "--to-offset", str(offset), "--bootstrap-server", broker.bootstrap],
+                capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            committed = {tp: om.offset for tp, om in admin.list_group_offsets(group).items()}
+            return committed, [w for w in done.stderr.splitlines() if w.startswith("warning")]
+
+        committed, warnings = reset(5)
+        assert committed == {tp0: start, tp1: 5}
+        assert warnings == [f"warning: new offset 5 is lower than the earliest offset of "
+                            f"{tp0}; it is set to {start}"]
+        committed, warnings = reset(1000)
+        assert committed == {tp0: 200, tp1: 20}
+        assert warnings == [f"warning: new offset 1000 is higher than the latest offset of "
+                            f"{tp}; it is set to {end}" for tp, end in ((tp0, 200), (tp1, 20))]
+        assert reset(15) == ({tp0: start, tp1: 15}, [f"warning: new offset 15 is lower than "
+                                                     f"the earliest offset of {tp0}; it is "
+                                                     f"set to {start}"])
+
+
 def test_offsets_compaction_keeps_the_latest_per_key(tmp_path_factory: pytest.TempPathFactory
                                                      ) -> None:
     factory = BrokerFactory(tmp_path_factory.mktemp("compaction"))
