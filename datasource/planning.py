@@ -28,13 +28,14 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from datasource.options import OffsetSpec, OptionError, ReadOptions, Subscription
+from logstore.client import lookups
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import ApiError, LogstoreError, UnknownTopicOrPartitionError
 from logstore.messages.log import (
@@ -63,6 +64,7 @@ log = logging.getLogger(__name__)
 
 # A per-partition entry of a response the planner asks each leader for.
 E = TypeVar("E", LogDirPartition, ListOffsetsPartitionResult)
+LEADER_WAIT_S = 30.0  # how long a request to leaders is asked again across a failover
 
 
 class DataLossError(LogstoreError, RuntimeError):
@@ -303,16 +305,39 @@ class Planner:
 
     def _per_leader(self, action: str, tps: Iterable[TopicPartition],
                     ask: Callable[[BrokerConnection, str, list[TopicPartition]], Sequence[E]]
-                    ) -> Iterator[tuple[str, TopicPartition, E]]:
+                    ) -> list[tuple[str, TopicPartition, E]]:
         """(leader address, partition, response entry) for ``action``, asked by ``ask`` of
-        each leader for its partitions of one topic; the first error raises."""
+        each leader for its partitions of one topic. A retriable error (a leader that moved
+        or cannot be reached, or a new one that does not know its high watermark yet) asks
+        again, after a metadata refresh where the error calls for one, for up to
+        LEADER_WAIT_S, as the consumer's lookups do (``lookups.try_again``); any other error
+        raises."""
+        tps = list(tps)
+        deadline = time.monotonic() + LEADER_WAIT_S
+        attempt = 0
+        while True:
+            try:
+                return self._ask_leaders(action, tps, ask)
+            except ApiError as e:
+                if not lookups.try_again(e, attempt, deadline):
+                    raise
+                log.info("%s: %s; asking again", action, e)
+                if e.refresh_metadata:
+                    self.metadata.refresh(sorted({tp.topic for tp in tps}))
+            attempt += 1
+            time.sleep(lookups.backoff_s(attempt))
+
+    def _ask_leaders(self, action: str, tps: list[TopicPartition],
+                     ask: Callable[[BrokerConnection, str, list[TopicPartition]], Sequence[E]]
+                     ) -> list[tuple[str, TopicPartition, E]]:
+        out = []
         for (leader, topic), parts in self._by_leader(tps).items():
             conn = self.metadata.broker_connection(leader)
             entries = ask(conn, topic, parts)
             for e in entries:
                 e.raise_error(f"{action} for {topic!r} on {conn.address}")
-            for e in entries:
-                yield conn.address, TopicPartition(topic, e.partition), e
+            out += [(conn.address, TopicPartition(topic, e.partition), e) for e in entries]
+        return out
 
     def resolve(self, spec: OffsetSpec, infos: dict[TopicPartition, PartitionInfo],
                 side: str) -> dict[TopicPartition, int]:

@@ -329,11 +329,13 @@ class RequestHandlers:
 
     def describe_log_dirs(self, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
         """Per partition: the directory of its files, the incarnation id that proves a reader
-        sees this broker's disk, and its log start offset and high watermark."""
+        sees this broker's disk, and its log start offset and high watermark (not told by a
+        new leader that does not know it yet: OFFSET_NOT_AVAILABLE)."""
         out = []
         for p in req.partitions:
             try:
-                d = self._replicas.describe_log_dir(TopicPartition(req.topic, p))
+                d = self._replicas.describe_log_dir(TopicPartition(req.topic, p),
+                                                    end_known=True)
                 out.append(LogDirPartition(
                     partition=p, path=d.path, incarnation=d.incarnation,
                     log_start_offset=d.log_start_offset, high_watermark=d.high_watermark,

@@ -484,10 +484,14 @@ class ReplicaManager:
 
     # -- log directories ---------------------------------------------------------------------
 
-    def describe_log_dir(self, tp: TopicPartition) -> LogDir:
+    def describe_log_dir(self, tp: TopicPartition, end_known: bool = False) -> LogDir:
         """Where a led partition's files are, for readers on this machine (file_reader.py):
-        its directory, the log manager's incarnation id, and its offsets now."""
+        its directory, the log manager's incarnation id, and its offsets now. ``end_known``:
+        OFFSET_NOT_AVAILABLE from a new leader that has not learned its high watermark yet
+        (``Partition.check_end_known``), for readers that plan up to it."""
         p = self._leader(tp)
+        if end_known:
+            p.check_end_known()
         return LogDir(str(p.log.dir.resolve()), self._logs.incarnation,
                       self.log_start_offset(tp, p.log), p.log.high_watermark,
                       p.log.log_start_offset, p.log.last_stable_offset)

@@ -5,8 +5,9 @@ again while the error is retriable: a leader that moved or cannot be reached (a 
 way: the metadata is refreshed and the new leader asked), or a new leader that does not know
 its end yet (OFFSET_NOT_AVAILABLE: asked again as it is), for up to a deadline, as Kafka's
 ``endOffsets`` waits out a leader election; a topic or partition the metadata does not know is
-asked about LEADER_ATTEMPTS times only. Must not: raise the entry's own error (callers decide
-how to name it) or cache answers.
+asked about LEADER_ATTEMPTS times only (``try_again``, also used by Spark's planner for its
+requests to leaders). Must not: raise the entry's own error (callers decide how to name it)
+or cache answers.
 """
 
 from __future__ import annotations
@@ -54,21 +55,29 @@ def list_offset(metadata: Leaders, tp: TopicPartition, timestamp: int, timeout_s
         try:
             entry = metadata.leader_connection(tp).call(request).partitions[0]
             error = entry.error()
-            if error is None or not _try_again(error, attempt, deadline):
+            if error is None or not try_again(error, attempt, deadline):
                 return entry
         except ApiError as e:
-            if not _try_again(e, attempt, deadline):
+            if not try_again(e, attempt, deadline):
                 raise
             error = e
         if error.refresh_metadata:
             metadata.refresh([tp.topic])
         attempt += 1
-        time.sleep(min(0.05 * attempt, LOOKUP_BACKOFF_MAX_S))
+        time.sleep(backoff_s(attempt))
 
 
-def _try_again(error: ApiError, attempt: int, deadline: float) -> bool:
+def try_again(error: ApiError, attempt: int, deadline: float) -> bool:
+    """Whether a lookup that failed with ``error`` on try ``attempt`` (from 0) is made again
+    (the module docstring's rules; ``deadline`` on the monotonic clock)."""
     if not error.retriable:
         return False
     if isinstance(error, UnknownTopicOrPartitionError):
         return attempt < LEADER_ATTEMPTS - 1
     return time.monotonic() < deadline
+
+
+def backoff_s(attempt: int) -> float:
+    """The pause before try ``attempt`` (from 1): 50 ms more each time, up to
+    LOOKUP_BACKOFF_MAX_S."""
+    return min(0.05 * attempt, LOOKUP_BACKOFF_MAX_S)

@@ -713,3 +713,68 @@ def test_constant_string_of_an_empty_topic_has_zero_offsets() -> None:
         out = constant_string("", n)
         out.validate(full=True)
         assert out.to_pylist() == [""] * n
+
+
+def test_the_planner_asks_leaders_again_across_a_failover(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Goal: a plan made while a partition's leadership moves waits for the new leader, as
+    the consumer's lookups do: NOT_LEADER_OR_FOLLOWER refreshes the metadata and asks again,
+    OFFSET_NOT_AVAILABLE (a new leader that does not know its high watermark yet, whose
+    answer would look like the log went back) asks again as it is; an error that is not
+    retriable raises at once, naming the action and topic.
+    Method: a Planner whose metadata is a stand-in; its leader answers describe_log_dirs
+    with the errors in turn, then with the partition."""
+    from logstore.client import lookups
+    from logstore.errors import (
+        InvalidRequestError,
+        NotLeaderOrFollowerError,
+        OffsetNotAvailableError,
+    )
+    from logstore.messages import error_kw
+    from logstore.messages.log import DescribeLogDirsResponse, LogDirPartition
+
+    monkeypatch.setattr(lookups, "LOOKUP_BACKOFF_MAX_S", 0.0)
+    tp = TPS[0]
+
+    class Leader:
+        def __init__(self, errors: list[Exception]) -> None:
+            self.errors = errors
+            self.address = "127.0.0.1:1"
+            self.calls = 0
+
+        def call(self, request: object) -> DescribeLogDirsResponse:
+            self.calls += 1
+            entry = LogDirPartition(partition=0, path="/x", incarnation="i",
+                                    log_start_offset=0, high_watermark=9)
+            if self.errors:
+                entry = LogDirPartition(partition=0, **error_kw(self.errors.pop(0)))
+            return DescribeLogDirsResponse(topic="t", partitions=[entry])
+
+    class Metadata:
+        def __init__(self, leader: Leader) -> None:
+            self.conn = leader
+            self.refreshes = 0
+
+        def leader(self, tp: TopicPartition) -> int:
+            return 1
+
+        def broker_connection(self, broker_id: int) -> Leader:
+            return self.conn
+
+        def refresh(self, topics: list[str] | None = None) -> None:
+            self.refreshes += 1
+
+        def close(self) -> None:
+            pass
+
+    options = parse_read_options({"bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}, False)
+    planner = Planner(options)
+    planner.metadata.close()
+    leader = Leader([NotLeaderOrFollowerError("broker 1 does not lead t-0"),
+                     OffsetNotAvailableError("t-0: high watermark not yet known")])
+    planner.metadata = metadata = Metadata(leader)  # type: ignore[assignment]
+    assert planner.describe([tp])[tp].high_watermark == 9
+    assert (leader.calls, metadata.refreshes) == (3, 1)
+    planner.metadata = Metadata(Leader([InvalidRequestError("bad")]))  # type: ignore[assignment]
+    with pytest.raises(InvalidRequestError, match="describe_log_dirs for 't'"):
+        planner.describe([tp])

@@ -176,7 +176,8 @@ def test_a_new_leader_does_not_answer_for_its_end_before_it_learns_its_high_wate
     high watermark lags (followers learn it with the next push). Until a follower's fetch
     moves it to the start of the new epoch, LATEST (and a timestamp lookup that finds
     nothing below it) is OFFSET_NOT_AVAILABLE, not an end below what consumers already saw;
-    EARLIEST and lookups below the high watermark answer. Kafka's KAFKA-2334."""
+    EARLIEST and lookups below the high watermark answer. Kafka's KAFKA-2334. Spark's
+    planner's describe_log_dirs is refused likewise."""
     p = replicas.make_follower(TP, CONFIG, DEFAULT_SCHEMA, 2, 4, (1, 2, 3))
     p.append_as_follower(_batches(tmp_path / "old-leader", 10), 4, 4)
     assert (p.log.log_end_offset, p.log.high_watermark) == (10, 4)
@@ -186,11 +187,15 @@ def test_a_new_leader_does_not_answer_for_its_end_before_it_learns_its_high_wate
             replicas.list_offset(TP, -1, isolation)
     with pytest.raises(OffsetNotAvailableError):
         replicas.list_offset(TP, 10**13)
+    with pytest.raises(OffsetNotAvailableError):  # what Spark's planner asks
+        replicas.describe_log_dir(TP, end_known=True)
+    assert replicas.describe_log_dir(TP).high_watermark == 4  # tools that show it as it is
     assert replicas.list_offset(TP, -2) == (0, -1)
     assert replicas.list_offset(TP, 0)[0] == 0
     _session(replicas, 10, 5)  # follower 3 has all 10: the high watermark reaches them
     assert replicas.list_offset(TP, -1) == (10, -1)
     assert replicas.list_offset(TP, 10**13) == (-1, -1)
+    assert replicas.describe_log_dir(TP, end_known=True).high_watermark == 10
 
 
 def _batches(dir: Path, count: int) -> list[StoredBatch]:
