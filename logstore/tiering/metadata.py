@@ -38,6 +38,11 @@ JSON of one entry (``version`` 1):
 | state          | string          | a ``RemoteLogSegmentState`` name                       |
 | state_ms       | int             | when the state was entered, ms                         |
 | broker_id      | int             | the broker that wrote the state                        |
+| txn_index      | bool (optional) | whether a ``.txnindex`` object was copied with it; absent |
+|                |                 | in entries written before the field (not known then)   |
+
+``txn_index`` tells a segment that had no aborted transaction from one whose index object is
+lost: a read_committed read of the second fails instead of showing its aborted records.
 """
 
 from __future__ import annotations
@@ -119,6 +124,7 @@ class RemoteLogSegmentMetadata:
     state: RemoteLogSegmentState
     state_timestamp_ms: int
     broker_id: int = -1
+    has_txn_index: bool | None = None  # None: an entry written before the field existed
 
     @property
     def next_offset(self) -> int:
@@ -145,7 +151,8 @@ class RemoteLogSegmentMetadata:
                 "leader_epoch": self.leader_epoch,
                 "epochs": [list(e) for e in self.segment_leader_epochs],
                 "state": self.state.value, "state_ms": self.state_timestamp_ms,
-                "broker_id": self.broker_id}
+                "broker_id": self.broker_id,
+                **({} if self.has_txn_index is None else {"txn_index": self.has_txn_index})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RemoteLogSegmentMetadata:
@@ -157,7 +164,8 @@ class RemoteLogSegmentMetadata:
                    int(d["max_timestamp"]), int(d["size_bytes"]), int(d["leader_epoch"]),
                    tuple((int(e), int(s)) for e, s in d["epochs"]),
                    RemoteLogSegmentState(d["state"]), int(d["state_ms"]),
-                   int(d.get("broker_id", -1)))
+                   int(d.get("broker_id", -1)),
+                   None if d.get("txn_index") is None else bool(d["txn_index"]))
 
 
 def check_transition(current: RemoteLogSegmentMetadata | None,

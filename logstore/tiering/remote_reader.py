@@ -122,7 +122,8 @@ class RemoteLogReader:
         the segments after it, until an entry proves no later segment can add one (Kafka's
         ``collectAbortedTransactions`` over remote segments); (entries, complete). When not
         complete the caller goes on with the local log's segments (all of them, for the same range).
-        A segment copied without a ``.txnindex`` had no aborted transaction. This is the seam
+        A segment copied without a ``.txnindex`` had no aborted transaction; one whose
+        metadata says it had one, now missing, is CORRUPT_MESSAGE. This is the seam
         for read_committed fetches of the remote tier."""
         found: list[TxnIndexEntry] = []
         if start >= end:
@@ -147,7 +148,11 @@ class RemoteLogReader:
         key = segment_key(segment, TXN_INDEX_SUFFIX)
         try:
             entries = parse_entries(self._store.read_object(key))
-        except RemoteObjectNotFoundError:
+        except RemoteObjectNotFoundError as e:
+            if segment.has_txn_index:
+                raise CorruptRecordError(
+                    f"{segment.describe()}: its remote transaction index {key} is missing, so "
+                    "which of its records were aborted is not known") from e
             entries = []
         except ValueError as e:
             raise CorruptRecordError(f"{segment.describe()}: remote transaction index {key}: "

@@ -42,12 +42,14 @@ import uuid
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from logstore.clock import Clock
 from logstore.config import BrokerConfig
 from logstore.errors import ApiError, FencedLeaderEpochError
 from logstore.model import TopicPartition
+from logstore.segments.format import TXN_INDEX_SUFFIX
 from logstore.tiering import rules
 from logstore.tiering.log_view import TieredLog
 from logstore.tiering.metadata import (
@@ -418,14 +420,16 @@ class RemoteLogManager:
         now = self._clock.time_ms()
         lineage = epoch_lineage_slice(task.log.epoch_entries(), segment.base_offset,
                                       segment.next_offset - 1)
+        files = task.log.segment_files(segment)
         started = RemoteLogSegmentMetadata(
             task.tp, uuid.uuid4().hex, segment.base_offset, segment.next_offset - 1,
             segment.max_timestamp_ms, segment.size_bytes, task.leader_epoch, lineage,
-            S.COPY_SEGMENT_STARTED, now, self._config.broker_id)
+            S.COPY_SEGMENT_STARTED, now, self._config.broker_id,
+            has_txn_index=TXN_INDEX_SUFFIX in files)
         self._put(task, started)
         uploaded: list[str] = []
         try:
-            self._upload(task, started, segment, uploaded)
+            self._upload(task, started, files, uploaded)
             self._put(task, started.with_state(S.COPY_SEGMENT_FINISHED, self._clock.time_ms()))
         except BaseException as e:
             self._abandon_copy(task, started, uploaded, e)
@@ -433,13 +437,12 @@ class RemoteLogManager:
         logger.info("%s: copied local segment [%d, %d) (%d bytes)", started.describe(),
                     segment.base_offset, segment.next_offset, segment.size_bytes)
 
-    def _upload(self, task: _Task, started: RemoteLogSegmentMetadata, segment: LocalSegment,
-                uploaded: list[str]) -> None:
+    def _upload(self, task: _Task, started: RemoteLogSegmentMetadata,
+                local_files: dict[str, Path], uploaded: list[str]) -> None:
         """The segment file, then its sidecars all at once (small objects: their requests'
         latencies overlap); ``uploaded`` gets every key before its upload starts, so a
         failure cleans them all up."""
-        files = {segment_key(started, suffix): path
-                 for suffix, path in task.log.segment_files(segment).items()}
+        files = {segment_key(started, suffix): path for suffix, path in local_files.items()}
         (first, path), *sidecars = files.items()  # the segment file comes first
         if task.stopped:
             raise _Stopped()

@@ -198,6 +198,33 @@ def test_an_unreadable_remote_txn_index_fails_its_partition_only(broker: Broker)
     assert r1.error is None and len(r1.batches) == 2
 
 
+def test_a_lost_remote_txn_index_is_an_error_not_an_empty_one(broker: Broker) -> None:
+    """Goal: a segment's metadata says whether a ``.txnindex`` was copied with it, so a
+    read_committed fetch of a segment whose index object is gone answers CORRUPT_MESSAGE
+    naming the segment, not the aborted records as if they were committed (before, a lost
+    object read as "no aborted transaction", as Kafka's remote index cache does); a segment
+    copied without one (no aborted transaction) is read as before.
+    Method: partition 0's aborted transaction tiered, then its index object deleted;
+    partition 1 tiered with no transaction; one read_committed fetch of both."""
+    tp0, tp1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+    broker.replicas.append_records(tp0, keyed(0, RECORDS, broker.clock), 1, producer_id=7,
+                                   producer_epoch=0, base_sequence=0, flags=FLAG_TRANSACTIONAL)
+    broker.replicas.write_txn_marker(tp0, 7, 0, committed=False, coordinator_epoch=0)
+    broker.partition().log.roll()
+    broker.produce_segments(2)
+    broker.produce_segments(2, p=1)
+    broker.tier_all(2)
+    (index,) = broker.remote.glob("**/*.txnindex")
+    index.unlink()
+    r0, r1 = broker.replicas.fetch([FetchPartition(tp0, 0, 1 << 20),
+                                    FetchPartition(tp1, 0, 1 << 20)], 0, 1, 1 << 20,
+                                   isolation_level=READ_COMMITTED)
+    assert isinstance(r0.error, CorruptRecordError)
+    assert "transaction index" in str(r0.error) and "orders-0" in str(r0.error)
+    assert r0.batches == []
+    assert r1.error is None and r1.from_remote and len(r1.batches) == 1
+
+
 def test_one_fetch_reads_several_partitions_remote_tiers_within_max_bytes(
         broker: Broker) -> None:
     """Goal: one fetch is served from several partitions' remote segments at once and with

@@ -3,6 +3,7 @@ state table (tiering/metadata.py), checked with hypothesis over generated logs."
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 import pytest
@@ -251,4 +252,9 @@ def test_refused_transitions_name_the_segment_and_states(before: S | None, after
 def test_metadata_json_round_trips() -> None:
     seg = _remote(5, 10, epochs=((1, 5), (3, 8)))
     assert RemoteLogSegmentMetadata.from_json(seg.to_json()) == seg
+    assert "txn_index" not in seg.to_json()  # not known: as an entry written before the field
+    for has in (True, False):
+        told = dataclasses.replace(seg, has_txn_index=has)
+        assert told.to_json()["txn_index"] is has
+        assert RemoteLogSegmentMetadata.from_json(told.to_json()) == told
     assert epoch_lineage_slice([(0, 0), (1, 4), (3, 8), (5, 20)], 5, 9) == ((1, 5), (3, 8))
