@@ -84,8 +84,9 @@ class CoordinatorResult(Generic[R]):
     response: R
     apply: Callable[[], None] = _no_change
     producer: TxnProducer | None = None
-    # With ``producer``: the change, given the log offset of the appended batch (run instead
-    # of ``apply``), so that a marker decides only what its producer wrote before it.
+    # The change, given the log offset of the appended batch (run instead of ``apply``): so
+    # that a marker decides only what its producer wrote before it, and a transaction's
+    # offsets never replace a commit appended after them.
     apply_at: Callable[[int], None] | None = None
 
     @staticmethod

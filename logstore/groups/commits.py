@@ -4,8 +4,9 @@ Owns: validating a commit per partition (one bad partition never fails the other
 offset is OFFSET_OUT_OF_RANGE, over-long metadata INVALID_COMMIT_OFFSET_SIZE, a partition the
 member is not assigned ILLEGAL_GENERATION, except, in a cooperative group, one the last
 assignment took from it and gives to no one before the next), the offset records it appends
-and the change that merges them into memory once durable (a merge, not a replacement of the group, so a commit in
-flight does not hold up the group's heartbeats); reading committed offsets (with
+and the change that merges them into memory once durable, with their position in the log (a
+merge, not a replacement of the group, so a commit in flight does not hold up the group's
+heartbeats; the position lets a transaction's older offsets, decided later, lose to it); reading committed offsets (with
 ``require_stable``, UNSTABLE_OFFSET_COMMIT while offsets a transaction committed for them are
 pending); deleting an empty group with tombstones. Must not: do I/O, take locks or read clocks.
 """
@@ -23,7 +24,7 @@ from logstore.errors import (
 )
 from logstore.groups.assignors import COOPERATIVE, REBALANCE_PROTOCOL
 from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
-from logstore.groups.offsets import offset_key, offset_value
+from logstore.groups.offsets import offset_key, offset_value, set_committed
 from logstore.groups.state import Group, Member
 from logstore.messages import error_kw
 from logstore.messages.groups import (
@@ -61,12 +62,12 @@ def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms
     if existing is None:
         rows += shard.generation_rows(group)
 
-    def merge() -> None:
+    def merge(position: int) -> None:
         if existing is None:
             shard.installer(group)()
-        shard.offsets.setdefault(req.group_id, {}).update(valid)
+        set_committed(shard.offsets, shard.positions, req.group_id, dict(valid), position)
         shard.group(req.group_id).touch(req.member_id, now_ms)
-    return CoordinatorResult(batch(rows, now_ms), response, merge)
+    return CoordinatorResult(batch(rows, now_ms), response, apply_at=merge)
 
 
 def committable(group: Group, member: Member | None) -> set[TopicPartition] | None:

@@ -14,7 +14,8 @@ request raises its ApiError and changes nothing.
 
 Invariant: memory is never ahead of the log. Every installed group's generation is the one of
 its latest group record (``persisted``), and every committed offset in ``offsets`` is in the
-log: a change reaches memory only through ``apply``. Must not: do I/O, take locks or read
+log, at the position ``positions`` holds for it (so a transaction's offsets, decided by a late
+marker, never replace a newer commit): a change reaches memory only through ``apply``. Must not: do I/O, take locks or read
 clocks (``broker/coordinator_runtime.py`` runs the results against the log and
 ``broker/group_coordinator.py`` routes requests to shards).
 """
@@ -31,9 +32,11 @@ import pyarrow as pa
 from logstore.coordinator import Completions, CoordinatorResult, LoggedBatch
 from logstore.errors import GroupIdNotFoundError, NotCoordinatorError
 from logstore.groups.offsets import (
+    CommitPositions,
     GroupRecord,
     LoadedGroups,
     PendingTxnOffsets,
+    drop_committed,
     encode_batch,
     group_key,
     offset_key,
@@ -74,6 +77,7 @@ class GroupCoordinatorShard:
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
     persisted: dict[str, int] = field(default_factory=dict)  # group -> generation in the log
     pending_txn: PendingTxnOffsets = field(default_factory=dict)  # undecided txn offsets
+    positions: CommitPositions = field(default_factory=dict)  # where ``offsets`` are logged
 
     def group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -121,10 +125,10 @@ class GroupCoordinatorShard:
             rows.append((group_key(group_id), None))
 
         def delete() -> None:
-            for tp in tps:
-                self.offsets.get(group_id, {}).pop(tp, None)
+            drop_committed(self.offsets, self.positions, group_id, tps)
             if not remaining:
                 self.offsets.pop(group_id, None)
+                self.positions.pop(group_id, None)
                 self.groups.pop(group_id, None)
                 self.persisted.pop(group_id, None)
             log.info("group %s: deleted %d offset(s)%s", group_id, len(tps),
@@ -149,7 +153,7 @@ class GroupShardLoader:
         for b in batches:
             loaded.apply_logged(b)
         shard = GroupCoordinatorShard(partition, self.config, offsets=loaded.offsets,
-                                      pending_txn=loaded.pending)
+                                      pending_txn=loaded.pending, positions=loaded.positions)
         for group_id in set(loaded.offsets) | set(loaded.groups):
             record = loaded.groups.get(group_id)
             stamps = [o.commit_timestamp for o in loaded.offsets.get(group_id, {}).values()]

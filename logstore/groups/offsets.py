@@ -12,8 +12,14 @@ snapshot. Records (default topic schema, JSON bytes):
 Keys are compact JSON arrays, so equal (group, topic, partition) give equal bytes and
 compaction keeps the latest record per key; a null value is a tombstone. Offsets committed
 inside a transaction are the producer's transactional batch of offset records: they count
-once the producer's COMMIT marker follows, and never after an ABORT. Must not: do I/O
-(the coordinator reads and appends the partition) or know the group protocol.
+once the producer's COMMIT marker follows, and never after an ABORT; and, as in Kafka
+(``completePendingTxnOffsetCommit``), a committed transaction's offset for a partition
+replaces the committed one only if its record lies after that one's in the log: a plain commit
+appended between the transaction's offset batch and its marker wins. So every committed offset
+keeps its position (``CommitPositions``: the offset of the batch that holds its record), both
+in a replay and in the running coordinator, and both apply the same rules (``set_committed``,
+``commit_txn_offsets``, ``drop_committed``). Must not: do I/O (the coordinator reads and
+appends the partition) or know the group protocol.
 """
 
 from __future__ import annotations
@@ -74,6 +80,40 @@ def encode_batch(rows: list[tuple[bytes, bytes | None]], now_ms: int) -> pa.Reco
 # producer id -> offset of the batch that staged them -> group -> partition -> offset.
 GroupOffsets = dict[str, dict[TopicPartition, OffsetAndMetadata]]
 PendingTxnOffsets = dict[int, dict[int, GroupOffsets]]
+# Where each committed offset's record is: group -> partition -> log offset of its batch.
+CommitPositions = dict[str, dict[TopicPartition, int]]
+
+
+def set_committed(offsets: GroupOffsets, positions: CommitPositions, group_id: str,
+                  committed: dict[TopicPartition, OffsetAndMetadata], position: int) -> None:
+    """A plain commit whose batch is at ``position``: its offsets replace the group's (plain
+    commits are applied in log order, so the latest record always wins)."""
+    offsets.setdefault(group_id, {}).update(committed)
+    positions.setdefault(group_id, {}).update(dict.fromkeys(committed, position))
+
+
+def commit_txn_offsets(offsets: GroupOffsets, positions: CommitPositions,
+                       decided: list[tuple[int, GroupOffsets]]) -> None:
+    """A transaction's COMMIT: each offset it staged (``decided``: the batches' positions
+    and offsets, in log order, as ``take_decided`` returns them) replaces the group's
+    committed offset only if its record is later in the log than the committed one's (or
+    there is none): a plain commit appended after the transaction's offsets, before its
+    marker, is newer and stays. Kafka's rule, live and on replay."""
+    for position, staged in decided:
+        for group_id, by_tp in staged.items():
+            committed = offsets.setdefault(group_id, {})
+            at = positions.setdefault(group_id, {})
+            for tp, om in by_tp.items():
+                if at.get(tp, -1) < position:
+                    committed[tp], at[tp] = om, position
+
+
+def drop_committed(offsets: GroupOffsets, positions: CommitPositions, group_id: str,
+                   tps: list[TopicPartition]) -> None:
+    """Tombstones for ``tps``: their committed offsets (and positions) are gone."""
+    for tp in tps:
+        offsets.get(group_id, {}).pop(tp, None)
+        positions.get(group_id, {}).pop(tp, None)
 
 
 def stage_txn_offsets(pending: PendingTxnOffsets, producer_id: int, batch_offset: int,
@@ -85,13 +125,14 @@ def stage_txn_offsets(pending: PendingTxnOffsets, producer_id: int, batch_offset
 
 
 def take_decided(pending: PendingTxnOffsets, producer_id: int, marker_offset: int
-                 ) -> list[GroupOffsets]:
+                 ) -> list[tuple[int, GroupOffsets]]:
     """Remove and return, in log order, the offsets the producer's marker at
-    ``marker_offset`` decides: those its batches staged before the marker (Kafka's rule; a
-    batch after it belongs to the producer's next transaction)."""
+    ``marker_offset`` decides, each with the offset of the batch that staged it: those its
+    batches staged before the marker (Kafka's rule; a batch after it belongs to the
+    producer's next transaction)."""
     batches = pending.get(producer_id, {})
     decided = sorted(o for o in batches if o < marker_offset)
-    taken = [batches.pop(o) for o in decided]
+    taken = [(o, batches.pop(o)) for o in decided]
     if not batches:
         pending.pop(producer_id, None)
     return taken
@@ -100,20 +141,19 @@ def take_decided(pending: PendingTxnOffsets, producer_id: int, marker_offset: in
 @dataclass
 class LoadedGroups:
     """The state of one offsets partition after replay: latest record per key wins; offsets a
-    transaction committed wait in ``pending`` until its marker (COMMIT applies them, ABORT
-    drops them)."""
+    transaction committed wait in ``pending`` until its marker (COMMIT applies those whose
+    record is newer than the committed one's, ABORT drops them)."""
 
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     pending: PendingTxnOffsets = field(default_factory=dict)
+    positions: CommitPositions = field(default_factory=dict)
 
     def apply_logged(self, logged: LoggedBatch) -> None:
         if logged.marker is not None:
             decided = take_decided(self.pending, logged.producer_id, logged.offset)
             if logged.marker is ControlType.COMMIT:
-                for staged in decided:
-                    for group_id, offsets in staged.items():
-                        self.offsets.setdefault(group_id, {}).update(offsets)
+                commit_txn_offsets(self.offsets, self.positions, decided)
         elif logged.transactional:
             into: GroupOffsets = {}
             for key, value in _rows(logged.records):
@@ -122,20 +162,21 @@ class LoadedGroups:
                     into.setdefault(group_id, {})[tp] = om
             stage_txn_offsets(self.pending, logged.producer_id, logged.offset, into)
         else:
-            self.apply_batch(logged.records)
+            self.apply_batch(logged.records, logged.offset)
 
-    def apply_batch(self, batch: pa.RecordBatch) -> None:
+    def apply_batch(self, batch: pa.RecordBatch, position: int) -> None:
+        """A plain batch at ``position`` in the log."""
         for key, value in _rows(batch):
-            self.apply(key, value)
+            self.apply(key, value, position)
 
-    def apply(self, key: bytes, value: bytes | None) -> None:
+    def apply(self, key: bytes, value: bytes | None, position: int) -> None:
         parsed: list[Any] = orjson.loads(key)
         if parsed[0] == OFFSET_KEY:
             group_id, tp, om = _offset_entry(key, value)
             if om is None:
-                self.offsets.get(group_id, {}).pop(tp, None)
+                drop_committed(self.offsets, self.positions, group_id, [tp])
             else:
-                self.offsets.setdefault(group_id, {})[tp] = om
+                set_committed(self.offsets, self.positions, group_id, {tp: om}, position)
         elif parsed[0] == GROUP_KEY:
             if value is None:
                 self.groups.pop(parsed[1], None)

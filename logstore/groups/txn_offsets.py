@@ -6,7 +6,8 @@ generation, when given, must be the group's current ones, so a zombie of an olde
 is fenced; its records are appended as the producer's transactional batch, and the offsets wait
 in ``pending_txn``, under the offset of the batch that staged them, until the transaction's
 marker reaches this partition), ``complete_txn`` (the marker arrived: COMMIT makes the pending
-offsets staged before the marker's offset the group's committed offsets, ABORT drops them; the
+offsets staged before the marker's offset the group's committed offsets, except where a plain
+commit was appended after the staging batch, which stays, as in Kafka; ABORT drops them; the
 marker itself is already in the log, so this changes memory only, and a late completion never
 touches what the producer's next transaction staged after the marker). An offset
 fetch with ``require_stable`` checks ``pending_txn`` (commits.py). Must not: do I/O, take locks or read clocks.
@@ -17,7 +18,13 @@ from __future__ import annotations
 from logstore.coordinator import CoordinatorResult, TxnProducer
 from logstore.groups.commits import commit_error, committable
 from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
-from logstore.groups.offsets import offset_key, offset_value, stage_txn_offsets, take_decided
+from logstore.groups.offsets import (
+    commit_txn_offsets,
+    offset_key,
+    offset_value,
+    stage_txn_offsets,
+    take_decided,
+)
 from logstore.groups.state import Group
 from logstore.messages import error_kw
 from logstore.messages.transactions import (
@@ -62,8 +69,10 @@ def complete_txn(shard: GroupCoordinatorShard, producer_id: int, committed: bool
                  marker_offset: int, now_ms: int) -> CoordinatorResult[int]:
     """The producer's marker at ``marker_offset`` is in the log: apply (COMMIT) or drop
     (ABORT) the offsets its batches staged before it; the response is how many offsets were
-    decided. Offsets staged after the marker (the producer's next transaction) stay pending
-    for their own marker, however late this completion runs."""
+    decided. A committed offset replaces the group's only where no plain commit was appended
+    after the batch that staged it (``commit_txn_offsets``). Offsets staged after the marker
+    (the producer's next transaction) stay pending for their own marker, however late this
+    completion runs."""
     before = shard.pending_txn.get(producer_id, {})
     count = sum(len(offsets) for o, staged in before.items() if o < marker_offset
                 for offsets in staged.values())
@@ -72,9 +81,8 @@ def complete_txn(shard: GroupCoordinatorShard, producer_id: int, committed: bool
         decided = take_decided(shard.pending_txn, producer_id, marker_offset)
         if not committed:
             return
-        for staged in decided:
-            for group_id, offsets in staged.items():
-                if group_id not in shard.groups:
-                    shard.installer(Group(group_id, now_ms))()
-                shard.offsets.setdefault(group_id, {}).update(offsets)
+        for group_id in {g for _, staged in decided for g in staged}:
+            if group_id not in shard.groups:
+                shard.installer(Group(group_id, now_ms))()
+        commit_txn_offsets(shard.offsets, shard.positions, decided)
     return CoordinatorResult.answer(count, apply)

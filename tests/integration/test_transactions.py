@@ -29,6 +29,7 @@ from logstore.client.coordinator import CoordinatorClient
 from logstore.client.metadata import ClusterMetadata
 from logstore.client.transactions import TransactionManager
 from logstore.errors import (
+    ApiError,
     ErrorCode,
     InvalidRecordError,
     InvalidTxnStateError,
@@ -190,6 +191,46 @@ def test_offsets_sent_in_a_transaction_count_only_when_it_commits(
             assert (om.offset if (om := consumer.committed(tp)) else None) == expected
         assert consumer.committed(tp) == OffsetAndMetadata(9, "m", consumer.committed(tp)
                                                            .commit_timestamp)
+
+
+def test_a_commit_made_after_a_transactions_offsets_wins_over_them_also_after_a_restart(
+        broker_factory) -> None:
+    """Goal: as in Kafka, a transaction's offsets replace the group's committed offset only if
+    their record was appended after it: a plain commit between send_offsets_to_transaction
+    and commit_transaction wins for its partition; one made before the transaction's offsets
+    loses; a restarted broker, replaying __consumer_offsets, answers the same. Method: a
+    broker of its own; an empty group (an assign()ed consumer's metadata); transaction 1
+    sends 5 for t-0 and t-1 and an admin commit sets t-0 to 7 before its commit; then an
+    admin commit of 3 for t-0 and transaction 2 sending 9 for t-0; the committed offsets are
+    read before and after a restart."""
+    broker = broker_factory(**TXN_SETTINGS)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, 2)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+
+    def committed() -> dict[TopicPartition, int]:
+        with Admin(broker.bootstrap) as admin:
+            return {tp: om.offset for tp, om in admin.list_group_offsets(group).items()}
+
+    with Consumer(broker.bootstrap, group_id=group, enable_auto_commit=False) as consumer, \
+            Admin(broker.bootstrap) as admin, txn_producer(broker) as producer:
+        consumer.assign([tp0, tp1])
+        meta = consumer.group_metadata()
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp0: OffsetAndMetadata(5), tp1: OffsetAndMetadata(5)},
+                                             meta)
+        admin.alter_group_offsets(group, {tp0: 7})
+        producer.commit_transaction()
+        assert committed() == {tp0: 7, tp1: 5}
+        admin.alter_group_offsets(group, {tp0: 3})
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp0: OffsetAndMetadata(9)}, meta)
+        producer.commit_transaction()
+        assert committed() == {tp0: 9, tp1: 5}
+    broker.restart()
+    assert wait_for(committed, "the restarted broker's group offsets",
+                    tolerate=(ApiError,)) == {tp0: 9, tp1: 5}
 
 
 def _fetch_stable(broker: BrokerProcess, group: str, tp: TopicPartition) -> None:
