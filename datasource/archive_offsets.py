@@ -6,13 +6,16 @@ read between the table and the log. Must not: do I/O (pure, tested with hypothes
 
 Each commit's summary holds the coverage of the whole table after it, so the current snapshot
 alone says where to resume: ``{"topic": {"0": [first, end], ...}}``, every offset in
-``[first, end)`` of that partition archived once (``end``: the next offset to archive).
+``[first, end)`` of that partition archived once (``end``: the next offset to archive). It
+also holds the id of each topic it archived (``logstore.topic-ids``, ``{"topic": "<32 hex>"}``),
+which tells the topic from one deleted and created again under its name (tables written
+before the ids were recorded have none, and are checked by their offsets only).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -22,6 +25,7 @@ from logstore.model import TopicPartition
 ARCHIVED_KEY = "logstore.archived"   # coverage after the commit
 RANGES_KEY = "logstore.ranges"       # what this commit added: {"t": {"0": [start, end]}}
 LOST_KEY = "logstore.lost"           # ranges skipped as lost (failOnDataLoss=false)
+TOPIC_IDS_KEY = "logstore.topic-ids"  # the id of each archived topic: {"t": "<32 hex>"}
 RUN_KEY = "logstore.run-id"
 
 
@@ -63,29 +67,50 @@ def coverage_of(summary: Mapping[str, str]) -> dict[TopicPartition, Coverage]:
     return {tp: Coverage(a, b) for tp, (a, b) in decode(summary.get(ARCHIVED_KEY)).items()}
 
 
+def topic_ids_of(summary: Mapping[str, str]) -> dict[str, str]:
+    text = summary.get(TOPIC_IDS_KEY)
+    return {str(t): str(i) for t, i in orjson.loads(text).items()} if text else {}
+
+
+def encode_topic_ids(ids: Mapping[str, str]) -> str:
+    return orjson.dumps(dict(sorted(ids.items()))).decode()
+
+
 @dataclass(frozen=True, slots=True)
 class NextRanges:
-    """A run's plan: the ranges to archive, those lost (skipped), the coverage after both."""
+    """A run's plan: the ranges to archive, those lost (skipped), the coverage after both,
+    and the topic ids to record (the table's, updated with those known now)."""
 
     ranges: list[Span]
     lost: list[Span]
     coverage: dict[TopicPartition, Coverage]
+    topic_ids: dict[str, str] = field(default_factory=dict)
 
 
 def next_ranges(coverage: Mapping[TopicPartition, Coverage],
-                logs: Mapping[TopicPartition, tuple[int, int]], fail_on_data_loss: bool
-                ) -> NextRanges:
+                logs: Mapping[TopicPartition, tuple[int, int]], fail_on_data_loss: bool,
+                archived_ids: Mapping[str, str] | None = None,
+                topic_ids: Mapping[str, str | None] | None = None) -> NextRanges:
     """From the table's ``coverage`` and each partition's (log start, end to archive up to):
     a partition the table knows resumes at its end; a new one starts at its log start. Offsets
-    between the end and a later log start are lost: an error, or skipped and recorded. A log
-    that ends below the table's end is not the log the table holds (a topic created again):
-    an error, or, with ``fail_on_data_loss`` off, archived on from the table's end. (Seen only
-    while the new log is shorter: the table does not record topic ids.)"""
+    between the end and a later log start are lost: an error, or skipped and recorded. A topic
+    whose id (``topic_ids``, now) is not the one the table recorded (``archived_ids``), or a
+    log that ends below the table's end, is not the log the table holds (a topic created
+    again): an error, or, with ``fail_on_data_loss`` off, archived on from the table's end.
+    (Without recorded ids, only the second is seen.)"""
     ranges: list[Span] = []
     lost: list[Span] = []
     after = dict(coverage)
+    archived_ids, topic_ids = archived_ids or {}, topic_ids or {}
     for tp, (log_start, end) in sorted(logs.items()):
         known = coverage.get(tp)
+        was, now = archived_ids.get(tp.topic), topic_ids.get(tp.topic)
+        if known is not None and was and now and was != now and fail_on_data_loss:
+            raise ArchiveDataLossError(
+                f"{tp}: topic {tp.topic!r} is not the one the table holds (topic id {now}, "
+                f"the table's {was}): it was deleted and created again. The table's offsets "
+                "would no longer name the log's records: archive the topic into a new table, "
+                f"or rerun with --no-fail-on-data-loss to go on after offset {known.end}")
         if known is not None and end < known.end and fail_on_data_loss:
             raise ArchiveDataLossError(
                 f"{tp}: the log ends at offset {end}, below the {known.end} the table already "
@@ -107,7 +132,8 @@ def next_ranges(coverage: Mapping[TopicPartition, Coverage],
             ranges.append(Span(tp, start, end))
         first = known.first if known is not None else start
         after[tp] = Coverage(first, max(end, start))
-    return NextRanges(ranges, lost, after)
+    ids = {**archived_ids, **{t: i for t, i in topic_ids.items() if i}}
+    return NextRanges(ranges, lost, after, ids)
 
 
 @dataclass(frozen=True, slots=True)

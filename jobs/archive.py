@@ -51,12 +51,15 @@ from datasource.archive_offsets import (
     LOST_KEY,
     RANGES_KEY,
     RUN_KEY,
+    TOPIC_IDS_KEY,
     ArchiveDataLossError,
     Coverage,
     NextRanges,
     coverage_of,
     encode,
+    encode_topic_ids,
     next_ranges,
+    topic_ids_of,
 )
 from datasource.iceberg import (
     ArchiveCatalogError,
@@ -197,7 +200,7 @@ class Archiver:
         check_warehouse(self.config.catalog)
         catalog = open_catalog(self.config.catalog)
         table = open_table(catalog, self.config.table, arrow, self.config.partition_by, topics)
-        self.table = take_ownership(table, self.run_id, (ARCHIVED_KEY,))
+        self.table = take_ownership(table, self.run_id, (ARCHIVED_KEY, TOPIC_IDS_KEY))
         fs, _ = filesystem(self.config.catalog, self.table.location())
         self.job = WriteJob(self.run_id, self.table.location(), fs,
                             read_settings(self.config, arrow),
@@ -239,7 +242,7 @@ class Archiver:
         check_owner(self.table, self.run_id)
         base = self.table.current_snapshot()
         coverage = coverage_of(summary(self.table))
-        plan, infos = self._plan(coverage)
+        plan, infos = self._plan(coverage, topic_ids_of(summary(self.table)))
         if not plan.ranges and not plan.lost:
             return 0
         log.info("writing %d range(s) of %d record(s)", len(plan.ranges),
@@ -256,7 +259,7 @@ class Archiver:
             self.commit_group_offsets(plan.coverage)
         return sum(w.records for w in written)
 
-    def _plan(self, coverage: dict[TopicPartition, Coverage]
+    def _plan(self, coverage: dict[TopicPartition, Coverage], archived_ids: dict[str, str]
               ) -> tuple[NextRanges, dict[TopicPartition, PartitionInfo]]:
         tps = self.planner.partitions()
         new_topics = sorted({tp.topic for tp in tps})
@@ -265,7 +268,13 @@ class Archiver:
         infos = self.planner.describe(tps)
         logs = {tp: (i.log_start_offset, end_offset(i))
                 for tp, i in infos.items()}
-        plan = next_ranges(coverage, logs, self.config.fail_on_data_loss)
+        ids = {t: self.planner.metadata.topic(t).topic_id for t in new_topics}
+        for t, now in sorted(ids.items()):
+            was = archived_ids.get(t)
+            if was and now and was != now and not self.config.fail_on_data_loss:
+                log.warning("topic %r was created again (id %s, the table's %s); archiving on "
+                            "after the table's offsets (--no-fail-on-data-loss)", t, now, was)
+        plan = next_ranges(coverage, logs, self.config.fail_on_data_loss, archived_ids, ids)
         for lost in plan.lost:
             log.warning("%s: offsets [%d, %d) were deleted before being archived; skipped "
                         "(--no-fail-on-data-loss)", lost.tp, lost.start, lost.end)
@@ -287,6 +296,8 @@ class Archiver:
         props = {ARCHIVED_KEY: encode({tp: (c.first, c.end) for tp, c in plan.coverage.items()}),
                  RANGES_KEY: encode({s.tp: (s.start, s.end) for s in plan.ranges}),
                  RUN_KEY: self.run_id}
+        if plan.topic_ids:
+            props[TOPIC_IDS_KEY] = encode_topic_ids(plan.topic_ids)
         if plan.lost:
             props[LOST_KEY] = encode({s.tp: (s.start, s.end) for s in plan.lost})
         return props

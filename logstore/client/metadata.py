@@ -54,6 +54,7 @@ class TopicInfo:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # the topic's, for cutting batches
     compression_type: str = "none"  # the topic's: how its leaders store batches
     timestamp_type: int = CREATE_TIME  # what its records' timestamps are (LOG_APPEND_TIME...)
+    topic_id: str | None = None  # tells it from an earlier topic of the same name
 
     @property
     def num_partitions(self) -> int:
@@ -207,4 +208,4 @@ def _topic_info(t: TopicMetadata) -> TopicInfo:
              for p in t.partitions}
     return TopicInfo(t.name, parts, topic_schema(value_schema), value_schema, t.internal,
                      t.max_message_bytes, t.compression_type,
-                     TIMESTAMP_TYPE_IDS.get(t.message_timestamp_type, CREATE_TIME))
+                     TIMESTAMP_TYPE_IDS.get(t.message_timestamp_type, CREATE_TIME), t.topic_id)

@@ -49,6 +49,8 @@ class TopicMetadata(ErrorFields, frozen=True, kw_only=True):
     compression_type: str = "none"
     # What a consumer labels the topic's records with (ConsumerRecord.timestamp_type).
     message_timestamp_type: str = "CreateTime"
+    # Tells the topic from an earlier one of the same name (None: an older broker's answer).
+    topic_id: str | None = None
 
 
 class MetadataResponse(Message, frozen=True, kw_only=True):

@@ -19,12 +19,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from datasource.archive_offsets import ARCHIVED_KEY, decode
+from datasource.archive_offsets import ARCHIVED_KEY, ArchiveDataLossError, decode
 from datasource.iceberg import ArchiveOwnerError
 from jobs.archive import Archiver, config_from
 from jobs.archive_runner import SparkRunner
 from logstore import Admin, Consumer, NewTopic
 from logstore.cli.schema_spec import value_schema_arg
+from logstore.errors import TopicAlreadyExistsError
 from logstore.model import EARLIEST, LATEST, TopicPartition
 from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer, new_topic
 from tests.helpers import wait_for
@@ -294,6 +295,34 @@ def test_bad_input_fails_clearly_without_a_commit(spark: Any, broker: BrokerProc
           *base)
     fails(r"partitioned by 'none', not 'date'", "--topic", topic, *base, "--partition-by", "date")
     assert table_rows(table.refresh()) == consumer_rows(broker.bootstrap, topic)[:20]
+
+
+def test_a_topic_created_again_is_data_loss_even_with_a_longer_log(
+        spark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
+    """Goal: the table records the id of each topic it archives, so a topic deleted and
+    created again under its name is an ArchiveDataLossError naming both ids even when the new
+    log already reaches past the table's coverage (before, the run archived on from the
+    table's end: the new topic's first offsets were never archived, and the table's offsets
+    named two topics' records); no records are committed. Method: archive 20 records, delete the
+    topic, create it again, produce 50, archive."""
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, 1, prefix="again")
+    _produce(broker.bootstrap, topic, 0, 20)
+    where = warehouse_args(tmp_path)
+    argv = ["--topic", topic, "--table", "ns.again", *where, "--bootstrap-server",
+            broker.bootstrap]
+    run_archive(spark, *argv)
+    table = load_table(where, "ns.again")
+    archived = table_rows(table)
+    with Admin(broker.bootstrap) as admin:
+        admin.delete_topics([topic])
+        wait_for(lambda: admin.create_topics([NewTopic(topic, 1)]) or True,
+                 f"{topic} created again", tolerate=(TopicAlreadyExistsError,))
+    _produce(broker.bootstrap, topic, 0, 50)
+    with pytest.raises(ArchiveDataLossError,
+                       match=rf"{topic}-0: topic '{topic}' is not the one the table holds"):
+        run_archive(spark, *argv)
+    assert table_rows(table.refresh()) == archived and len(archived) == 20
 
 
 def test_read_committed_archives_committed_records_only(spark: Any, broker: BrokerProcess,

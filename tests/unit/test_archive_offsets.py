@@ -13,8 +13,10 @@ from datasource.archive_offsets import (
     coverage_of,
     decode,
     encode,
+    encode_topic_ids,
     next_ranges,
     split_history,
+    topic_ids_of,
 )
 from logstore.model import TopicPartition
 
@@ -58,6 +60,28 @@ def test_a_log_shorter_than_the_table_is_data_loss() -> None:
         next_ranges({TP: Coverage(0, 1000)}, {TP: (0, 400)}, True)
     plan = next_ranges({TP: Coverage(0, 1000)}, {TP: (0, 400)}, False)
     assert plan.ranges == [] and plan.coverage == {TP: Coverage(0, 1000)}
+
+
+def test_a_topic_created_again_is_data_loss_whatever_its_log_length() -> None:
+    """Goal: a topic deleted and created again under its name is caught by its id even when
+    its new log is longer than the table's coverage (before, it was archived on from the
+    table's end, and the new topic's first offsets were never archived); a table without
+    recorded ids, or a topic whose id the metadata did not give, is checked by its offsets
+    only; the plan records the ids known now. Method: table end 100 with topic id A; the
+    log ends at 500 under id B."""
+    ids = {"t": "a" * 32}
+    with pytest.raises(ArchiveDataLossError, match=f"t-0: topic 't' is not the one the table "
+                                                   f"holds \\(topic id {'b' * 32}"):
+        next_ranges({TP: Coverage(0, 100)}, {TP: (0, 500)}, True, ids, {"t": "b" * 32})
+    plan = next_ranges({TP: Coverage(0, 100)}, {TP: (0, 500)}, False, ids, {"t": "b" * 32})
+    assert [(s.start, s.end) for s in plan.ranges] == [(100, 500)]
+    assert plan.topic_ids == {"t": "b" * 32}
+    for archived, now in (({}, {"t": "b" * 32}), (ids, {"t": None}), (ids, ids)):
+        plan = next_ranges({TP: Coverage(0, 100)}, {TP: (0, 500)}, True, archived, now)
+        assert [(s.start, s.end) for s in plan.ranges] == [(100, 500)]
+    assert plan.topic_ids == ids
+    assert topic_ids_of({"logstore.topic-ids": encode_topic_ids(ids)}) == ids
+    assert topic_ids_of({}) == {}
 
 
 @given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 50), st.integers(0, 50),
