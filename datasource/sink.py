@@ -184,7 +184,7 @@ class ExactlyOnceStreamWriter(_Staging, DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staged, records = staged_states(messages, batchId)
-        self.committer.commit_batch(batchId, staged, records)
+        self.committer.commit_batch(batchId, staged, records, checkpoint_query_id(self.settings))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._abort(messages, f"batch {batchId}")
@@ -241,6 +241,17 @@ def batch_writer(options: dict[str, str], schema: StructType) -> DataSourceArrow
     if settings.transactional:
         return TransactionalWriter(settings, schema)
     return LogStoreWriter(options, schema, settings)
+
+
+def checkpoint_query_id(settings: SinkSettings) -> str | None:
+    """The query id in ``<checkpointLocation>/metadata`` (the same across restarts of a query,
+    new with a new checkpoint), or None when it cannot be read here."""
+    path = None if settings.checkpoint_location is None else _local_path(
+        settings.checkpoint_location)
+    try:
+        return None if path is None else str(orjson.loads((path / "metadata").read_bytes())["id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def resolve_sink_id(settings: SinkSettings) -> str:

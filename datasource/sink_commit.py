@@ -26,6 +26,13 @@ not record with the same batch id (its offsets are in the offset log before it r
 re-run is published if the record is below it, else skipped, its new staging aborted. Leftovers
 are aborted at every commit and abort: at the first commit of a restarted run at the latest,
 so no transaction lingers and the last stable offset moves on.
+
+A new checkpoint is not a re-run. The progress record also names the query that wrote it (the
+query id in ``<checkpointLocation>/metadata``, when the sink can read it). A query whose
+checkpoint was deleted, or a second query given the same ``sinkId``, starts again at batch 0;
+its batches would all look published and be skipped, writing nothing. So a batch below the
+recorded one (Spark re-runs only the latest), or at it from another query, fails with
+SinkCommitError saying so, its staging aborted.
 """
 
 from __future__ import annotations
@@ -73,6 +80,25 @@ def task_id_pattern(owner: str) -> re.Pattern[str]:
     return re.compile(re.escape(owner) + r"-\d+-\d+-\d+")
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The sink's progress record: its last published batch, and the query that published it
+    (None: not known, or a record written before queries were named)."""
+
+    batch_id: int
+    query_id: str | None = None
+
+
+def progress_metadata(records: int, query_id: str | None) -> str:
+    return f"{records} records" + ("" if query_id is None else f", query {query_id}")
+
+
+def query_of(metadata: str | None) -> str | None:
+    """The query id ``progress_metadata`` wrote, if any."""
+    found = re.search(r", query (\S+)$", metadata or "")
+    return None if found is None else found.group(1)
+
+
 @dataclass
 class SinkCommitter:
     """The decisions of one sink (``owner``: the sink id, or a batch job's id)."""
@@ -80,34 +106,54 @@ class SinkCommitter:
     settings: SinkSettings
     owner: str
 
-    def recorded_batch(self) -> int | None:
-        """The last batch id the sink published (None: none yet); waits while a decision
+    def recorded(self) -> Progress | None:
+        """The sink's progress record (None: no batch published yet); waits while a decision
         about it is being completed (require_stable)."""
         with Consumer(self.settings.bootstrap, group_id=self.owner, enable_auto_commit=False,
                       isolation_level="read_committed",
                       **self.settings.security.settings()) as consumer:
             committed = consumer.committed(PROGRESS)
-        return None if committed is None else committed.offset
+        return None if committed is None else Progress(committed.offset,
+                                                       query_of(committed.metadata))
 
-    def commit_batch(self, batch_id: int, staged: list[PreparedTxnState], records: int
-                     ) -> bool:
-        """Publish micro-batch ``batch_id`` (True), or skip it as already published (False:
-        its staged transactions are aborted)."""
+    def recorded_batch(self) -> int | None:
+        """The last batch id the sink published (None: none yet)."""
+        progress = self.recorded()
+        return None if progress is None else progress.batch_id
+
+    def commit_batch(self, batch_id: int, staged: list[PreparedTxnState], records: int,
+                     query_id: str | None = None) -> bool:
+        """Publish micro-batch ``batch_id`` of query ``query_id`` (None: not known) (True), or
+        skip it as already published (False: its staged transactions are aborted). A batch
+        of another query, or below the recorded one, raises (module docstring)."""
         self.abort_leftovers(keep={s.transactional_id for s in staged})
-        recorded = self.recorded_batch()
-        if recorded is not None and batch_id <= recorded:
+        recorded = self.recorded()
+        if recorded is not None and batch_id <= recorded.batch_id:
+            other = query_id is not None and recorded.query_id not in (None, query_id)
+            if other or batch_id < recorded.batch_id:
+                self.abort(s.transactional_id for s in staged)
+                by = "" if recorded.query_id is None else f" by query {recorded.query_id}"
+                raise SinkCommitError(
+                    f"sink {self.owner}: batch {batch_id}"
+                    f"{'' if query_id is None else f' of query {query_id}'} is not a re-run: "
+                    f"the sink was last committed{by} at batch {recorded.batch_id}, so this "
+                    "is a new checkpoint (deleted or replaced) or another query using the "
+                    "same sinkId, and its batches would be skipped as already written. "
+                    "Give the new checkpoint a new sinkId, or delete the sink's progress "
+                    f"record to start it over (logstore groups delete {self.owner}); nothing "
+                    "of this batch was written")
             log.info("sink %s: batch %d is already committed (the sink is at batch %d); "
                      "skipping it and aborting its %d staged transaction(s)", self.owner,
-                     batch_id, recorded, len(staged))
+                     batch_id, recorded.batch_id, len(staged))
             self.abort(s.transactional_id for s in staged)
             return False
-        self.publish(staged, f"batch {batch_id}", (batch_id, records))
+        self.publish(staged, f"batch {batch_id}", (batch_id, records), query_id)
         return True
 
     def publish(self, staged: list[PreparedTxnState], what: str,
-                progress: tuple[int, int] | None = None) -> None:
+                progress: tuple[int, int] | None = None, query_id: str | None = None) -> None:
         """One decision: the staged transactions (and ``(batch id, records)`` as the sink's
-        progress) commit together, or nothing does."""
+        progress, naming ``query_id``) commit together, or nothing does."""
         producer = Producer(self.settings.bootstrap, transactional_id=self.owner,
                             **self.settings.security.settings())
         try:
@@ -115,7 +161,8 @@ class SinkCommitter:
             producer.begin_transaction()
             if progress is not None:
                 producer.send_offsets_to_transaction(
-                    {PROGRESS: OffsetAndMetadata(progress[0], f"{progress[1]} records")},
+                    {PROGRESS: OffsetAndMetadata(progress[0],
+                                                 progress_metadata(progress[1], query_id))},
                     ConsumerGroupMetadata(self.owner))
             producer.commit_transaction(with_prepared=staged)
         except ApiError as e:

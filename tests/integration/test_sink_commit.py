@@ -155,3 +155,34 @@ def test_a_staged_transaction_aborted_meanwhile_fails_the_commit_deciding_nothin
     assert open_ids(sbroker, sink) == {states[0].transactional_id}
     committer.abort_leftovers()
     assert values(sbroker, topic) == [] and open_ids(sbroker, sink) == set()
+
+
+def test_a_new_checkpoint_under_the_same_sink_id_fails_instead_of_writing_nothing(
+        sbroker: BrokerProcess, topic: str) -> None:
+    """Goal: a query whose checkpoint was deleted (or another query given the same sinkId)
+    restarts at batch 0; before, every such batch looked published and was skipped, so the
+    query ran on writing nothing. Now a batch of another query at or below the recorded one,
+    or any batch below it, fails naming the sink, both queries and the way out, aborting its
+    staging; the same query's re-run is still skipped, and once the sink's progress group is
+    deleted the new query starts over. Method: query A publishes batch 2; batches of query B
+    (and of an unknown query) are committed against it; then the group is deleted."""
+    sink = f"s-{uuid.uuid4().hex[:8]}"
+    committer = SinkCommitter(settings(sbroker, topic), sink)
+    assert committer.commit_batch(2, staged(sbroker, sink, topic, "a"), 20, "query-a")
+    assert committer.recorded() is not None and committer.recorded().query_id == "query-a"
+    for batch, query in ((0, "query-b"), (2, "query-b"), (1, None)):
+        states = staged(sbroker, sink, topic, "b")
+        with pytest.raises(SinkCommitError, match=(
+                rf"sink {sink}: batch {batch}.* is not a re-run: the sink was last committed "
+                rf"by query query-a at batch 2.*logstore groups delete {sink}")):
+            committer.commit_batch(batch, states, 20, query)
+        assert open_ids(sbroker, sink) == set()
+    assert committer.commit_batch(2, staged(sbroker, sink, topic, "again"), 20, "query-a") \
+        is False  # the same query's re-run
+    assert committer.commit_batch(2, staged(sbroker, sink, topic, "again"), 20) is False
+    assert {v.split(b":")[0] for v in values(sbroker, topic)} == {b"a"}
+    with Admin(sbroker.bootstrap) as admin:
+        admin.delete_groups([sink])
+    assert committer.recorded() is None
+    assert committer.commit_batch(0, staged(sbroker, sink, topic, "b"), 20, "query-b")
+    assert {v.split(b":")[0] for v in values(sbroker, topic)} == {b"a", b"b"}

@@ -10,6 +10,7 @@ driver of their own, are in tests/faults/test_spark_exactly_once.py.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from collections import Counter
@@ -105,6 +106,36 @@ def test_commit_called_again_for_a_committed_batch_duplicates_nothing(
     assert query.awaitTermination(QUERY_TIMEOUT_S)
     assert output(bootstrap, sink) == sorted(b"V%d" % i for i in range(1500))
     assert open_transactions(bootstrap, f"twice-{sink}") == []
+
+
+def test_a_deleted_checkpoint_under_the_same_sink_id_fails_the_query_not_the_data(
+        spark: Any, broker: BrokerProcess, topics: tuple[str, str], tmp_path: Path) -> None:
+    """Goal: a query given a sinkId whose checkpoint is deleted restarts at batch 0; before,
+    the sink took its batches for ones it had published and the query ran to its end writing
+    nothing. Now it fails naming the sink and the way out, writing nothing twice; after
+    `groups delete <sinkId>` it copies everything once more, as asked. Method: 600 records in
+    batches of 200 under sinkId S; delete the checkpoint; run again; delete S's group; run."""
+    bootstrap, (source, sink) = broker.bootstrap, topics
+    produce_input(bootstrap, source, 0, 600)
+    sink_id = f"reset-{sink}"
+    query = copy_query(spark, bootstrap, source, sink, tmp_path / "ckpt", batch=200,
+                       sinkId=sink_id)
+    assert query.awaitTermination(QUERY_TIMEOUT_S)
+    shutil.rmtree(tmp_path / "ckpt")
+    again = copy_query(spark, bootstrap, source, sink, tmp_path / "ckpt", batch=200,
+                       sinkId=sink_id)
+    with pytest.raises(Exception, match=rf"sink {sink_id}: batch 0 of query {again.id} is "
+                                        rf"not a re-run.*by query {query.id} at batch 2"):
+        again.awaitTermination(QUERY_TIMEOUT_S)
+    assert output(bootstrap, sink) == sorted(b"V%d" % i for i in range(600))
+    assert open_transactions(bootstrap, sink_id) == []
+    with Admin(bootstrap) as admin:
+        admin.delete_groups([sink_id])
+    shutil.rmtree(tmp_path / "ckpt")
+    third = copy_query(spark, bootstrap, source, sink, tmp_path / "ckpt", batch=200,
+                       sinkId=sink_id)
+    assert third.awaitTermination(QUERY_TIMEOUT_S)
+    assert output(bootstrap, sink) == sorted(b"V%d" % i for i in range(600) for _ in range(2))
 
 
 def test_at_least_once_stream_sink_writes_every_record(
