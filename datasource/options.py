@@ -26,6 +26,7 @@ talk to a broker (planning.py does) or import pyspark, so it is tested as pure l
 | ``kafka.isolation.level``               | ``read_uncommitted`` (default, as Spark's Kafka source) or ``read_committed`` (ranges end at the last stable offset; aborted records dropped) |
 | ``groupId``                             | stream: commit each finished batch's end offsets to this consumer group (lag shows in ``logstore groups describe``) |
 | ``archiveTable``                        | batch: ``namespace.name`` of the topic's Iceberg archive; offsets below the log start are read from it |
+| ``pushFilters``                         | batch: ``false`` (default); ``true`` narrows the offset ranges by the query's filters (needs ``spark.sql.python.filterPushdown.enabled``; see the README for Spark 4.3's caveat) |
 | ``archiveWarehouse`` / ``archive.catalog.<key>`` | the archive's warehouse URL and pyiceberg catalog properties (as ``logstore archive --warehouse/--catalog``) |
 """
 
@@ -107,6 +108,7 @@ class ReadOptions:
     archive_warehouse: str | None = None
     archive_catalog: tuple[tuple[str, str], ...] = ()
     isolation_level: str = READ_UNCOMMITTED
+    push_filters: bool = False
 
     @property
     def read_committed(self) -> bool:
@@ -121,7 +123,7 @@ _COMMON = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "star
            "failOnDataLoss", "includeHeaders", "readMode", "fetchMaxBytes",
            "remoteStorageUri", "remoteStorageOptions", ISOLATION_LEVEL, *SECURITY_OPTIONS)
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "archiveTable",
-               "archiveWarehouse")
+               "archiveWarehouse", "pushFilters")
 _STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "groupId")
 ARCHIVE_CATALOG_PREFIX = "archive.catalog."
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$")
@@ -164,7 +166,8 @@ def parse_read_options(raw: Mapping[str, str], streaming: bool | None) -> ReadOp
         remote_storage_uri=_remote_storage_uri(opts),
         remote_storage_options=_remote_storage_options(opts),
         security=parse_security(opts), group_id=_non_empty(opts, "groupId"),
-        isolation_level=parse_isolation_level(opts), **_archive_options(raw, opts))
+        isolation_level=parse_isolation_level(opts),
+        push_filters=boolean_option(opts, "pushFilters", False), **_archive_options(raw, opts))
 
 
 def parse_isolation_level(opts: Mapping[str, str]) -> str:

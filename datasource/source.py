@@ -1,8 +1,13 @@
 """``format("logstore")``: the PySpark Python DataSource for batch and micro-batch reads.
 
 Owns: adapting planning.py and reader.py to Spark's DataSource API: the output schema, filter
-pushdown, input partitions, the micro-batch offsets and read limits. Must not: contain read or
-planning logic of its own (so most of it is tested without Spark).
+pushdown (only with ``pushFilters=true``: see ``LogStoreBatchReader``), input partitions, the
+micro-batch offsets and read limits. Must not: contain read or planning logic of its own (so
+most of it is tested without Spark).
+
+A batch DataFrame is planned once, at its first action: pyspark 4.3 keeps the plan (offset
+ranges ending at the high watermarks of then) with the DataFrame, so later actions on it read
+the same records; ``load()`` again to see newer ones.
 
 Where things run: ``schema()``, ``pushFilters()`` and ``partitions()`` run on the driver (they
 talk to brokers); ``read()`` runs in executors, from a pickled reader, so everything it needs
@@ -92,7 +97,10 @@ class LogStoreDataSource(DataSource):
         return from_arrow_schema(source_arrow_schema(value_schema, options.include_headers))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LogStoreBatchReader(parse_read_options(self.options, streaming=False), schema)
+        options = parse_read_options(self.options, streaming=False)
+        if options.push_filters:
+            return LogStoreFilteringBatchReader(options, schema)
+        return LogStoreBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return LogStoreStreamReader(parse_read_options(self.options, streaming=True), schema)
@@ -207,15 +215,16 @@ class _ScanBase:
 
 
 class LogStoreBatchReader(_ScanBase, DataSourceReader):
+    """A batch read of the offset ranges the options name. It takes no filters: pyspark 4.3
+    keeps the reader a filtered query planned (its pushed filters, its offset ranges) with
+    the DataFrame, and every later query of that DataFrame reuses it, even one with other
+    filters or none, so narrowed ranges would silently drop rows. (Without a ``pushFilters``
+    of its own, reads also work in sessions that leave
+    ``spark.sql.python.filterPushdown.enabled`` off, Spark's default.)"""
+
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         super().__init__(options, schema)
         self.constraints = Constraints()
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        """Narrow the offset ranges by filters on partition, offset and timestamp; every
-        filter is still given back to Spark, which applies it to the rows read."""
-        self.constraints = constraints_from(filters)
-        yield from filters
 
     def partitions(self) -> Sequence[InputPartition]:
         planner = Planner(self.options)
@@ -252,6 +261,18 @@ class LogStoreBatchReader(_ScanBase, DataSourceReader):
         if ts is None or not ranges:
             return None
         return planner.offsets_for_times({r.tp: ts for r in ranges})
+
+
+class LogStoreFilteringBatchReader(LogStoreBatchReader):
+    """``pushFilters=true``: the batch read narrowed by the query's filters on partition,
+    offset and lower bounds on timestamp. Safe only for a DataFrame used by one query (see
+    ``LogStoreBatchReader``); needs ``spark.sql.python.filterPushdown.enabled``."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Narrow the offset ranges by filters on partition, offset and timestamp; every
+        filter is still given back to Spark, which applies it to the rows read."""
+        self.constraints = constraints_from(filters)
+        yield from filters
 
 
 class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
