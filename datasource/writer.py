@@ -319,10 +319,11 @@ def _producer_options(opts: dict[str, str]) -> dict[str, Any]:
     if compression not in ("none", "lz4", "zstd"):
         raise OptionError(f"compression must be none, lz4 or zstd, got {compression!r}")
     out["compression_type"] = None if compression == "none" else compression
-    for key, arg in (("lingerms", "linger_ms"), ("batchsize", "batch_size")):
+    for key, name, arg in (("lingerms", "lingerMs", "linger_ms"),
+                           ("batchsize", "batchSize", "batch_size")):
         if key in opts:
             try:
                 out[arg] = int(opts[key])
             except ValueError:
-                raise OptionError(f"{key} must be an integer, got {opts[key]!r}") from None
+                raise OptionError(f"{name} must be an integer, got {opts[key]!r}") from None
     return out

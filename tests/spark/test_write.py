@@ -73,7 +73,7 @@ def test_typed_topic_write_reads_back_typed(spark: Any, broker: BrokerProcess) -
     (["CAST(id AS STRING) AS value", "id AS extra"], {"topic": "T"},
      r"unexpected column\(s\) \['extra'\]"),
     (["CAST(id AS STRING) AS value"], {"topic": "T", "acks": "2"}, "acks must be"),
-    (["CAST(id AS STRING) AS value"], {"topic": "T", "lingerMs": "x"}, "lingerms must be"),
+    (["CAST(id AS STRING) AS value"], {"topic": "T", "lingerMs": "x"}, "lingerMs must be"),
     (["CAST(id AS STRING) AS value"], {"topic": "T", "colour": "red"}, "unknown write option"),
 ])
 def test_bad_writes_are_refused_before_any_record(spark: Any, broker: BrokerProcess,
