@@ -52,7 +52,7 @@ log = logging.getLogger("jobs.ingest")
 DELIVERY_HELP = ("at-least-once (default: a crash between a batch's writes and its checkpoint "
                  "replays the batch) or exactly-once (each batch published once, in a "
                  "transaction: read the topics read_committed)")
-META = [pa.field("_error", pa.string()), pa.field("_line", pa.string()),
+META = [pa.field("_error", pa.string()), pa.field("_line", pa.binary()),
         pa.field("_file", pa.string())]
 
 
@@ -93,14 +93,20 @@ def output_schema(values: pa.Schema | None) -> pa.Schema:
     return pa.schema(columns + META)
 
 
-def parse_lines(lines: list[str], files: list[str], values: pa.Schema | None) -> pa.Table:
-    """``lines`` as rows of ``output_schema(values)``: good ones with ``_error`` null, bad ones
-    with only ``_error``, ``_line`` and ``_file``."""
+def parse_lines(lines: list[bytes], files: list[str], values: pa.Schema | None) -> pa.Table:
+    """``lines`` (their bytes) as rows of ``output_schema(values)``: good ones with ``_error``
+    null, bad ones (a line that is not UTF-8 among them) with only ``_error``, ``_line`` (the
+    bytes as read) and ``_file``."""
     target = output_schema(values)
     good: list[dict[str, Any]] = []
     good_at: list[int] = []
     bad: dict[int, str] = {}
-    for i, line in enumerate(lines):
+    for i, raw in enumerate(lines):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad[i] = f"not UTF-8: byte {e.start} of the line is {raw[e.start]:#04x}"
+            continue
         problem, row = _json_row(line, values)
         if problem is None and row is not None:
             good.append(row)
@@ -110,7 +116,7 @@ def parse_lines(lines: list[str], files: list[str], values: pa.Schema | None) ->
     table = _typed(good, good_at, values, bad)
     kept = [i for i in good_at if i not in bad]
     meta = pa.table({"_error": pa.array([None] * len(kept), pa.string()),
-                     "_line": pa.array([None] * len(kept), pa.string()),
+                     "_line": pa.array([None] * len(kept), pa.binary()),
                      "_file": pa.array([None] * len(kept), pa.string())})
     rows = pa.Table.from_arrays([*table.columns, *meta.columns], schema=target)
     dead = sorted(bad)

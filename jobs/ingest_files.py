@@ -34,8 +34,8 @@ import pyarrow as pa
 from logstore.config import credential_keys
 from logstore.errors import LogstoreError
 
-LINES_SCHEMA = pa.schema([pa.field("value", pa.string()), pa.field("file", pa.string())])
-SPARK_SCHEMA = "value string, file string"
+LINES_SCHEMA = pa.schema([pa.field("value", pa.binary()), pa.field("file", pa.string())])
+SPARK_SCHEMA = "value binary, file string"
 BATCH_ROWS = 8192
 PARTITION_BYTES = 64 * 1024 * 1024
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "oss"})
@@ -267,8 +267,9 @@ def bins(files: Sequence[SourceFile], target_bytes: int = PARTITION_BYTES
 
 def read_lines(urls: Sequence[str], storage_options: Mapping[str, Any],
                batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """Each file's lines (``\\n`` or ``\\r\\n`` ended, UTF-8, invalid bytes replaced) with
-    its URL, as batches of ``LINES_SCHEMA``; each file is read whole."""
+    """Each file's lines (``\\n`` or ``\\r\\n`` ended) as their bytes, with its URL, as
+    batches of ``LINES_SCHEMA``; each file is read whole. Decoding is the parser's: a line
+    that is not UTF-8 goes to the dead letters as it was."""
     for url in urls:
         fs, path = _filesystem(url, storage_options)
         try:
@@ -280,8 +281,7 @@ def read_lines(urls: Sequence[str], storage_options: Mapping[str, Any],
         if lines and lines[-1] == b"":
             lines.pop()
         for i in range(0, len(lines), batch_rows):
-            chunk = [(x[:-1] if x.endswith(b"\r") else x).decode("utf-8", "replace")
-                     for x in lines[i:i + batch_rows]]
+            chunk = [x[:-1] if x.endswith(b"\r") else x for x in lines[i:i + batch_rows]]
             yield pa.RecordBatch.from_arrays(
-                [pa.array(chunk, pa.string()), pa.array([url] * len(chunk), pa.string())],
+                [pa.array(chunk, pa.binary()), pa.array([url] * len(chunk), pa.string())],
                 schema=LINES_SCHEMA)

@@ -33,7 +33,7 @@ def test_s3_files_are_listed_fresh_admitted_once_and_read(moto_s3: Any, tmp_path
     assert log.admit(list_files(url, options)) == 2  # seen although listed a moment ago
     rows = [r for b in read_lines([f.url for f in log.files], options)
             for r in b.column("value").to_pylist()]
-    assert rows == ['{"n": 1}', "bad", '{"n": 2}']
+    assert rows == [b'{"n": 1}', b"bad", b'{"n": 2}']
 
 
 def test_a_missing_bucket_and_an_unreachable_endpoint_are_named(moto_s3: Any) -> None:

@@ -108,8 +108,8 @@ def test_lines_are_read_whole_file_with_crlf_and_a_missing_last_newline(
     batches = list(read_lines(urls, {}, batch_rows=2))
     rows = [r for b in batches for r in zip(b.column("value").to_pylist(),
                                             b.column("file").to_pylist(), strict=True)]
-    assert rows == [('{"n": 1}', urls[0]), ("", urls[0]), ("last", urls[0]),
-                    ("x", urls[2]), ("y", urls[2]), ("z", urls[2]), ("\ufffd", urls[2])]
+    assert rows == [(b'{"n": 1}', urls[0]), (b"", urls[0]), (b"last", urls[0]),
+                    (b"x", urls[2]), (b"y", urls[2]), (b"z", urls[2]), (b"\xff", urls[2])]
     assert max(b.num_rows for b in batches) == 2
     with pytest.raises(IngestError, match="source file file://.*/gone: gone"):
         list(read_lines([f"file://{tmp_path}/gone"], {}))
