@@ -121,7 +121,11 @@ class RemoteAbortedCollector:
         key = segment_key(segment, TXN_INDEX_SUFFIX)
         try:
             entries = parse_entries(self._store(store).read_object(key))
-        except RemoteObjectNotFoundError:
+        except RemoteObjectNotFoundError as e:
+            if segment.has_txn_index:
+                raise CorruptRecordError(
+                    f"{segment.describe()}: its remote transaction index {key} is missing, so "
+                    "which of its records were aborted is not known") from e
             entries = []  # copied without one: no transaction was aborted in it
         except ValueError as e:
             raise CorruptRecordError(f"{segment.describe()}: remote transaction index {key}: "

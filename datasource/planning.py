@@ -463,7 +463,7 @@ def _segment_metadata(topic: str, partition: int, e: RemoteSegmentEntry
         TopicIdPartition(topic, e.topic_id, partition), e.segment_id, e.base_offset,
         e.end_offset, e.max_timestamp, e.size_bytes, e.leader_epoch,
         tuple((int(x), int(y)) for x, y in e.epochs), RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-        0)
+        0, has_txn_index=e.txn_index)
 
 
 def remote_spans(pieces: Sequence[OffsetRange], infos: Mapping[TopicPartition, PartitionInfo],

@@ -592,7 +592,7 @@ def _segment_entry(m: RemoteLogSegmentMetadata) -> RemoteSegmentEntry:
         topic_id=m.partition.topic_id, segment_id=m.segment_id, base_offset=m.base_offset,
         end_offset=m.end_offset, max_timestamp=m.max_timestamp_ms, size_bytes=m.size_bytes,
         leader_epoch=m.leader_epoch, epochs=[list(e) for e in m.segment_leader_epochs],
-        key=segment_key(m, SEGMENT_SUFFIX))
+        key=segment_key(m, SEGMENT_SUFFIX), txn_index=m.has_txn_index)
 
 
 def _no_authorizer(principal: str, host: str) -> Permissions | None:

@@ -69,6 +69,8 @@ class RemoteSegmentEntry(Message, frozen=True, kw_only=True):
     leader_epoch: int
     epochs: list[list[int]]  # [[epoch, start offset], ...]
     key: str
+    # Whether a .txnindex object was copied with it (None: not known, an older entry).
+    txn_index: bool | None = None
 
 
 class RemoteSegmentsPartition(ErrorFields, frozen=True, kw_only=True):

@@ -4,6 +4,9 @@ about (remote_spans), how planned pieces are cut between remote segments and the
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -121,3 +124,29 @@ def test_remote_storage_options_refuse_credentials_without_echoing_them() -> Non
     assert "s3cr3t" not in str(bad.value)
     with pytest.raises(OptionError, match="remoteStorageUri must be an fsspec URL"):
         parse_read_options({**BASE, "remoteStorageUri": "bucket"}, False)
+
+
+def test_a_lost_remote_txn_index_fails_a_spark_read_committed_plan(tmp_path: Any) -> None:
+    """Goal: Spark's driver collects aborted transactions from the remote .txnindex objects
+    itself; a segment whose metadata (as list_remote_segments carries it) says it was copied
+    with one, now missing, is CORRUPT_MESSAGE naming the segment, not "no aborted
+    transaction" (its aborted records would read as committed); a segment copied without one
+    reads as before. Method: the planner's metadata from a wire entry, and the collector over
+    an empty local store."""
+    from datasource.committed import RemoteAbortedCollector
+    from datasource.planning import RemoteStore, _segment_metadata
+    from logstore.errors import CorruptRecordError
+    from logstore.messages.tiering import RemoteSegmentEntry
+
+    entry = RemoteSegmentEntry(topic_id="ab" * 16, segment_id="s" * 32, base_offset=0,
+                               end_offset=9, max_timestamp=0, size_bytes=1, leader_epoch=0,
+                               epochs=[[0, 0]], key="k", txn_index=True)
+    lost = _segment_metadata("t", 0, entry)
+    assert lost.has_txn_index is True
+    store = RemoteStore(f"file://{tmp_path}", {})
+    collector = RemoteAbortedCollector(metadata=None)  # type: ignore[arg-type]
+    with pytest.raises(CorruptRecordError, match="t-0 remote segment s+ .*transaction index"):
+        collector.collect(TP, 0, 10, [lost], store)
+    for told in (False, None):
+        plain = _segment_metadata("t", 0, msgspec.structs.replace(entry, txn_index=told))
+        assert collector._entries(store, plain) == []
