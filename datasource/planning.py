@@ -64,7 +64,9 @@ log = logging.getLogger(__name__)
 
 # A per-partition entry of a response the planner asks each leader for.
 E = TypeVar("E", LogDirPartition, ListOffsetsPartitionResult)
-LEADER_WAIT_S = 30.0  # how long a request to leaders is asked again across a failover
+# How long a request to leaders is asked again across a failover: Kafka's default.api.timeout.ms
+# (a new leader may not know its end until a follower that stopped fetching leaves the ISR).
+LEADER_WAIT_S = 60.0
 
 
 class DataLossError(LogstoreError, RuntimeError):

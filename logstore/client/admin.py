@@ -190,7 +190,6 @@ class Admin:
         self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms,
                                          security=client_security(security, "Admin"))
         self._timeout_s = max(request_timeout_ms / 1000.0, 60.0)
-        self._request_timeout_s = request_timeout_ms / 1000.0
 
     def describe_cluster(self) -> ClusterDescription:
         """The registered brokers, sorted by id, and the controller, as one broker sees them."""
@@ -281,11 +280,12 @@ class Admin:
     def list_offsets(self, partitions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Offsets for EARLIEST (-2), LATEST (-1) or a timestamp, per partition; a retriable
         error (a leader that moved, or one that does not know its end yet) is asked again for
-        up to ``request_timeout_ms`` (``lookups.list_offset``)."""
+        up to ``request_timeout_ms``, and at least 60 s, as Kafka's admin waits
+        ``default.api.timeout.ms`` (``lookups.list_offset``)."""
         out = {}
         for tp, spec in partitions.items():
             tp = TopicPartition(*tp)
-            entry = lookups.list_offset(self._metadata, tp, spec, self._request_timeout_s)
+            entry = lookups.list_offset(self._metadata, tp, spec, self._timeout_s)
             entry.raise_error(f"list_offsets of {tp}")
             out[tp] = entry.offset
         return out

@@ -88,9 +88,15 @@ class Consumer:
                  group_instance_id: str | None = None, client_id: str = "logstore-consumer",
                  metadata_max_age_ms: int = 300_000,
                  isolation_level: str = "read_uncommitted", fetch_session: bool = True,
-                 metrics_listener: str | None = None, **security: Any) -> None:
+                 metrics_listener: str | None = None, default_api_timeout_ms: int = 60_000,
+                 **security: Any) -> None:
         """``fetch_session``: the broker pushes records as they arrive, on one long-lived
         session per leader and topic (False: a fetch request per round trip, as before).
+        ``default_api_timeout_ms`` (Kafka's): how long an offset lookup (``end_offsets``,
+        ``beginning_offsets``, ``offsets_for_times``, a position reset) waits out a leader
+        election, or a new leader that does not know its end yet (which lasts until a
+        follower that stopped fetching leaves the ISR: up to 1.5 times the broker's
+        ``replica_lag_time_max_ms``).
         ``**security``: kafka-python's connection settings, as ``Producer`` takes them.
         ``metrics()`` returns kafka-python's figures; ``metrics_listener="host:port"`` also
         serves them to Prometheus from this process (``metrics_port``)."""
@@ -121,7 +127,7 @@ class Consumer:
         self.isolation_level = isolation_level
         self._fetcher = Fetcher(self._metadata, FetchConfig(
             fetch_max_bytes, max_partition_fetch_bytes, fetch_min_bytes, fetch_max_wait_ms,
-            _ISOLATION[isolation_level], fetch_session, request_timeout_ms / 1000.0),
+            _ISOLATION[isolation_level], fetch_session, default_api_timeout_ms / 1000.0),
             self._out_of_range, ConsumerMetrics())
         self._endpoint = ClientEndpoint(metrics_listener, "consumer", client_id,
                                         self._fetcher.metrics.layout) \

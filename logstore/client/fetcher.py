@@ -73,7 +73,7 @@ class FetchConfig:
     max_wait_ms: int = 500
     isolation_level: int = READ_UNCOMMITTED
     fetch_session: bool = True  # push sessions; False: a fetch request per round trip
-    lookup_timeout_s: float = 30.0  # request_timeout_ms: list_offsets across a leader failover
+    lookup_timeout_s: float = 60.0  # default_api_timeout_ms: list_offsets across a failover
 
 
 class Drained(NamedTuple):

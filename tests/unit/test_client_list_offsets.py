@@ -118,10 +118,10 @@ def test_the_admin_asks_again_across_a_failover_too() -> None:
     admin = Admin.__new__(Admin)
     admin._metadata = FailingLeader(  # type: ignore[assignment]
         3 * LEADER_ATTEMPTS, NetworkError("127.0.0.1:1: connection refused"))
-    admin._request_timeout_s = 30.0
+    admin._timeout_s = 30.0
     assert admin.list_offsets({TP: -1}) == {TP: 42}
     admin._metadata = FailingLeader(10**9, OffsetNotAvailableError(  # type: ignore[assignment]
         "t-0: high watermark not yet known"), answered=True)
-    admin._request_timeout_s = 0.2
+    admin._timeout_s = 0.2
     with pytest.raises(OffsetNotAvailableError, match="list_offsets of t-0"):
         admin.list_offsets({TP: -1})
