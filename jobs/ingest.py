@@ -263,6 +263,7 @@ class ExactlyOnce:
                                            streaming=False)
         self.batch_id = int(options["batchid"])
         self.sink_id = options["sinkid"]
+        self.query_id = options.get("queryid")  # the streaming query's, when known
         self.txn_partitions = transaction_state_partitions(self.settings)
 
     def stage(self, parsed: _Parsed, topic: str | None, dead_letter: str | None
@@ -280,7 +281,8 @@ class ExactlyOnce:
         from datasource.sink_commit import SinkCommitter
 
         staged, records = staged_states(messages, None)
-        SinkCommitter(self.settings, self.sink_id).commit_batch(self.batch_id, staged, records)
+        SinkCommitter(self.settings, self.sink_id).commit_batch(self.batch_id, staged, records,
+                                                                self.query_id)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         from datasource.sink import StagedCommitMessage
@@ -299,25 +301,29 @@ def _routed(batch: pa.RecordBatch, topic: str | None) -> pa.RecordBatch:
 
 def write_batch(bootstrap: str, topic: str, dead_letter: str, sink_id: Any = None) -> Any:
     """foreachBatch: the micro-batch's lines and their files (``format("logstore-files")``)
-    to ``format("logstore-ingest")``; ``sink_id`` (a function giving it) makes the write
-    exactly once."""
+    to ``format("logstore-ingest")``; ``sink_id`` (a function giving it and the query id,
+    ``sink_id_of``) makes the write exactly once."""
     def write(batch: Any, batch_id: int) -> None:
         writer = (batch.select("value", "file").write
                   .format("logstore-ingest").option("bootstrap.servers", bootstrap)
                   .option("topic", topic).option("deadLetterTopic", dead_letter))
         if sink_id is not None:
-            writer = writer.option("sinkId", sink_id()).option("batchId", str(batch_id))
+            sink, query = sink_id()
+            writer = writer.option("sinkId", sink).option("batchId", str(batch_id))
+            if query is not None:  # a new checkpoint under the same sink id is refused
+                writer = writer.option("queryId", query)
         writer.mode("append").save()
         log.info("batch %d ingested", batch_id)
     return write
 
 
 def sink_id_of(args: argparse.Namespace) -> Any:
-    """With --delivery exactly-once, a function giving the sink id: ``--sink-id``, else the
-    query id in the checkpoint (written when the query starts, so read at the first batch)."""
+    """With --delivery exactly-once, a function giving the sink id (``--sink-id``, else the
+    query id in the checkpoint) and the query id (None when it cannot be read), both read at
+    the first batch (the query writes its checkpoint when it starts)."""
     if args.delivery != "exactly-once":
         return None
-    from datasource.sink import resolve_sink_id
+    from datasource.sink import checkpoint_query_id, resolve_sink_id
     from datasource.writer import check_sink_id, parse_sink_options
 
     if args.sink_id is not None:
@@ -326,11 +332,11 @@ def sink_id_of(args: argparse.Namespace) -> Any:
                                    "checkpointLocation": args.checkpoint,
                                    **({"sinkId": args.sink_id} if args.sink_id else {})},
                                   streaming=True)
-    found: list[str] = []
+    found: list[tuple[str, str | None]] = []
 
-    def sink_id() -> str:
+    def sink_id() -> tuple[str, str | None]:
         if not found:
-            found.append(resolve_sink_id(settings))
+            found.append((resolve_sink_id(settings), checkpoint_query_id(settings)))
         return found[0]
     return sink_id
 
