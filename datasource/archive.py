@@ -24,7 +24,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
 
-from datasource.archive_offsets import Coverage, coverage_of, earliest, split_history
+from datasource.archive_offsets import (
+    Coverage,
+    coverage_of,
+    earliest,
+    split_history,
+    topic_ids_of,
+)
 from datasource.archive_read import ArchivePartition, ArchiveTask
 from datasource.iceberg import (
     ArchivedRange,
@@ -74,7 +80,10 @@ class History:
         table = _load(catalog, options.archive_table)
         wanted = iceberg_schema(source_arrow_schema(planner.value_schema(topics), True))
         check_table_schema(table.schema(), wanted, options.archive_table, topics)
-        return cls(options, catalog, table, coverage_of(summary(table)))
+        coverage = coverage_of(summary(table))
+        for topic in _recreated(options, planner, topics, topic_ids_of(summary(table))):
+            coverage = {tp: c for tp, c in coverage.items() if tp.topic != topic}
+        return cls(options, catalog, table, coverage)
 
     def widened(self, infos: dict[TopicPartition, PartitionInfo]
                 ) -> dict[TopicPartition, PartitionInfo]:
@@ -98,6 +107,27 @@ class History:
                 found = int(pc.min(rows.column("offset")).as_py())
                 best = found if best is None else min(best, found)
         return best
+
+
+def _recreated(options: ReadOptions, planner: Planner, topics: list[str],
+               archived_ids: dict[str, str]) -> list[str]:
+    """Topics whose id is not the one the table archived (deleted and created again: the
+    table's offsets name the old topic's records). A DataLossError under failOnDataLoss;
+    otherwise they are read from the log alone."""
+    out = []
+    for topic in topics:
+        was, now = archived_ids.get(topic), planner.metadata.topic(topic).topic_id
+        if not was or not now or was == now:
+            continue
+        message = (f"archiveTable {options.archive_table!r}: topic {topic!r} is not the one "
+                   f"the table archived (topic id {now}, the table's {was}): it was deleted "
+                   "and created again, so the table's offsets name another topic's records")
+        if options.fail_on_data_loss:
+            raise DataLossError(f"{message}; read it without archiveTable, or set "
+                                "failOnDataLoss=false to read its log alone")
+        log.warning("%s; reading its log alone (failOnDataLoss=false)", message)
+        out.append(topic)
+    return out
 
 
 def _load(catalog: CatalogSettings, name: str) -> Any:

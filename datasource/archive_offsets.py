@@ -96,8 +96,9 @@ def next_ranges(coverage: Mapping[TopicPartition, Coverage],
     between the end and a later log start are lost: an error, or skipped and recorded. A topic
     whose id (``topic_ids``, now) is not the one the table recorded (``archived_ids``), or a
     log that ends below the table's end, is not the log the table holds (a topic created
-    again): an error, or, with ``fail_on_data_loss`` off, archived on from the table's end.
-    (Without recorded ids, only the second is seen.)"""
+    again): an error, or, with ``fail_on_data_loss`` off, archived on from the table's end
+    (a new id's offsets below it recorded as lost). (Without recorded ids, only the second
+    is seen.)"""
     ranges: list[Span] = []
     lost: list[Span] = []
     after = dict(coverage)
@@ -105,7 +106,12 @@ def next_ranges(coverage: Mapping[TopicPartition, Coverage],
     for tp, (log_start, end) in sorted(logs.items()):
         known = coverage.get(tp)
         was, now = archived_ids.get(tp.topic), topic_ids.get(tp.topic)
-        if known is not None and was and now and was != now and fail_on_data_loss:
+        recreated = known is not None and bool(was and now and was != now)
+        if recreated and not fail_on_data_loss and known is not None and \
+                log_start < known.end:
+            # The new topic's offsets below the table's end are never archived: recorded.
+            lost.append(Span(tp, log_start, known.end))
+        if recreated and fail_on_data_loss and known is not None:
             raise ArchiveDataLossError(
                 f"{tp}: topic {tp.topic!r} is not the one the table holds (topic id {now}, "
                 f"the table's {was}): it was deleted and created again. The table's offsets "

@@ -303,8 +303,9 @@ def test_a_topic_created_again_is_data_loss_even_with_a_longer_log(
     created again under its name is an ArchiveDataLossError naming both ids even when the new
     log already reaches past the table's coverage (before, the run archived on from the
     table's end: the new topic's first offsets were never archived, and the table's offsets
-    named two topics' records); no records are committed. Method: archive 20 records, delete the
-    topic, create it again, produce 50, archive."""
+    named two topics' records); no records are committed. A history read through the table
+    fails likewise, or with failOnDataLoss=false reads the new topic's log alone. Method:
+    archive 20 records, delete the topic, create it again, produce 50, archive, read."""
     with Admin(broker.bootstrap) as admin:
         topic = new_topic(admin, 1, prefix="again")
     _produce(broker.bootstrap, topic, 0, 20)
@@ -323,6 +324,12 @@ def test_a_topic_created_again_is_data_loss_even_with_a_longer_log(
                        match=rf"{topic}-0: topic '{topic}' is not the one the table holds"):
         run_archive(spark, *argv)
     assert table_rows(table.refresh()) == archived and len(archived) == 20
+    history = {"subscribe": topic, "archiveTable": "ns.again",
+               "archiveWarehouse": str(tmp_path / "warehouse")}
+    with pytest.raises(Exception, match=rf"topic '{topic}' is not the one the table archived"):
+        read(spark, broker.bootstrap, **history).count()
+    rows = spark_rows(read(spark, broker.bootstrap, **history, failOnDataLoss="false"))
+    assert [r[1] for r in rows] == list(range(50))  # the new topic's log alone
 
 
 def test_read_committed_archives_committed_records_only(spark: Any, broker: BrokerProcess,

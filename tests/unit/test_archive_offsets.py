@@ -75,6 +75,7 @@ def test_a_topic_created_again_is_data_loss_whatever_its_log_length() -> None:
         next_ranges({TP: Coverage(0, 100)}, {TP: (0, 500)}, True, ids, {"t": "b" * 32})
     plan = next_ranges({TP: Coverage(0, 100)}, {TP: (0, 500)}, False, ids, {"t": "b" * 32})
     assert [(s.start, s.end) for s in plan.ranges] == [(100, 500)]
+    assert [(s.start, s.end) for s in plan.lost] == [(0, 100)]  # never archived: recorded
     assert plan.topic_ids == {"t": "b" * 32}
     for archived, now in (({}, {"t": "b" * 32}), (ids, {"t": None}), (ids, ids)):
         plan = next_ranges({TP: Coverage(0, 100)}, {TP: (0, 500)}, True, archived, now)
