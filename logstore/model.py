@@ -27,10 +27,9 @@ LATEST = -1
 
 # A record's timestamp type, as Kafka numbers it (kafka-python's ConsumerRecord.timestamp_type):
 # the producer's create time, or the leader's append time (a topic whose
-# ``message_timestamp_type`` is LogAppendTime). Indexed by the config's value.
+# ``message_timestamp_type`` is LogAppendTime: its batches carry FLAG_LOG_APPEND_TIME).
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
-TIMESTAMP_TYPE_IDS = {"CreateTime": CREATE_TIME, "LogAppendTime": LOG_APPEND_TIME}
 
 
 class TopicPartition(NamedTuple):

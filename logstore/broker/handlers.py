@@ -234,7 +234,6 @@ class RequestHandlers:
                              value_schema=encode_schema(record.value_schema),
                              partitions=partitions, max_message_bytes=config.max_message_bytes,
                              compression_type=config.compression_type,
-                             message_timestamp_type=config.message_timestamp_type,
                              topic_id=record.topic_id)
 
     def create_topics(self, req: CreateTopicsRequest) -> TopicResults:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from logstore.client.fetcher import FetchConfig, Fetcher, MiB
+from logstore.client.fetcher import Drained, FetchConfig, Fetcher, MiB
 from logstore.client.group import REJOIN_CODES, GroupMember, GroupSettings
 from logstore.client.metadata import ClusterMetadata
 from logstore.client.metrics import ClientEndpoint, ConsumerMetrics, Layout
@@ -40,7 +40,6 @@ from logstore.errors import (
 )
 from logstore.messages.fetch import READ_COMMITTED, READ_UNCOMMITTED
 from logstore.model import (
-    CREATE_TIME,
     EARLIEST,
     LATEST,
     ConsumerRecord,
@@ -242,24 +241,18 @@ class Consumer:
              ) -> dict[TopicPartition, RecordsView]:
         """Records from assigned partitions, at most ``max_poll_records`` in all: per
         partition a Sequence of ConsumerRecords, built from the Arrow columns as they are read
-        (``records_view.py``), each with its topic's ``timestamp_type``."""
+        (``records_view.py``), each with its ``timestamp_type`` as its batch's header says."""
         limit = max_records or self.max_poll_records
-        return {tp: RecordsView(tp, table, self._timestamp_type(tp.topic))
-                for tp, table in self._poll(timeout_ms, limit).items()}
-
-    def _timestamp_type(self, topic: str) -> int:
-        """CREATE_TIME or LOG_APPEND_TIME, as the topic's metadata says (it was fetched
-        from, so its metadata is known; a topic deleted since is CREATE_TIME)."""
-        info = self._metadata.known_topic(topic)
-        return CREATE_TIME if info is None else info.timestamp_type
+        return {tp: RecordsView(tp, d.table, d.timestamp_type)
+                for tp, d in self._poll(timeout_ms, limit).items()}
 
     def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None
                    ) -> dict[TopicPartition, pa.Table]:
         """One Table per partition (the topic's columns plus ``offset`` and ``partition``);
         no record limit unless ``max_records`` is given."""
-        return self._poll(timeout_ms, max_records or 2**62)
+        return {tp: d.table for tp, d in self._poll(timeout_ms, max_records or 2**62).items()}
 
-    def _poll(self, timeout_ms: int, limit: int) -> dict[TopicPartition, pa.Table]:
+    def _poll(self, timeout_ms: int, limit: int) -> dict[TopicPartition, Drained]:
         self._check_open()
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
         fetched = False
@@ -276,7 +269,7 @@ class Consumer:
             self._fetch_once(max(remaining, 0.0))
             fetched = True
 
-    def _drain_buffer(self, limit: int) -> dict[TopicPartition, pa.Table]:
+    def _drain_buffer(self, limit: int) -> dict[TopicPartition, Drained]:
         # Start one partition further on each time, so a backlog in the first assigned
         # partition cannot starve the others when max_records cuts a poll short.
         n = len(self._assignment)
@@ -289,7 +282,7 @@ class Consumer:
             idle = self._fetcher.idle_position(tp) if tp not in drained else None
             if idle is not None and idle > self._positions.get(tp, idle):
                 self._positions[tp] = idle
-        return {tp: d.table for tp, d in drained.items()}
+        return drained
 
     def _fetch_once(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for fetched records (the fetcher sends the next fetch

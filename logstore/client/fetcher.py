@@ -54,7 +54,8 @@ from logstore.messages.fetch_session import FetchSessionPartitionEnd, FetchSessi
 from logstore.messages.log import (
     ListOffsetsPartitionResult,
 )
-from logstore.model import TopicPartition
+from logstore.model import CREATE_TIME, LOG_APPEND_TIME, TopicPartition
+from logstore.records import FLAG_LOG_APPEND_TIME
 from logstore.rpc.client import FetchedBatch, FetchResponse
 from logstore.rpc.session_client import PartitionNews, SessionFrame
 from logstore.txn_filter import AbortedTxn, BoolArray, is_abort_marker
@@ -78,16 +79,21 @@ class FetchConfig:
 
 class Drained(NamedTuple):
     """Records taken from one partition's buffer: the topic's columns plus ``offset`` and
-    ``partition``, and the offset after the last of them (the partition's new position)."""
+    ``partition``, the offset after the last of them (the partition's new position), and
+    their timestamp type, as each batch's header says (Kafka's rule): CREATE_TIME or
+    LOG_APPEND_TIME for all of them, or one per record when the batches differ (a topic
+    whose ``message_timestamp_type`` was altered)."""
 
     table: pa.Table
     next_offset: int
+    timestamp_type: int | np.ndarray = CREATE_TIME
 
 
 # The consumer's answer to OFFSET_OUT_OF_RANGE for a partition: reset its position, or raise.
 OutOfRange = Callable[[TopicPartition, ApiError], None]
-# A batch from the position on, its offsets, and the session credit it holds (None: fetched).
-_Buffered = tuple[pa.RecordBatch, np.ndarray, Credit | None]
+# A batch from the position on, its offsets, the session credit it holds (None: fetched), and
+# its records' timestamp type (CREATE_TIME or LOG_APPEND_TIME, from the batch's header).
+_Buffered = tuple[pa.RecordBatch, np.ndarray, Credit | None, int]
 _InFlight = tuple[dict[TopicPartition, int], Future[FetchResponse]]
 
 
@@ -194,7 +200,7 @@ class Fetcher:
         for tp in partitions:
             queue = self._buffer.get(tp)
             if self._sessions is None and queue and \
-                    sum(b.nbytes for b, _, _ in queue) >= self._config.partition_max_bytes:
+                    sum(b[0].nbytes for b in queue) >= self._config.partition_max_bytes:
                 continue
             try:
                 offset = self._fetch_offsets.get(tp)
@@ -283,7 +289,9 @@ class Fetcher:
             self._fetch_offsets[tp] = int(offsets[-1]) + 1
             if keep:
                 self._buffer.setdefault(tp, deque()).append(
-                    (fetched.batch.slice(start), offsets[start:], credit))
+                    (fetched.batch.slice(start), offsets[start:], credit,
+                     LOG_APPEND_TIME if fetched.header.flags & FLAG_LOG_APPEND_TIME
+                     else CREATE_TIME))
                 return
         else:
             self._fetch_offsets[tp] = max(expected, fetched.header.next_offset)
@@ -308,20 +316,23 @@ class Fetcher:
             queue = self._buffer.get(tp)
             if not queue or limit <= 0:
                 continue
-            batches, offsets = [], []
+            batches, offsets, types = [], [], []
             while queue and limit > 0:
-                batch, offs, credit = queue.popleft()
+                batch, offs, credit, kind = queue.popleft()
                 if batch.num_rows > limit:
-                    queue.appendleft((batch.slice(limit), offs[limit:], credit))
+                    queue.appendleft((batch.slice(limit), offs[limit:], credit, kind))
                     batch, offs = batch.slice(0, limit), offs[:limit]
                 elif credit is not None:
                     credit.release()
                 batches.append(batch)
                 offsets.append(offs)
+                types.append(kind)
                 limit -= batch.num_rows
             all_offsets = np.concatenate(offsets)
+            kinds: int | np.ndarray = types[0] if len(set(types)) == 1 else np.repeat(
+                np.array(types), [len(o) for o in offsets])
             out[tp] = Drained(_with_offsets(pa.Table.from_batches(batches), all_offsets,
-                                            tp.partition), int(all_offsets[-1]) + 1)
+                                            tp.partition), int(all_offsets[-1]) + 1, kinds)
         if self._sessions is not None:
             self._sessions.grant_owed()
         return out
@@ -434,7 +445,7 @@ class Fetcher:
 
 def _release(queue: deque[_Buffered] | None) -> None:
     """Give back the session credit a dropped buffer held."""
-    for _, _, credit in queue or ():
+    for _, _, credit, _ in queue or ():
         if credit is not None:
             credit.release()
 

@@ -24,7 +24,7 @@ from logstore.errors import (
 )
 from logstore.messages import Message, Request
 from logstore.messages.topics import DEFAULT_MAX_MESSAGE_BYTES, MetadataRequest, TopicMetadata
-from logstore.model import CREATE_TIME, TIMESTAMP_TYPE_IDS, TopicPartition
+from logstore.model import TopicPartition
 from logstore.records import decode_schema, topic_schema
 from logstore.rpc.client import BrokerConnection
 from logstore.security.config import PLAINTEXT, ClientSecurity
@@ -53,7 +53,6 @@ class TopicInfo:
     internal: bool = False
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # the topic's, for cutting batches
     compression_type: str = "none"  # the topic's: how its leaders store batches
-    timestamp_type: int = CREATE_TIME  # what its records' timestamps are (LOG_APPEND_TIME...)
     topic_id: str | None = None  # tells it from an earlier topic of the same name
 
     @property
@@ -162,11 +161,6 @@ class ClusterMetadata:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         return info
 
-    def known_topic(self, name: str) -> TopicInfo | None:
-        """The topic's metadata as the last refresh left it, without asking a broker (None
-        when no refresh returned it)."""
-        return self._topics.get(name)
-
     def leader(self, tp: TopicPartition) -> int:
         return self.leader_partition(tp).leader
 
@@ -207,5 +201,4 @@ def _topic_info(t: TopicMetadata) -> TopicInfo:
                                         tuple(p.replicas), tuple(p.isr))
              for p in t.partitions}
     return TopicInfo(t.name, parts, topic_schema(value_schema), value_schema, t.internal,
-                     t.max_message_bytes, t.compression_type,
-                     TIMESTAMP_TYPE_IDS.get(t.message_timestamp_type, CREATE_TIME), t.topic_id)
+                     t.max_message_bytes, t.compression_type, t.topic_id)

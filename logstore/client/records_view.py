@@ -9,8 +9,9 @@ is converted by one C loop (Arrow's conversion of a binary column, NumPy's ``tol
 timestamps, a ``range`` for contiguous offsets) and the records come out of ``map`` over
 ``tuple.__new__``. A record the caller drops is freed at once, so the garbage collector never
 sees a poll's worth of young tuples. ``records[i]`` builds one record; a slice is a view.
-Every record of a view has the view's ``timestamp_type`` (the topic's, from its metadata): one
-object repeated, no work per record.
+Every record of a view has the view's ``timestamp_type`` (from its batch's header): one object
+repeated, no work per record, unless the view's batches differ (a topic whose
+``message_timestamp_type`` was altered), when a list gives each record its own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from typing import Any, overload
 
+import numpy as np
 import pyarrow as pa
 
 from logstore.model import CREATE_TIME, ConsumerRecord, TopicPartition
@@ -32,7 +34,8 @@ class RecordsView(Sequence[ConsumerRecord]):
     __slots__ = ("_table", "_timestamp_type", "_tp")
 
     def __init__(self, tp: TopicPartition, table: pa.Table,
-                 timestamp_type: int = CREATE_TIME) -> None:
+                 timestamp_type: int | np.ndarray = CREATE_TIME) -> None:
+        """``timestamp_type``: every record's, or one per record (batches that differ)."""
         self._tp = tp
         self._table = table
         self._timestamp_type = timestamp_type
@@ -53,18 +56,23 @@ class RecordsView(Sequence[ConsumerRecord]):
             if step != 1:
                 return list(self)[index]
             return RecordsView(self._tp, self._table.slice(start, max(stop - start, 0)),
-                               self._timestamp_type)
+                               self._types(start, max(stop, start)))
         i = index + n if index < 0 else index
         if not 0 <= i < n:
             raise IndexError(f"record {index} of {n} polled from {self._tp}")
-        return next(iter(RecordsView(self._tp, self._table.slice(i, 1), self._timestamp_type)))
+        return next(iter(RecordsView(self._tp, self._table.slice(i, 1), self._types(i, i + 1))))
+
+    def _types(self, start: int, stop: int) -> int | np.ndarray:
+        kinds = self._timestamp_type
+        return kinds if isinstance(kinds, int) else kinds[start:stop]
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         t, n = self._table, len(self)
         fields = (repeat(self._tp.topic, n), repeat(self._tp.partition, n), _offsets(t),
                   t.column("timestamp").cast(pa.int64()).to_numpy().tolist(),
                   _binary(t.column("key")), _values(t), _headers(t.column("headers")),
-                  repeat(self._timestamp_type, n))
+                  repeat(kinds, n) if isinstance(kinds := self._timestamp_type, int)
+                  else kinds.tolist())
         # tuple.__new__ builds each record in C; calling the NamedTuple runs its Python __new__.
         return map(tuple.__new__, repeat(ConsumerRecord, n), zip(*fields, strict=False))
 

@@ -47,8 +47,6 @@ class TopicMetadata(ErrorFields, frozen=True, kw_only=True):
     # are the broker's defaults, for an answer that does not carry them.
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     compression_type: str = "none"
-    # What a consumer labels the topic's records with (ConsumerRecord.timestamp_type).
-    message_timestamp_type: str = "CreateTime"
     # Tells the topic from an earlier one of the same name (None: an older broker's answer).
     topic_id: str | None = None
 

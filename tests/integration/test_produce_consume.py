@@ -178,3 +178,31 @@ def test_polled_records_carry_their_topics_timestamp_type(broker) -> None:
         assert [r.timestamp_type for r in records] == [expected] * 3, topic
         created = [r.timestamp == 1_000_000 + i for i, r in enumerate(records)]
         assert all(created) if expected == CREATE_TIME else not any(created), topic
+
+def test_a_records_timestamp_type_is_its_batchs_after_the_topic_is_altered(broker) -> None:
+    """Goal: as in Kafka, the timestamp type is each batch's (its header's LogAppendTime
+    flag), not the topic's config now: records sent before an alter of
+    ``message_timestamp_type`` keep CreateTime, those after get LogAppendTime, within one
+    poll (before, every record got the topic's current type, and Spark, which reads the
+    flag, disagreed). Method: 3 records, alter, 3 more; poll all six."""
+    with Admin(broker.bootstrap) as admin:
+        topic = _topic(admin, partitions=1)
+    with Producer(broker.bootstrap) as producer:
+        for i in range(3):
+            producer.send(topic, value=b"v%d" % i, timestamp_ms=1_000_000 + i)
+        producer.flush(30)
+        with Admin(broker.bootstrap) as admin:
+            admin.alter_configs({topic: {"message_timestamp_type": "LogAppendTime"}})
+        for i in range(3, 6):
+            producer.send(topic, value=b"v%d" % i, timestamp_ms=1_000_000 + i).result(30)
+    records = []
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        for _ in range(60):
+            for view in consumer.poll(timeout_ms=500).values():
+                records += list(view)
+            if len(records) >= 6:
+                break
+    assert [r.timestamp_type for r in records] == [CREATE_TIME] * 3 + [LOG_APPEND_TIME] * 3
+    assert records[0].timestamp == 1_000_000 and records[5].timestamp != 1_000_005
+

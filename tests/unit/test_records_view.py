@@ -102,3 +102,18 @@ def test_every_record_carries_the_views_timestamp_type(timestamp_type: int) -> N
     assert [r.timestamp_type for r in view[1:]] == [timestamp_type] * 2
     assert view[::2] == expected[::2]
     assert {r.timestamp_type for r in RecordsView(TP, table)} == {CREATE_TIME}
+
+
+def test_records_of_batches_that_differ_carry_each_their_own_timestamp_type() -> None:
+    """Goal: a view over batches written before and after an alter of the topic's
+    ``message_timestamp_type`` gives each record its batch's type, iterated, indexed or
+    sliced. Method: a view with one type per record."""
+    table = _drained(DEFAULT_SCHEMA, {"key": pa.array([b"a", b"b", None, b"d"]),
+                                      "value": pa.array([b"1", b"2", b"3", b"4"])}, [5, 6, 7, 8])
+    kinds = np.array([CREATE_TIME, CREATE_TIME, LOG_APPEND_TIME, LOG_APPEND_TIME])
+    view = RecordsView(TP, table, kinds)
+    assert [r.timestamp_type for r in view] == kinds.tolist()
+    assert view[2].timestamp_type == LOG_APPEND_TIME and view[-3].timestamp_type == CREATE_TIME
+    assert [r.timestamp_type for r in view[1:3]] == [CREATE_TIME, LOG_APPEND_TIME]
+    assert list(view) == [r._replace(timestamp_type=int(k)) for r, k in zip(
+        _reference(table), kinds, strict=True)]
