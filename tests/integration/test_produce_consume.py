@@ -182,8 +182,8 @@ def test_polled_records_carry_their_topics_timestamp_type(broker) -> None:
 def test_a_records_timestamp_type_is_its_batchs_after_the_topic_is_altered(broker) -> None:
     """Goal: as in Kafka, the timestamp type is each batch's (its header's LogAppendTime
     flag), not the topic's config now: records sent before an alter of
-    ``message_timestamp_type`` keep CreateTime, those after get LogAppendTime, within one
-    poll (before, every record got the topic's current type, and Spark, which reads the
+    ``message_timestamp_type`` keep CreateTime, those after get LogAppendTime (before,
+    every record got the topic's current type, and Spark, which reads the
     flag, disagreed). Method: 3 records, alter, 3 more; poll all six."""
     with Admin(broker.bootstrap) as admin:
         topic = _topic(admin, partitions=1)

@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from logstore.broker.remote_tier import RemoteTier
-from logstore.broker.replica_manager import READ_COMMITTED, FetchPartition, ReplicaManager
+from logstore.broker.replica_manager import (
+    READ_COMMITTED,
+    FetchPartition,
+    PartitionFetchResult,
+    ReplicaManager,
+)
 from logstore.clock import FakeClock
 from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
@@ -173,26 +178,39 @@ def test_a_read_committed_fetch_of_the_remote_tier_carries_its_aborted_transacti
     assert local.error is None and local.batches == []  # the open transaction is not stable
 
 
-def test_an_unreadable_remote_txn_index_fails_its_partition_only(broker: Broker) -> None:
-    """Goal: a read_committed fetch whose remote ``.txnindex`` cannot be read (cut short here)
-    answers CORRUPT_MESSAGE naming the partition for that partition alone; the fetch's other
-    partitions are served (before, the error escaped the fetch and failed all of them).
-    Method: partition 0's aborted transaction tiered with its index object truncated;
-    partition 1 local; one read_committed fetch of both."""
-    tp0, tp1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+def _tiered_aborted_transaction(broker: Broker, tiered: int) -> Path:
+    """Partition 0: producer 7's aborted transaction (marker at offset 10), then two plain
+    segments; partition 1: two plain segments; the first ``tiered`` partitions tiered. The
+    path of the one remote ``.txnindex`` object."""
+    tp0 = TopicPartition(TOPIC, 0)
     broker.replicas.append_records(tp0, keyed(0, RECORDS, broker.clock), 1, producer_id=7,
                                    producer_epoch=0, base_sequence=0, flags=FLAG_TRANSACTIONAL)
     broker.replicas.write_txn_marker(tp0, 7, 0, committed=False, coordinator_epoch=0)
     broker.partition().log.roll()
     broker.produce_segments(2)
     broker.produce_segments(2, p=1)
-    broker.tier_all()
+    broker.tier_all(tiered)
     (index,) = broker.remote.glob("**/*.txnindex")
+    return index
+
+
+def _read_committed_both(broker: Broker) -> list[PartitionFetchResult]:
+    """One read_committed fetch of partitions 0 and 1 from offset 0."""
+    return broker.replicas.fetch([FetchPartition(TopicPartition(TOPIC, p), 0, 1 << 20)
+                                  for p in (0, 1)], 0, 1, 1 << 20,
+                                 isolation_level=READ_COMMITTED)
+
+
+def test_an_unreadable_remote_txn_index_fails_its_partition_only(broker: Broker) -> None:
+    """Goal: a read_committed fetch whose remote ``.txnindex`` cannot be read (cut short here)
+    answers CORRUPT_MESSAGE naming the partition for that partition alone; the fetch's other
+    partitions are served (before, the error escaped the fetch and failed all of them).
+    Method: partition 0's aborted transaction tiered with its index object truncated;
+    partition 1 local; one read_committed fetch of both."""
+    index = _tiered_aborted_transaction(broker, tiered=1)
     with open(index, "r+b") as f:
         f.truncate(31)
-    r0, r1 = broker.replicas.fetch([FetchPartition(tp0, 0, 1 << 20),
-                                    FetchPartition(tp1, 0, 1 << 20)], 0, 1, 1 << 20,
-                                   isolation_level=READ_COMMITTED)
+    r0, r1 = _read_committed_both(broker)
     assert isinstance(r0.error, CorruptRecordError) and "orders-0" in str(r0.error)
     assert r0.batches == []
     assert r1.error is None and len(r1.batches) == 2
@@ -206,19 +224,8 @@ def test_a_lost_remote_txn_index_is_an_error_not_an_empty_one(broker: Broker) ->
     copied without one (no aborted transaction) is read as before.
     Method: partition 0's aborted transaction tiered, then its index object deleted;
     partition 1 tiered with no transaction; one read_committed fetch of both."""
-    tp0, tp1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
-    broker.replicas.append_records(tp0, keyed(0, RECORDS, broker.clock), 1, producer_id=7,
-                                   producer_epoch=0, base_sequence=0, flags=FLAG_TRANSACTIONAL)
-    broker.replicas.write_txn_marker(tp0, 7, 0, committed=False, coordinator_epoch=0)
-    broker.partition().log.roll()
-    broker.produce_segments(2)
-    broker.produce_segments(2, p=1)
-    broker.tier_all(2)
-    (index,) = broker.remote.glob("**/*.txnindex")
-    index.unlink()
-    r0, r1 = broker.replicas.fetch([FetchPartition(tp0, 0, 1 << 20),
-                                    FetchPartition(tp1, 0, 1 << 20)], 0, 1, 1 << 20,
-                                   isolation_level=READ_COMMITTED)
+    _tiered_aborted_transaction(broker, tiered=2).unlink()
+    r0, r1 = _read_committed_both(broker)
     assert isinstance(r0.error, CorruptRecordError)
     assert "transaction index" in str(r0.error) and "orders-0" in str(r0.error)
     assert r0.batches == []
