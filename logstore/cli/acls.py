@@ -4,8 +4,10 @@ Owns: the commands, their flags (``--allow-principal``, ``--deny-principal``, ``
 ``--deny-host``, ``--operation``, ``--topic``, ``--group``, ``--cluster``,
 ``--transactional-id``, ``--resource-pattern-type``) and output. As in Kafka, ``add`` makes the
 cross product of the principals, hosts, operations and resources given; ``remove`` and ``list``
-take the same flags as filters (a flag not given matches anything; ``--resource-pattern-type``
-also takes ``any`` and ``match``). Must not: talk to brokers except through ``Admin``.
+take the same flags as filters (a flag not given matches anything, except
+``--resource-pattern-type``: as in ``kafka-acls`` it defaults to ``literal``, so ``remove
+--topic x`` never removes a PREFIXED binding named ``x``; it also takes ``any`` and ``match``;
+with no resource given, ``list`` and ``remove`` match every pattern). Must not: talk to brokers except through ``Admin``.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def _add_flags(parser: argparse.ArgumentParser, filtering: bool) -> None:
                             help="match bindings of this principal, allowed or denied")
     choices = ("literal", "prefixed", "any", "match") if filtering else ("literal", "prefixed")
     parser.add_argument("--resource-pattern-type", type=str.lower, choices=choices,
-                        default="any" if filtering else "literal")
+                        default=None if filtering else "literal",
+                        help="default: literal (any when no resource is given to filter on)")
 
 
 def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
@@ -108,7 +111,9 @@ def _filters(args: argparse.Namespace) -> list[AclBindingFilter]:
     principals += [(p, None) for p in args.principal]
     operations = [parse_enum(Operation, op, "--operation") for op in args.operation] or [None]
     hosts = args.allow_host + args.deny_host or [None]
-    return [AclBindingFilter(rtype, name, args.resource_pattern_type.upper(), principal,
+    # kafka-acls: LITERAL unless told; without a resource, every binding's pattern matches.
+    pattern = args.resource_pattern_type or ("literal" if _resources(args) else "any")
+    return [AclBindingFilter(rtype, name, pattern.upper(), principal,
                              host, op, permission)
             for (rtype, name), (principal, permission), host, op in product(
                 resources, principals or [(None, None)], hosts, operations)]
