@@ -170,18 +170,24 @@ def _coerce(name: str, value: Any) -> Any:
     default = getattr(TopicConfig(), name)
     if isinstance(value, str) and not isinstance(default, str):
         text = value.strip().lower()
-        if text in ("null", "none", ""):
-            return None
+        if text in ("null", "none", ""):  # often an unset shell variable: never unlimited
+            raise InvalidConfigError(
+                f"invalid value {value!r} for topic config {name!r}: a number is needed"
+                + ("; -1 means unlimited" if name in _UNLIMITED else ""))
         if isinstance(default, bool):
             return {"true": True, "false": False}.get(text, value)
         try:
             value = float(text) if isinstance(default, float) else int(text)
         except ValueError:
             return value
-    if name in ("retention_ms", "retention_bytes", "local_retention_ms",
-                "local_retention_bytes") and value == -1:
+    if name in _UNLIMITED and value == -1:
         return None
     return value
+
+
+# -1 is None for these: unlimited retention; for flush_ms, no forced fsync (the default).
+_UNLIMITED = ("retention_ms", "retention_bytes", "local_retention_ms", "local_retention_bytes",
+              "flush_ms")
 
 
 def validate_tiering(topic: str, config: TopicConfig, remote_storage_uri: str | None,

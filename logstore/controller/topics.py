@@ -85,6 +85,12 @@ def check_min_insync(name: str, min_insync: int, replication_factor: int, own: b
             f"replication factor {replication_factor}; no acks=all write could succeed")
 
 
+def named(topic: str, error: ApiError) -> ApiError:
+    """``error``, its message naming ``topic`` (unless it already does)."""
+    return error if repr(topic) in error.message else type(error)(
+        f"topic {topic!r}: {error.message}")
+
+
 def repeated_topic_error(name: str, count: int) -> InvalidRequestError:
     """The error of each copy of a topic name given ``count`` times in one create_topics."""
     return InvalidRequestError(f"topic {name!r} appears {count} times in the request; none "
@@ -123,8 +129,7 @@ class TopicController:
                     raise repeated_topic_error(req.name, counts[req.name])
                 planned.append((i, self._plan_topic(req, brokers)))
             except ApiError as e:
-                outcomes[i] = e if repr(req.name) in e.message else \
-                    type(e)(f"topic {req.name!r}: {e.message}")
+                outcomes[i] = named(req.name, e)
         if not planned:
             return outcomes
         live = {b.broker_id for b in brokers}
@@ -187,7 +192,10 @@ class TopicController:
     def alter_config(self, name: str, changes: dict[str, Any], incremental: bool = True
                      ) -> TopicRecord:
         record = self._require(name)
-        validated = validate_topic_config(changes)
+        try:
+            validated = validate_topic_config(changes)
+        except ApiError as e:
+            raise named(name, e) from None
         merged = {**record.config, **validated} if incremental else validated
         merged = {k: v for k, v in merged.items() if v is not None or k in validated}
         effective = self._default_config.updated(merged)

@@ -51,3 +51,26 @@ def test_min_insync_above_the_replication_factor_is_refused_on_alter(tmp_path: P
         topics.alter_config("t", {"min_insync_replicas": 2})
     assert topics.alter_config("t", {"min_insync_replicas": 1}).config == {
         "min_insync_replicas": 1}
+
+
+@pytest.mark.parametrize("empty", ["", " ", "none", "NULL"])
+def test_an_empty_value_is_refused_and_only_minus_one_is_unlimited(tmp_path: Path,
+                                                                    empty: str) -> None:
+    """``--config retention.ms=$UNSET`` once meant unlimited retention."""
+    topics = controller(tmp_path)
+    [error] = topics.create_topics([NewTopic("t", 1, config={"retention.ms": empty})])
+    assert isinstance(error, InvalidConfigError)
+    assert "'t'" in error.message and "'retention_ms'" in error.message
+    assert "-1 means unlimited" in error.message
+    topics.create_topic(NewTopic("u", 1, config={"retention.ms": "-1", "flush.ms": "5"}))
+    assert topics.topic_config("u").retention_ms is None
+    with pytest.raises(InvalidConfigError, match=r"topic 'u'.*'flush_ms'"):
+        topics.alter_config("u", {"flush.ms": empty})
+    assert topics.alter_config("u", {"flush.ms": "-1"}).config["flush_ms"] is None
+
+
+def test_an_alter_error_names_the_topic(tmp_path: Path) -> None:
+    topics = controller(tmp_path)
+    topics.create_topic(NewTopic("t", 1))
+    with pytest.raises(InvalidConfigError, match=r"topic 't': unknown topic config key"):
+        topics.alter_config("t", {"retention.msx": "5"})
