@@ -141,9 +141,26 @@ def _json_array(values: list[Any], data_type: pa.DataType) -> pa.Array:
         staging = _staging_type(inferred.type, data_type)
         if staging != inferred.type:
             inferred = inferred.cast(staging)
-        return inferred.cast(data_type, safe=True)
+        out = inferred.cast(data_type, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         raise _Mismatch(_arrow_reason(e)) from None
+    _check_overflow(inferred, out)
+    return out
+
+
+def _check_overflow(source: pa.Array, narrowed: pa.Array) -> None:
+    """A safe cast still turns a number too large for a narrower float (float32) into
+    +-Infinity: refused, as any other value the column cannot hold."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.types as t
+
+    if not t.is_floating(narrowed.type) or not (
+            t.is_integer(source.type) or t.is_floating(source.type)):
+        return
+    was_inf = pc.is_inf(source.cast(pa.float64()))
+    if pc.any(pc.and_(pc.is_inf(narrowed), pc.invert(was_inf))).as_py():
+        raise _Mismatch(f"too large for {narrowed.type} (it would become Infinity)")
 
 
 def _big_integers(values: list[Any], data_type: pa.DataType) -> pa.Array:

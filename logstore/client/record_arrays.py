@@ -12,10 +12,12 @@ costs the drainer nothing per record beyond Arrow's own copy of the bytes.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logstore.client.batches import RecordChunk
 from logstore.client.metadata import TopicInfo
@@ -79,9 +81,37 @@ def _value_columns(chunk: RecordChunk, info: TopicInfo
                     for row in misfits}
         struct = pa.array([None if i in rejected else v for i, v in enumerate(values)],
                           struct_type)
+    columns = struct.flatten()
+    overflows = _float_overflows(chunk.topic, values, info.value_schema, columns)
+    if overflows:
+        rejected.update(overflows)
+        struct = pa.array([None if i in rejected else v for i, v in enumerate(values)],
+                          struct_type)
+        columns = struct.flatten()
     # flatten(), not field(): a null value (a tombstone) must leave its columns null, and a
     # child array alone does not carry its parent's validity.
-    return dict(zip(info.value_schema.names, struct.flatten(), strict=True)), rejected
+    return dict(zip(info.value_schema.names, columns, strict=True)), rejected
+
+
+def _float_overflows(topic: str, values: list[Any], value_schema: pa.Schema,
+                     columns: list[pa.Array]) -> dict[int, InvalidRecordError]:
+    """The records whose number became +-Infinity in a float32 (or narrower) column: too
+    large for it, which ``pa.array`` does not refuse. One vectorised check per such column;
+    the rows are looked at only when one is infinite."""
+    out: dict[int, InvalidRecordError] = {}
+    for field, column in zip(value_schema, columns, strict=True):
+        if not pa.types.is_floating(field.type) or field.type.bit_width >= 64 or \
+                not pc.any(pc.is_inf(column)).as_py():
+            continue
+        for row in np.flatnonzero(pc.fill_null(pc.is_inf(column), False).to_numpy(
+                zero_copy_only=False)):
+            given = values[row].get(field.name)
+            if math.isfinite(float(given)):
+                out.setdefault(int(row), InvalidRecordError(
+                    f"send to {topic!r}: field {field.name!r} ({field.type}) cannot take "
+                    f"{given!r} (record {row} of its batch): too large for {field.type}, it "
+                    "would become Infinity"))
+    return out
 
 
 def _find_misfits(values: list[Any], lo: int, hi: int, struct_type: pa.StructType,
