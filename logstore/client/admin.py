@@ -187,8 +187,13 @@ class Admin:
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
                  request_timeout_ms: int = 30_000, **security: Any) -> None:
         """``**security``: kafka-python's connection settings, as ``Producer`` takes them."""
+        if not isinstance(request_timeout_ms, int) or isinstance(request_timeout_ms, bool) \
+                or request_timeout_ms <= 0:
+            raise ValueError(f"Admin: request_timeout_ms must be a positive integer, got "
+                             f"{request_timeout_ms!r}")
         self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms,
-                                         security=client_security(security, "Admin"))
+                                         security=client_security(security, "Admin",
+                                                                  ("request_timeout_ms",)))
         self._timeout_s = max(request_timeout_ms / 1000.0, 60.0)
 
     def describe_cluster(self) -> ClusterDescription:

@@ -47,7 +47,7 @@ from logstore.model import (
     OffsetAndTimestamp,
     TopicPartition,
 )
-from logstore.security.config import client_security
+from logstore.security.config import client_security, settings_of
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +107,16 @@ class Consumer:
                              f"got {auto_offset_reset!r}")
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        for name, value in (("max_poll_records", max_poll_records),
+                            ("request_timeout_ms", request_timeout_ms)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(partition_assignment_strategy, str):  # one name, not its characters
+            partition_assignment_strategy = (partition_assignment_strategy,)
         self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms,
                                          metadata_max_age_ms=metadata_max_age_ms,
-                                         security=client_security(security, "Consumer"))
+                                         security=client_security(security, "Consumer",
+                                                                  _PARAMETERS))
         self._group: GroupMember | None = None if group_id is None else GroupMember(
             self._metadata, GroupSettings(
                 group_id, session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
@@ -571,5 +578,7 @@ class Consumer:
             for records in self.poll(timeout_ms=1000).values():
                 yield from records
 
+
+_PARAMETERS = settings_of(Consumer.__init__)
 
 __all__ = ["Consumer", "ConsumerRebalanceListener", "NetworkError"]

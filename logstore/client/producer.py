@@ -62,7 +62,7 @@ from logstore.errors import (
 )
 from logstore.model import OffsetAndMetadata, TopicPartition
 from logstore.records import TIMESTAMP_TYPE, conform_batch, value_columns
-from logstore.security.config import client_security
+from logstore.security.config import client_security, settings_of
 from logstore.transactions.state import validate_transactional_id
 
 log = logging.getLogger(__name__)
@@ -101,8 +101,10 @@ class Producer:
             "max_request_size": max_request_size, "delivery_timeout_ms": delivery_timeout_ms,
             "request_timeout_ms": request_timeout_ms, "retry_backoff_ms": retry_backoff_ms,
             "max_in_flight_requests_per_connection": max_in_flight_requests_per_connection,
-            "buffer_memory": buffer_memory, "max_block_ms": max_block_ms})
+            "buffer_memory": buffer_memory, "max_block_ms": max_block_ms, "retries": retries})
         _check_transactional(transactional_id, acks, enable_idempotence)
+        if enable_idempotence and _ACKS[acks] != -1:  # Kafka's ConfigException
+            raise ValueError(f"enable_idempotence=True needs acks='all', got acks={acks!r}")
         self.acks = _ACKS[acks]
         self.linger_s = linger_ms / 1000.0
         self.batch_size = batch_size
@@ -113,7 +115,8 @@ class Producer:
         self._codec = None if compression_type in (None, "none") else compression_type
         self._metadata = ClusterMetadata(bootstrap_servers, request_timeout_ms, None,
                                          metadata_max_age_ms,
-                                         client_security(security, "Producer"))
+                                         client_security(security, "Producer",
+                                                         settings_of(Producer.__init__)))
         idempotent = self.acks != 0 if enable_idempotence is None else enable_idempotence
         in_flight = max_in_flight_requests_per_connection
         if not idempotent and retries > 0:
@@ -734,7 +737,7 @@ def _check_headers(headers: Any, topic: str) -> list[tuple[str, bytes | None]]:
     return checked
 
 
-_MAY_BE_ZERO = ("linger_ms", "retry_backoff_ms", "max_block_ms")  # 0: no wait (as in Kafka)
+_MAY_BE_ZERO = ("linger_ms", "retry_backoff_ms", "max_block_ms", "retries")  # 0: none (Kafka)
 
 
 def _check_settings(acks: str | int, compression_type: str | None,

@@ -31,8 +31,10 @@ environment (names below); a client's password is a constructor argument (or the
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,15 +222,27 @@ CLIENT_KEYS = ("security_protocol", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
                "sasl_plain_password")
 
 
-def client_security(settings: Mapping[str, Any], source: str = "client settings"
-                    ) -> ClientSecurity:
+def settings_of(constructor: Callable[..., Any]) -> tuple[str, ...]:
+    """The keyword settings ``constructor`` takes by name (for the hint of an unknown one)."""
+    return tuple(name for name, p in inspect.signature(constructor).parameters.items()
+                 if p.kind == inspect.Parameter.KEYWORD_ONLY)
+
+
+def client_security(settings: Mapping[str, Any], source: str = "client settings",
+                    parameters: Sequence[str] = ()) -> ClientSecurity:
     """``ClientSecurity`` from kafka-python-named settings (Kafka's dotted spelling of the same
-    names too: ``security.protocol``); an unknown key is an error naming it and ``source``."""
+    names too: ``security.protocol``); an unknown key is an error naming it and ``source``,
+    the closest known names, and every setting ``source`` takes (``parameters``, its own,
+    and the security keys)."""
     values: dict[str, Any] = {}
     for key, value in settings.items():
         name = key.replace(".", "_").replace("-", "_").lower()
         if name not in CLIENT_KEYS:
-            raise ConfigError(f"{source}: unknown setting {key!r}; known: {list(CLIENT_KEYS)}")
+            known = [*parameters, *CLIENT_KEYS]
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+            raise ConfigError(f"{source}: unknown setting {key!r}; {hint}known settings: "
+                              f"{', '.join(known)}")
         values[name] = value
     if isinstance(values.get("ssl_check_hostname"), str):
         values["ssl_check_hostname"] = values["ssl_check_hostname"].strip().lower() != "false"

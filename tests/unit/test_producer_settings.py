@@ -16,3 +16,18 @@ from logstore import Producer
 def test_a_bad_number_is_refused_naming_the_setting(setting: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"^{setting} must be"):
         Producer("127.0.0.1:1", **{setting: value})  # type: ignore[arg-type]
+
+
+def test_retries_below_zero_are_refused_and_zero_is_allowed() -> None:
+    with pytest.raises(ValueError, match="^retries must be a non-negative integer, got -1"):
+        Producer("127.0.0.1:1", retries=-1)
+    Producer("127.0.0.1:1", retries=0).close()
+
+
+@pytest.mark.parametrize("acks", [0, 1, "1"])
+def test_idempotence_asked_for_needs_acks_all(acks: str | int) -> None:
+    """Kafka raises ConfigException for enable.idempotence=true with acks 0 or 1."""
+    with pytest.raises(ValueError, match=f"enable_idempotence=True needs acks='all', got "
+                                         f"acks={acks!r}"):
+        Producer("127.0.0.1:1", acks=acks, enable_idempotence=True)
+    Producer("127.0.0.1:1", acks=acks).close()  # not asked for: off with acks 0
