@@ -14,6 +14,7 @@ entry-point metadata to keep in step. ``--spark-submit`` runs it through ``spark
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import subprocess
@@ -34,8 +35,8 @@ def positive_size(text: str) -> int:
     scale = units.get(raw[-1:], 1)
     number = raw[:-1] if raw[-1:] in units else raw
     try:
-        value = int(float(number) * scale)
-    except ValueError:
+        value = int(float(number) * scale)  # inf: OverflowError, nan: ValueError
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"expected a size such as 128m, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
@@ -47,7 +48,7 @@ def seconds(text: str) -> float:
         value = float(text.strip().removesuffix("s"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:  # nan compares false to everything
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
 

@@ -40,7 +40,7 @@ def register(commands: Any) -> None:
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true")
     target.add_argument("--to-latest", action="store_true")
-    target.add_argument("--to-datetime", metavar="ISO-8601",
+    target.add_argument("--to-datetime", metavar="ISO-8601", type=iso_datetime,
                         help="the first offset at or after this time (naive times are UTC)")
     target.add_argument("--to-offset", type=int, metavar="OFFSET",
                         help="this offset in every partition (clamped to the partition's "
@@ -106,15 +106,24 @@ def _cmd_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+def iso_datetime(text: str) -> datetime:
+    """An ISO-8601 time (naive: UTC), as an argparse type: a bad one is a usage error naming
+    the option."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO-8601 time such as 2024-05-01T12:00:00, got {text!r}") from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
+
+
 def _targets(client: Admin, args: argparse.Namespace, tps: list[TopicPartition]
              ) -> dict[TopicPartition, int]:
     if args.to_offset is not None:
         return _in_range(client, dict.fromkeys(tps, args.to_offset))
     if args.to_earliest or args.to_latest:
         return client.list_offsets(dict.fromkeys(tps, EARLIEST if args.to_earliest else LATEST))
-    when = datetime.fromisoformat(args.to_datetime)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
+    when: datetime = args.to_datetime
     found = client.list_offsets(dict.fromkeys(tps, int(when.timestamp() * 1000)))
     latest = client.list_offsets(dict.fromkeys(tps, LATEST))
     return {tp: found[tp] if found[tp] >= 0 else latest[tp] for tp in tps}

@@ -38,12 +38,19 @@ def register(commands: Any) -> None:
                     '"key" string; timestamps are ISO-8601 text or integers in the column\'s '
                     "unit, dates YYYY-MM-DD, decimals numbers or numeric text.")
     produce.add_argument("topic")
-    produce.add_argument("--key-separator", metavar="SEP",
+    produce.add_argument("--key-separator", metavar="SEP", type=_separator,
                          help="split each line at the first SEP into key and value")
     produce.add_argument("--acks", type=acks, default="all", help="all, 1 or 0 (default all)")
     produce.add_argument("--partition", type=non_negative, help="send every record here")
     add_bootstrap(produce)
     produce.set_defaults(run=_cmd_produce)
+
+
+def _separator(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty (every line would split at its "
+                                         "start, giving every record an empty key)")
+    return text
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:

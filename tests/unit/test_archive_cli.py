@@ -11,7 +11,7 @@ import pytest
 from datasource.iceberg import ArchiveCatalogError, catalog_settings
 from datasource.options import OptionError, parse_read_options
 from logstore.cli import build_parser
-from logstore.cli.archive import add_archive_arguments, job_argv, positive_size
+from logstore.cli.archive import add_archive_arguments, job_argv, positive_size, seconds
 
 BASE = {"bootstrap.servers": "h:1", "subscribe": "t"}
 
@@ -44,9 +44,24 @@ def test_sizes_and_bad_sizes() -> None:
     """Goal: --target-file-size takes 128m, 1g, 4096 and refuses 0 or text. Method: direct."""
     assert positive_size("128m") == 128 * 1024 * 1024
     assert positive_size("1GiB") == 1024**3 and positive_size("4096") == 4096
-    for bad in ("0", "lots", "-1k"):
+    for bad in ("0", "lots", "-1k", "inf", "nan", "-inf"):  # inf was an OverflowError
         with pytest.raises(argparse.ArgumentTypeError):
             positive_size(bad)
+
+
+def test_seconds_refuse_what_is_not_a_positive_finite_number() -> None:
+    assert seconds("2.5s") == 2.5
+    for bad in ("nan", "inf", "0", "-1", "soon"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            seconds(bad)
+
+
+def test_an_infinite_target_file_size_is_a_usage_error_naming_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["archive", "--topic", "t", "--table", "ns.t",
+                                   "--target-file-size", "inf"])
+    assert exited.value.code == 2 and "--target-file-size" in capsys.readouterr().err
 
 
 def test_default_catalog_is_sqlite_in_a_local_warehouse(tmp_path: object) -> None:

@@ -4,9 +4,13 @@ the command against one)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from logstore.cli import build_parser
 from logstore.cli.groups import clamp_offset
 from logstore.model import TopicPartition
 
@@ -36,3 +40,23 @@ def test_the_clamped_offset_is_always_in_the_partitions_range(offset: int, start
     clamped, warning = clamp_offset(TP, offset, start, end)
     assert start <= clamped <= end
     assert (clamped == offset) == (warning is None) == (start <= offset <= end)
+
+
+def test_a_bad_to_datetime_is_a_usage_error_naming_the_option(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """It was exit 1 with a message naming no option."""
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["groups", "reset-offsets", "g", "--topic", "t",
+                                   "--to-datetime", "yesterday"])
+    assert exited.value.code == 2
+    assert "--to-datetime" in capsys.readouterr().err
+    args = build_parser().parse_args(["groups", "reset-offsets", "g", "--topic", "t",
+                                      "--to-datetime", "2024-05-01T12:00:00"])
+    assert args.to_datetime == datetime(2024, 5, 1, 12, tzinfo=UTC)  # naive: UTC
+
+
+def test_an_empty_key_separator_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["produce", "t", "--key-separator", ""])
+    assert exited.value.code == 2
+    assert "--key-separator" in capsys.readouterr().err
