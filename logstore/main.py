@@ -137,18 +137,18 @@ def build_object_store(config: BrokerConfig) -> ObjectStore | None:
 
 
 def build_metadata_store(config: BrokerConfig) -> MetadataStore:
-    """ZooKeeper when ``zk_connect`` is set, else the embedded file in the first log dir
-    (locked while the broker runs)."""
+    """ZooKeeper when ``zk_connect`` is set, else the embedded file in whichever log dir
+    holds it (a new one in the first; locked while the broker runs)."""
     if config.zk_connect is not None:
         from logstore.controller.zookeeper import KazooMetadataStore  # kazoo only in cluster mode
 
         return KazooMetadataStore(config.zk_connect, config.broker_id,
                                   session_timeout_ms=config.zk_session_timeout_ms,
                                   digest=zk_digest(config.security.zk_set_acl))
-    from logstore.controller.local import METADATA_FILE, LocalMetadataStore
+    from logstore.controller.local import LocalMetadataStore, metadata_path
 
-    return LocalMetadataStore(Path(config.log_dirs[0]) / METADATA_FILE, config.broker_id,
-                              exclusive=True)
+    return LocalMetadataStore(metadata_path([Path(d) for d in config.log_dirs]),
+                              config.broker_id, exclusive=True)
 
 
 def zk_digest(zk_set_acl: bool) -> ZkDigest | None:

@@ -9,6 +9,11 @@ threads (creating a log is mostly waiting for fsync); a topic admin request wait
 the pass after its change (``await_metadata_sync``) instead of doing the work itself. At start
 the first pass runs before the broker says it listens.
 
+Log directories: start locks each one and checks its recorded broker id first (``log_dirs``),
+then, with the metadata loaded, refuses an embedded store that is new while partitions exist,
+and renames aside (never deletes) partition directories the metadata does not give this broker.
+Only a partition hosted while running and then deleted or moved away is deleted.
+
 Tiered topics: their Logs run without the total retention (``local_log_config``), which only
 the tier manager applies, deleting a local segment once its copy is finished and it is past
 local retention; their tiering task follows leadership and each new leader epoch.
@@ -34,6 +39,7 @@ from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.broker.group_handlers import GroupHandlers, ReplicaOffsetsLog
 from logstore.broker.handlers import RequestHandlers
 from logstore.broker.lag import GroupLag, OffsetTimestamps
+from logstore.broker.log_dirs import LogDirs
 from logstore.broker.remote_tier import RemoteTier
 from logstore.broker.replica_manager import ReplicaManager
 from logstore.broker.security import SecurityManager
@@ -41,16 +47,17 @@ from logstore.broker.txn_handlers import TxnHandlers
 from logstore.clock import Clock, SystemClock
 from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.cluster_controller import ClusterController
-from logstore.controller.local import METADATA_FILE, LocalMetadataStore
+from logstore.controller.local import METADATA_FILE, LocalMetadataStore, metadata_path
 from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState
 from logstore.controller.topics import TopicController
-from logstore.errors import ApiError
+from logstore.errors import ApiError, ConfigError
 from logstore.groups.coordinator import GroupConfig
 from logstore.messages.cluster import ControlledShutdownRequest
 from logstore.model import TopicPartition
 from logstore.records import topic_schema
 from logstore.replication.fetcher import FetcherManager
 from logstore.replication.isr import AlterIsrSender, IsrExpirer
+from logstore.segments.format import parse_partition_dir
 from logstore.segments.log_manager import LogManager
 from logstore.tiering.log_view import local_log_config
 from logstore.tiering.store import ObjectStore
@@ -117,9 +124,8 @@ class Broker:
         self._make_server = serve
         self.clock = clock or SystemClock()
         log_dirs = [Path(d) for d in config.log_dirs]
-        for d in log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
-        self.store = store or LocalMetadataStore(log_dirs[0] / METADATA_FILE, config.broker_id)
+        self.log_dirs = LogDirs(log_dirs)  # created and locked by start()
+        self.store = store or LocalMetadataStore(metadata_path(log_dirs), config.broker_id)
         self.default_topic_config: TopicConfig = config.default_topic_config()
         self.controller = TopicController(self.store, self.default_topic_config,
                                           remote_storage_uri=config.remote_storage_uri)
@@ -237,7 +243,12 @@ class Broker:
     def _start(self) -> None:
         for endpoint in self.endpoints:  # first: a port taken fails before anything opens
             endpoint.start()
+        # Before anything reads or writes them: another broker's directories are refused.
+        self.log_dirs.lock()
+        self.log_dirs.check_broker_id(self.config.broker_id)
         self.store.start()
+        self._check_metadata_present()
+        self._set_aside_strays()
         self.security.start()
         self.log_manager.startup()
         if self.tier is not None:
@@ -322,9 +333,41 @@ class Broker:
         if self.peers is not None:
             self.peers.close()
         self.log_manager.shutdown()
+        self.log_dirs.release()
         for endpoint in self.endpoints:
             endpoint.close()
         return finished
+
+    def _check_metadata_present(self) -> None:
+        """An embedded broker whose metadata file is new (none found in any log dir, or never
+        used by a broker) must not find partitions: their topics would look deleted. Refused,
+        naming the directories, instead of starting empty (a reordered log_dirs, or a new
+        directory put first, once did that)."""
+        if not isinstance(self.store, LocalMetadataStore) or not self.store.is_new:
+            return
+        found = self.log_dirs.partition_dirs()
+        if found:
+            raise ConfigError(
+                f"log_dirs {', '.join(str(d) for d in self.log_dirs.dirs)} hold {len(found)} "
+                f"partition directories (e.g. {found[0]}) but no embedded metadata file "
+                f"({METADATA_FILE}) that a broker has used; the broker would not know their "
+                "topics. Restore the log directory holding it, or move the partition "
+                "directories away to start an empty broker")
+
+    def _set_aside_strays(self) -> None:
+        """Partition directories the metadata does not give this broker are renamed aside
+        before the log manager sees them, never deleted at start: a wrong config or a stale
+        view must not cost data."""
+        topics = self.store.topics()
+        for path in self.log_dirs.partition_dirs():
+            tp = parse_partition_dir(path.name)
+            assert tp is not None
+            record = topics.get(tp.topic)
+            if record is None:
+                self.log_dirs.set_aside(path, f"topic {tp.topic!r} is not in the metadata")
+            elif self.config.broker_id not in record.replicas.get(tp.partition, ()):
+                self.log_dirs.set_aside(path, f"the metadata does not assign {tp} to broker "
+                                              f"{self.config.broker_id}")
 
     def _controlled_shutdown(self) -> None:
         """Ask the controller to move leadership away, until it has or the time is up."""
@@ -510,8 +553,11 @@ class Broker:
             if self.fetchers is not None:
                 self.fetchers.remove(tp)
             self.replicas.stop_replica(tp, delete=True)
+        # Logs found at start were checked by _set_aside_strays; what is left here was
+        # created while running for a partition since deleted or moved away.
         for tp in set(self.log_manager.all_logs()) - wanted:
-            log.warning("deleting stray log %s: its topic is not in the metadata", tp)
+            log.warning("deleting log %s: no longer assigned to broker %d", tp,
+                        self.config.broker_id)
             self.log_manager.delete_log(tp)
 
 

@@ -4,7 +4,8 @@ leaves either the old or the new state. The broker is always its own controller;
 (one per start) still takes a new controller epoch, so the fencing rules are the same as with
 ZooKeeper. Remote log segment entries sit in the same file, fenced in-process by the same rule
 as in ZooKeeper (``store.remote_write_fence``), and so do users' SCRAM credentials (salted keys
-only) and ACL bindings. With ``exclusive`` the store holds an advisory lock on
+only) and ACL bindings. The file may sit in any of a broker's log dirs (``metadata_path``
+finds it; a new one goes in the first). With ``exclusive`` the store holds an advisory lock on
 ``<file>.lock`` while started: the broker takes it, so ``logstore users add --log-dir`` (which
 edits the file of a stopped broker) is refused while the broker runs. Must not: know about the
 network.
@@ -49,6 +50,26 @@ from logstore.tiering.metadata import (
 METADATA_FILE = "__cluster_metadata.json"
 
 
+def metadata_path(log_dirs: list[Path]) -> Path:
+    """The embedded metadata file of a broker with ``log_dirs``: the one log dir holding it
+    (whatever their order), else a new one in the first. ConfigError when several hold one
+    or a log dir cannot be looked into."""
+    found: list[Path] = []
+    for d in log_dirs:
+        path = Path(d) / METADATA_FILE
+        try:
+            if path.exists():
+                found.append(path)
+        except OSError as e:
+            raise ConfigError(f"log_dirs entry {str(d)!r} cannot be used as a log directory: "
+                              f"{e.strerror or e}") from None
+    if len(found) > 1:
+        raise ConfigError(f"several log_dirs hold an embedded metadata file: "
+                          f"{', '.join(str(p) for p in found)}; a broker has one. Keep the one "
+                          "its topics are in and move the other away")
+    return found[0] if found else Path(log_dirs[0]) / METADATA_FILE
+
+
 class LocalMetadataStore:
     """All cluster metadata of a single embedded broker in ``<log_dir>/__cluster_metadata.json``."""
 
@@ -69,6 +90,17 @@ class LocalMetadataStore:
         self._won_epoch = 0
         self._listeners: list[MetadataListener] = []
         self._remote: dict[TopicIdPartition, dict[str, RemoteLogSegmentMetadata]] = {}
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def is_new(self) -> bool:
+        """True until a broker has used the file (no file, or one only the users command
+        wrote): no controller epoch was ever taken in it."""
+        with self._lock:
+            return self._latest_controller_epoch == 0
 
     def start(self) -> None:
         if self._exclusive:

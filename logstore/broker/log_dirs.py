@@ -1,0 +1,121 @@
+"""A broker's log directories as a whole: who may use them, and what is checked in them before
+any log is loaded.
+
+Owns: ``LogDirs``: creating each ``log_dirs`` entry, the exclusive advisory lock on
+``<dir>/.lock`` held while the broker runs (in both modes: a second broker listing a running
+broker's directory, in any position, is refused before it can touch it), ``<dir>/meta.properties``
+(Kafka's file: ``version`` and ``broker.id``, written at a directory's first start; a start with
+another ``broker_id`` is refused, as Kafka does), the partition directories present, and setting
+stray ones aside (renamed ``<topic>-<partition>.<uuid>-stray``, Kafka's suffix, never deleted
+here: an operator deletes them once sure). Must not: open logs, read the metadata store, or know
+about the network.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import uuid
+from pathlib import Path
+from typing import IO
+
+from logstore.errors import ConfigError
+from logstore.segments.format import atomic_write, fsync_dir, parse_partition_dir
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+META_FILE = "meta.properties"
+META_VERSION = "0"
+STRAY_SUFFIX = "-stray"
+
+
+class LogDirs:
+    """The ``log_dirs`` of one broker: locked by ``lock``, let go by ``release``."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        self.dirs = [Path(d) for d in dirs]
+        self._locks: list[IO[bytes]] = []
+
+    def lock(self) -> None:
+        """Create each directory and take its lock; ConfigError naming the directory when it
+        cannot be used or another process holds it (every lock taken is let go again)."""
+        try:
+            for d in self.dirs:
+                self._locks.append(_lock_dir(d))
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        for lock_file in self._locks:
+            lock_file.close()
+        self._locks.clear()
+
+    def check_broker_id(self, broker_id: int) -> None:
+        """Refuse directories another broker id wrote (ConfigError naming the file and both
+        ids); then record ``broker_id`` in those without the file."""
+        for d in self.dirs:
+            recorded = read_broker_id(d / META_FILE)
+            if recorded is not None and recorded != broker_id:
+                raise ConfigError(
+                    f"{d / META_FILE} records broker.id={recorded} but the config says "
+                    f"broker_id={broker_id}: this log directory belongs to broker {recorded}; "
+                    "fix broker_id (or log_dirs) in the broker config")
+        for d in self.dirs:
+            if not (d / META_FILE).exists():
+                atomic_write(d / META_FILE, (f"version={META_VERSION}\n"
+                                             f"broker.id={broker_id}\n").encode())
+
+    def partition_dirs(self) -> list[Path]:
+        """Every ``<topic>-<partition>`` directory in the log directories."""
+        found: list[Path] = []
+        for d in self.dirs:
+            with os.scandir(d) as entries:
+                found += [Path(e.path) for e in entries
+                          if e.is_dir() and parse_partition_dir(e.name) is not None]
+        return sorted(found)
+
+    def set_aside(self, path: Path, reason: str) -> Path:
+        """Rename a partition directory out of the broker's sight (its data is kept)."""
+        target = path.with_name(f"{path.name}.{uuid.uuid4().hex}{STRAY_SUFFIX}")
+        os.replace(path, target)
+        fsync_dir(path.parent)
+        log.warning("stray log %s: %s; renamed to %s (delete it once sure it is not needed)",
+                    path, reason, target.name)
+        return target
+
+
+def _lock_dir(d: Path) -> IO[bytes]:
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        lock_file = open(d / LOCK_FILE, "ab")  # noqa: SIM115 (held open while running)
+    except OSError as e:
+        raise ConfigError(f"log_dirs entry {str(d)!r} cannot be used as a log directory: "
+                          f"{e.strerror or e}") from None
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock_file.close()
+        raise ConfigError(f"log_dirs entry {str(d)!r} is in use by another running broker "
+                          f"(it holds {d / LOCK_FILE}); a log directory belongs to one broker"
+                          ) from None
+    return lock_file
+
+
+def read_broker_id(path: Path) -> int | None:
+    """The ``broker.id`` recorded in a ``meta.properties`` file (None: no file)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read: {e.strerror or e}") from None
+    props = dict(line.split("=", 1) for line in text.splitlines()
+                 if "=" in line and not line.lstrip().startswith("#"))
+    try:
+        return int(props["broker.id"].strip())
+    except (KeyError, ValueError):
+        raise ConfigError(f"{path}: no valid broker.id line; the file records which broker "
+                          "owns this log directory (restore it, or remove it if sure)") from None
