@@ -85,6 +85,7 @@ class ErrorCode(IntEnum):
     PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91
     UNACCEPTABLE_CREDENTIAL = 93
+    UNKNOWN_TOPIC_ID = 100
     OFFSET_MOVED_TO_TIERED_STORAGE = 109
     TRANSACTION_ABORTABLE = 120
 
@@ -552,6 +553,17 @@ class InvalidRecordError(ApiError):
     code = ErrorCode.INVALID_RECORD
     retriable = False
     refresh_metadata = False
+
+
+class UnknownTopicIdError(ApiError):
+    """The request names a topic id that is not its topic's (the topic was deleted, or deleted
+    and recreated under the same name): refresh the metadata, and what was built for the old
+    topic (a batch encoded under its value schema, a fetch session decoding with it) must not
+    go on under the new one."""
+
+    code = ErrorCode.UNKNOWN_TOPIC_ID
+    retriable = True
+    refresh_metadata = True
 
 
 class OffsetMovedToTieredStorageError(ApiError):

@@ -10,8 +10,11 @@ offset for a follower), waking when a subscribed partition's log, watermarks or 
 applying updates in order; a follower's acknowledgements (its log end offsets, which advance
 the leader's high watermark as a fetch at that offset would, counted only for a partition it
 holds subscribed and only at the leader epoch it subscribed with); ending a partition on its
-error; and the registry of open sessions (ended when the broker stops, counted for
-broker_stats). Must not: know about Arrow Flight (``rpc/session_stream.py`` writes what a
+error; ending a consumer's session whose topic was deleted or recreated (a subscribed
+partition's hosted replica is no longer the one it subscribed to, or its log's schema is not
+the one the session decodes with: UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_TOPIC_ID, so the client
+refreshes and opens a new session, which decodes with the new topic's schema); and the registry
+of open sessions (ended when the broker stops, counted for broker_stats). Must not: know about Arrow Flight (``rpc/session_stream.py`` writes what a
 push holds), or loop over records.
 """
 
@@ -23,8 +26,16 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from logstore.broker.replica_manager import FetchPartition, PartitionFetchResult, ReplicaManager
-from logstore.errors import ApiError, BrokerNotAvailableError, InvalidRequestError
+from logstore.errors import (
+    ApiError,
+    BrokerNotAvailableError,
+    InvalidRequestError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
 from logstore.messages import error_kw
 from logstore.messages.fetch import READ_COMMITTED, AbortedTransaction
 from logstore.messages.fetch import FetchPartition as FetchPartitionMessage
@@ -37,6 +48,7 @@ from logstore.messages.fetch_session import (
 )
 from logstore.model import TopicPartition
 from logstore.records import StoredBatch
+from logstore.replication.partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +76,9 @@ class Push:
 @dataclass(slots=True)
 class _Subscription:
     fetch: FetchPartition
+    # The replica subscribed to (None: not hosted here then): a consumer's batches are pushed
+    # only from it, as the session's schema is its log's.
+    hosted: Partition | None
     sent: _Watermarks | None = None  # the watermarks last pushed
 
 
@@ -71,8 +86,12 @@ class FetchSession:
     """One client's session on one topic. ``next_push`` runs on the stream's writing thread;
     ``grant``, ``update`` and ``close`` on its reading thread, and ``close`` anywhere."""
 
-    def __init__(self, replicas: ReplicaManager, request: FetchSessionRequest) -> None:
+    def __init__(self, replicas: ReplicaManager, request: FetchSessionRequest,
+                 schema: pa.Schema | None = None) -> None:
         self.request = request
+        # What a consumer's pushes are decoded with: the topic's value schema at the open
+        # (None for a replica, which is sent the stored messages as they are).
+        self.schema = schema
         self.topic = request.topic
         self.replica_id = request.replica_id
         self._replicas = replicas
@@ -175,11 +194,13 @@ class FetchSession:
     def _add(self, partitions: list[FetchPartitionMessage]) -> None:
         for fp in partitions:
             tp = TopicPartition(self.topic, fp.partition)
+            hosted = self._replicas.get(tp)
+            self._check_schema(tp, hosted)
             if fp.partition not in self._subs:
                 self._replicas.watch(tp, self._wake)
             self._subs[fp.partition] = _Subscription(FetchPartition(
                 tp, fp.offset, self.request.partition_max_bytes if fp.max_bytes is None
-                else fp.max_bytes, fp.current_leader_epoch, fp.end_offset))
+                else fp.max_bytes, fp.current_leader_epoch, fp.end_offset), hosted)
             if self.is_replica:  # a follower (re)starts at its log end offset
                 self._replicas.acknowledge_follower(tp, self.replica_id, fp.offset,
                                                     fp.current_leader_epoch)
@@ -213,6 +234,7 @@ class FetchSession:
         budget = min(credit, self.request.max_bytes)
         results = self._replicas.read([self._subs[p].fetch for p in order], budget,
                                       self.request.isolation_level, self.replica_id)
+        self._check_hosted(order)  # after the read: what it read came from these replicas
         pushed, again, skipped = 0, set(), set()
         for result in results:
             unread = self._unread(result)
@@ -230,6 +252,40 @@ class FetchSession:
             self._credit -= pushed
             self.pushed_bytes += pushed
             self._dirty |= again
+
+    def _check_schema(self, tp: TopicPartition, hosted: Partition | None) -> None:
+        """UNKNOWN_TOPIC_ID if a consumer's session would decode ``hosted``'s batches with
+        a schema that is not its log's (the topic was recreated with another value schema
+        after the session opened)."""
+        if self.schema is not None and hosted is not None and \
+                not hosted.log.schema.equals(self.schema):
+            raise UnknownTopicIdError(
+                f"fetch session on {self.topic!r}: {tp} was recreated with another value "
+                "schema since the session opened; open a new session")
+
+    def _check_hosted(self, partitions: list[int]) -> None:
+        """End a consumer's session (raise) when a subscribed partition's replica is no
+        longer the one it subscribed to: the topic was deleted (UNKNOWN_TOPIC_OR_PARTITION)
+        or recreated (UNKNOWN_TOPIC_ID) under it. A replica is never hosted again once
+        dropped, so one identity check per partition and push covers every such change."""
+        if self.schema is None:
+            return
+        for p in partitions:
+            sub = self._subs[p]
+            now = self._replicas.get(sub.fetch.tp)
+            if now is sub.hosted:
+                continue
+            if sub.hosted is None and now is not None:  # hosted here since it subscribed
+                self._check_schema(sub.fetch.tp, now)
+                sub.hosted = now
+                continue
+            if now is None:
+                raise UnknownTopicOrPartitionError(
+                    f"fetch session on {self.topic!r}: {sub.fetch.tp} was deleted, or left "
+                    "this broker, since the session subscribed to it")
+            raise UnknownTopicIdError(
+                f"fetch session on {self.topic!r}: {sub.fetch.tp} was deleted and "
+                "recreated since the session subscribed to it; open a new session")
 
     def _unread(self, r: PartitionFetchResult) -> bool:
         """Whether ``r`` (read, not yet taken) left records below what this session may read:

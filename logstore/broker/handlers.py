@@ -536,7 +536,10 @@ class RequestHandlers:
             raise InvalidFetchSizeError(f"fetch session on {req.topic!r}: max_bytes and "
                                         "partition_max_bytes must be positive")
         schema = self.topic_schema(req.topic)
-        session = FetchSession(self._replicas, req)
+        # A consumer's session pushes only from replicas whose log has this schema, and ends
+        # when the topic is deleted or recreated (fetch_session.py): the client opens a new
+        # one, which decodes with the new topic's schema.
+        session = FetchSession(self._replicas, req, None if req.replica_id >= 0 else schema)
         self.sessions.add(session)
         return schema, session
 

@@ -318,3 +318,48 @@ def test_a_broker_restart_ends_the_session_and_the_consumer_reconnects(broker_fa
         assert stats(broker).fetch_sessions == 1
     assert [o for o, _ in first + second] == list(range(100))
     assert [v for _, v in first + second] == [b"%d" % i for i in range(100)]
+
+
+def _typed_values(consumer: Consumer, tp: TopicPartition, end: int) -> list[tuple[Any, str]]:
+    """(amount, its Arrow type) of every record polled until ``tp``'s position reaches
+    ``end``."""
+    got: list[tuple[Any, str]] = []
+    deadline = time.monotonic() + WAIT_S
+    while consumer.position(tp) < end:
+        assert time.monotonic() < deadline, f"position {consumer.position(tp)} never reached {end}"
+        for table in consumer.poll_arrow(timeout_ms=200).values():
+            kind = str(table.schema.field("amount").type)
+            got += [(v, kind) for v in table.column("amount").to_pylist()]
+    return got
+
+
+@pytest.mark.parametrize("fetch_session", [True, False], ids=["session", "plain-fetch"])
+def test_a_recreated_topic_is_read_with_its_new_value_schema(broker: BrokerProcess,
+                                                            fetch_session: bool) -> None:
+    """Goal: a consumer that keeps its position across a typed topic's delete and recreate
+    with another value schema of the same buffer layout (amount int64, then double) reads the
+    new records as doubles: a session opened under the old schema must not push them decoded
+    as int64 (it did: 1.5 read as 4609434218613702656). Method: read the int64 record, delete
+    and recreate the topic as double, produce three doubles from a fresh producer; the same
+    consumer reads offsets 1 and 2 of the new topic as what was written, as a plain fetch does;
+    a session consumer does so on a new session (the broker ended the old one)."""
+    topic = f"sess-schema-{uuid.uuid4().hex[:8]}"
+    tp = TopicPartition(topic, 0)
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1, value_schema=pa.schema([("amount", pa.int64())]))])
+        with Producer(broker.bootstrap, linger_ms=0) as producer:
+            producer.send(topic, value={"amount": 7}).result(WAIT_S)
+        with Consumer(broker.bootstrap, auto_offset_reset="earliest",
+                      fetch_session=fetch_session) as consumer:
+            consumer.assign([tp])
+            assert _typed_values(consumer, tp, 1) == [(7, "int64")]
+            opened = stats(broker).fetch_sessions_opened
+            admin.delete_topics([topic])
+            admin.create_topics([NewTopic(topic, 1, value_schema=pa.schema(
+                [("amount", pa.float64())]))])
+            with Producer(broker.bootstrap, linger_ms=0) as producer:
+                for v in (1.5, 2.5, 3.5):
+                    producer.send(topic, value={"amount": v}).result(WAIT_S)
+            assert _typed_values(consumer, tp, 3) == [(2.5, "double"), (3.5, "double")]
+            if fetch_session:
+                assert stats(broker).fetch_sessions_opened > opened
