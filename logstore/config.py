@@ -350,7 +350,8 @@ _BROKER_TYPES: dict[str, tuple[type, ...]] = {
     "transaction_partition_verification_enable": (bool,),
     "metrics_listener": (str,),
 }
-_POSITIVE_BROKER_KEYS = ("max_open_segment_files", "offsets_topic_num_partitions",
+_POSITIVE_BROKER_KEYS = ("log_retention_check_interval_ms", "log_cleaner_interval_ms",
+                         "max_open_segment_files", "offsets_topic_num_partitions",
                          "offsets_topic_replication_factor", "offsets_topic_segment_bytes",
                          "offsets_retention_minutes",
                          "group_min_session_timeout_ms", "group_max_session_timeout_ms",
@@ -400,14 +401,30 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
     for key in ("zk_session_timeout_ms", "replica_lag_time_max_ms", *_POSITIVE_BROKER_KEYS):
         if values.get(key, 1) <= 0:
             raise ConfigError(f"{source}: {key} must be positive")
+    if values.get("broker_id", 0) < 0:
+        raise ConfigError(f"{source}: broker_id must be >= 0, got {values['broker_id']}")
     if values.get("group_initial_rebalance_delay_ms", 0) < 0:
         raise ConfigError(f"{source}: group_initial_rebalance_delay_ms must be >= 0")
+    _check_not_above(values, source, "group_min_session_timeout_ms",
+                     "group_max_session_timeout_ms")
+    _check_not_above(values, source, "remote_log_manager_task_retry_backoff_ms",
+                     "remote_log_manager_task_retry_backoff_max_ms")
     _check_remote_storage(values, source)
     try:
         validate_topic_config(values.get("topic_defaults", {}))
     except InvalidConfigError as e:
         raise ConfigError(f"{source}: topic_defaults: {e.message}") from None
     return BrokerConfig(**values, security=security_config_from_dict(security, source))
+
+
+def _check_not_above(values: dict[str, Any], source: str, low: str, high: str) -> None:
+    """``low`` <= ``high``, each as given or its default."""
+    defaults = BrokerConfig()
+    low_value, high_value = values.get(low, getattr(defaults, low)), \
+        values.get(high, getattr(defaults, high))
+    if low_value > high_value:
+        raise ConfigError(f"{source}: {low} ({low_value}) must not be larger than {high} "
+                          f"({high_value})")
 
 
 def _check_remote_storage(values: dict[str, Any], source: str) -> None:

@@ -100,7 +100,7 @@ class SecureBrokers:
 
     def start(self, broker_id: int = 0, **settings: Any) -> BrokerProcess:
         if self.kind.startswith("sasl"):
-            add_user(ADMIN, self.admin_password, "--log-dir",
+            add_user(ADMIN, self.admin_password, "--init", "--log-dir",
                      str(self.factory.root / f"broker-{broker_id}"))
         return self.factory(broker_id, **{**self.settings, **settings})
 

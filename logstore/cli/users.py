@@ -7,8 +7,10 @@ never printed. Through a broker (``--bootstrap-server``, with ``--command-config
 client sends a salted password, never the password. Before any broker can authenticate anyone,
 the first users are written straight into the metadata store, as Kafka's tools do: ZooKeeper
 (``--zookeeper``; with ``zk_set_acl`` the digest identity comes from the same environment as
-the brokers') or a stopped embedded broker's log directory (``--log-dir``). Must not: talk to
-brokers except through ``Admin``.
+the brokers') or a stopped embedded broker's log directory (``--log-dir``: the one holding its
+metadata file; ``users add --init`` creates that file for a broker not yet started, so a
+mistyped directory is refused instead of getting a store of its own). Must not: talk to brokers
+except through ``Admin``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from logstore.cli.arguments import add_bootstrap, admin
+from logstore.errors import ConfigError
 
 if TYPE_CHECKING:
     from logstore.controller.store import MetadataStore
@@ -47,8 +50,12 @@ def register(commands: Any) -> None:
         where.add_argument("--zookeeper", metavar="ZK_CONNECT",
                            help="write to the cluster's ZooKeeper directly (the first users)")
         where.add_argument("--log-dir", type=Path, metavar="DIR",
-                           help="write to a stopped embedded broker's log directory")
+                           help="write to a stopped embedded broker's log directory (the one "
+                                "holding its __cluster_metadata.json)")
         parser.set_defaults(run=run)
+    add.add_argument("--init", action="store_true",
+                     help="with --log-dir: create the metadata store there if it has none (the "
+                          "first users of a broker not yet started)")
 
 
 def _password(name: str) -> str:
@@ -75,7 +82,13 @@ def _direct_store(args: argparse.Namespace) -> MetadataStore | None:
     elif args.log_dir is not None:
         from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 
-        store = LocalMetadataStore(args.log_dir / METADATA_FILE, -1, exclusive=True)
+        path = args.log_dir / METADATA_FILE
+        if not path.is_file() and not getattr(args, "init", False):
+            raise ConfigError(
+                f"{args.log_dir} holds no {METADATA_FILE}: it is not the log directory of an "
+                "embedded broker that has run (of several log_dirs, the one holding that "
+                "file); for a broker not yet started, add its first users with --init")
+        store = LocalMetadataStore(path, -1, exclusive=True)
     else:
         return None
     store.start()

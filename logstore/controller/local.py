@@ -107,7 +107,15 @@ class LocalMetadataStore:
             self._take_lock()
         if not self._path.exists():
             return
-        data = orjson.loads(self._path.read_bytes())
+        try:
+            self._load(orjson.loads(self._path.read_bytes()))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise ConfigError(f"{self._path}: not a valid metadata file ({e}); restore it from "
+                              "a backup (the broker's topics, ACLs and users are in it)") from None
+
+    def _load(self, data: Any) -> None:
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, found {type(data).__name__}")
         self._users = {u: {m: ScramCredential.from_text(m, t) for m, t in creds.items()}
                        for u, creds in data.get("scram_users", {}).items()}
         self._acls = {AclBinding.from_json(b) for b in data.get("acls", [])}
