@@ -2,8 +2,9 @@
 
 Owns: the broker's answers to the topic, log and producer-id actions and to produce and fetch
 streams: the checks a request's types cannot express (a topic's name, partition count and
-configs are the controller's; a value schema that does not decode; max_bytes <= 0 is
-INVALID_FETCH_SIZE; a transactional batch needs its stream's transactional id, and the first
+configs are the controller's; a value schema that does not decode; a produced batch
+encoded for another topic id than its topic's, which was recreated since, is UNKNOWN_TOPIC_ID;
+max_bytes <= 0 is INVALID_FETCH_SIZE; a transactional batch needs its stream's transactional id, and the first
 of a transaction on a partition is verified with the coordinator, KIP-890 part 1, through the
 injected ``TxnVerifier``), routing to the services, and a response with an error code per
 partition (or per topic): one bad partition never fails the whole request. Decoding and type checks are
@@ -33,6 +34,7 @@ from logstore.errors import (
     InvalidRequestError,
     InvalidTopicError,
     UnknownServerError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 from logstore.messages import ErrorFields, Route, error_kw
@@ -427,9 +429,26 @@ class RequestHandlers:
     # -- produce -----------------------------------------------------------------------------
 
     def topic_schema(self, topic: str) -> pa.Schema:
+        return topic_schema(self._topic_record(topic).value_schema)
+
+    def _topic_record(self, topic: str) -> TopicRecord:
         record = self._store.topics().get(topic)
         if record is None:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        return record
+
+    def _produce_schema(self, req: ProduceRequest, tp: TopicPartition) -> pa.Schema:
+        """The schema a produced batch is decoded with: the topic's, if it is still the
+        topic the producer encoded for (``req.topic_id``; one compare per batch). Another id
+        is UNKNOWN_TOPIC_ID: a batch encoded under the old topic's value schema may have the
+        same buffer layout as the new one's (int64 and double) and would be stored as
+        garbage."""
+        record = self._topic_record(req.topic)
+        if req.topic_id is not None and req.topic_id != record.topic_id:
+            raise UnknownTopicIdError(
+                f"topic-partition {tp}: the batch was encoded for topic id {req.topic_id}, "
+                f"but {req.topic!r} is now topic id {record.topic_id} (deleted and "
+                "recreated); refresh the metadata")
         return topic_schema(record.value_schema)
 
     @staticmethod
@@ -471,7 +490,7 @@ class RequestHandlers:
         """What to append: the records in the topic's schema, or, on a stream of encoded
         batches (``req.messages``), the produced message the row holds (produced.py)."""
         where = f"topic-partition {tp}"
-        schema = self.topic_schema(req.topic)
+        schema = self._produce_schema(req, tp)
         if not req.messages:  # a plain client's records: checked as a message's are
             records = conform_batch(batch, schema, where)
             check_values(records, where)

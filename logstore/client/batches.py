@@ -207,6 +207,10 @@ class ProducerBatch:
     sent_at: float = 0.0
     nbytes: int = field(default=0)
     generation: int = 0  # the sender's generation it was queued in (an abort moves it on)
+    # The topic it was encoded for (metadata's topic id) and the schema it was encoded with:
+    # the sender checks them against the topic's current ones before each attempt.
+    topic_id: str | None = None
+    schema: pa.Schema | None = None
 
     def __post_init__(self) -> None:
         self.nbytes = int(self.message.size)

@@ -397,7 +397,7 @@ class Producer:
             for lo, hi, message in cut(tp, sub, limits):
                 if isinstance(message, MessageTooLargeError):
                     raise message  # what went before is sent; checked first where it can be
-                piece = self._new_batch(tp, message, hi - lo, deadline, None, None)
+                piece = self._new_batch(tp, info, message, hi - lo, deadline, None, None)
                 piece.batch_future = future
                 future.add_piece()
                 if self._txn is not None:
@@ -602,8 +602,8 @@ class Producer:
                 if isinstance(message, MessageTooLargeError):
                     too_large.append((rows[lo:hi], message))
                 else:
-                    pieces.append(self._new_batch(tp, message, hi - lo, deadline, chunk,
-                                                  rows[lo:hi]))
+                    pieces.append(self._new_batch(tp, info, message, hi - lo, deadline,
+                                                  chunk, rows[lo:hi]))
         return pieces, too_large
 
     # -- columnar path -----------------------------------------------------------------------
@@ -638,13 +638,16 @@ class Producer:
             data = data.set_column(i, data.schema.field(i), filled)
         return data
 
-    def _new_batch(self, tp: TopicPartition, message: pa.Buffer, records: int,
-                   deadline: float, chunk: RecordChunk | None, rows: np.ndarray | None
-                   ) -> ProducerBatch:
+    def _new_batch(self, tp: TopicPartition, info: TopicInfo, message: pa.Buffer,
+                   records: int, deadline: float, chunk: RecordChunk | None,
+                   rows: np.ndarray | None) -> ProducerBatch:
+        """A batch encoded under ``info``'s schema, marked with its topic id (the leader
+        refuses it if the topic was recreated since: sender.py)."""
         with self._lock:
             self._order += 1
             order = self._order
-        return ProducerBatch(tp, message, records, order, deadline, chunk, rows)
+        return ProducerBatch(tp, message, records, order, deadline, chunk, rows,
+                             topic_id=info.topic_id, schema=info.schema)
 
     # -- helpers -----------------------------------------------------------------------------
 

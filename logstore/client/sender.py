@@ -18,7 +18,10 @@ the transaction abortable instead (the epoch bump comes with the abort). An abor
 (``abort_pending``) fails every batch of the aborted transaction not yet acknowledged, queued
 or in flight, and moves the sender to a new generation: a batch of an earlier generation is
 refused at ``enqueue``, never sent or retried, and its failure does not touch the next
-transaction. Must not: build batches (``producer.py`` does that).
+transaction. A batch carries the topic id it was encoded for, and so does its stream's
+descriptor: a leader whose topic has another id (deleted and recreated) refuses it with
+UNKNOWN_TOPIC_ID; after the refresh it goes on to the new topic only if that has the schema
+it was encoded with, else it fails with INVALID_RECORD naming the topic. Must not: build batches (``producer.py`` does that).
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ from logstore.client.metrics import ProducerMetrics
 from logstore.errors import (
     ApiError,
     FencedLeaderEpochError,
+    InvalidRecordError,
     NetworkError,
     OutOfOrderSequenceError,
     RequestTimedOutError,
     UnknownLeaderEpochError,
+    UnknownTopicIdError,
 )
 from logstore.messages.produce import (
     InitProducerIdRequest,
@@ -54,9 +59,11 @@ log = logging.getLogger(__name__)
 
 
 class _Stream:
-    def __init__(self, stream: ProduceStream, key: tuple[str, str], node: int = -1) -> None:
+    def __init__(self, stream: ProduceStream, key: tuple[str, str], node: int = -1,
+                 topic_id: str | None = None) -> None:
         self.stream = stream
         self.key = key
+        self.topic_id = topic_id  # its ProduceRequest's: only batches encoded for it go here
         self.node = node  # the leader's broker id (the metrics' node)
         self.inflight: deque[ProducerBatch] = deque()
         self.lock = threading.Lock()
@@ -400,6 +407,7 @@ class Sender:
                 self._fetch_ids()
                 if not self._sequences.has_default():
                     raise self._ids_refused or NetworkError("no producer id yet")
+            self._check_topic_id(batch)
             stream, leader_epoch = self._stream_for(batch)
             with self._cond:
                 stale = batch.generation != self._generation
@@ -441,6 +449,22 @@ class Sender:
         if self._acks == 0:
             self._complete(batch, -1, None)
 
+    def _check_topic_id(self, batch: ProducerBatch) -> None:
+        """Before each attempt: if the topic was recreated since ``batch`` was encoded (the
+        metadata has another topic id, e.g. after the leader refused it with
+        UNKNOWN_TOPIC_ID), it goes on to the new topic only if that has the schema it was
+        encoded with (an untyped topic's, say); else it fails with INVALID_RECORD, never
+        sent under another layout (an int64 read as a double)."""
+        info = self._metadata.topic(batch.tp.topic)
+        if batch.topic_id == info.topic_id:
+            return
+        if batch.schema is None or not batch.schema.equals(info.schema):
+            raise InvalidRecordError(
+                f"{batch.tp}: topic {batch.tp.topic!r} was recreated with another value "
+                f"schema (topic id {batch.topic_id} -> {info.topic_id}) after this batch of "
+                f"{batch.record_count} record(s) was encoded; it was not sent")
+        batch.topic_id = info.topic_id
+
     def _stream_for(self, batch: ProducerBatch) -> tuple[_Stream, int]:
         """The stream to the partition's leader, and the leader epoch the metadata gave
         (the broker refuses the batch if its own epoch differs: FENCED_LEADER_EPOCH or
@@ -449,14 +473,22 @@ class Sender:
         conn = self._metadata.broker_connection(part.leader)
         key = (conn.address, batch.tp.topic)
         stream = self._streams.get(key)
+        if stream is not None and not stream.broken and stream.topic_id != batch.topic_id:
+            # Opened for the topic before it was recreated: what is in flight there is refused
+            # (UNKNOWN_TOPIC_ID) and comes back through _check_topic_id.
+            self._break_stream(stream, NetworkError(
+                f"produce stream to {stream.key[0]} for {stream.key[1]!r}: the topic was "
+                "recreated"))
+            stream = None
         if stream is None or stream.broken:
             # The broker gives up a little before our watchdog does, so its own timeout
             # error (not a broken stream) is what normally comes back.
             produce = conn.open_produce(ProduceRequest(
                 topic=batch.tp.topic, acks=self._acks,
                 timeout_ms=max(1, int(self._timeout_ms * 0.9)),
-                transactional_id=self._transactional_id, messages=True), STORED_MESSAGE_SCHEMA)
-            stream = _Stream(produce, key, part.leader)
+                transactional_id=self._transactional_id, messages=True,
+                topic_id=batch.topic_id), STORED_MESSAGE_SCHEMA)
+            stream = _Stream(produce, key, part.leader, batch.topic_id)
             with self._cond:
                 self._streams[key] = stream
             if self._acks != 0:
@@ -545,8 +577,10 @@ class Sender:
             # A leader epoch refusal means only that our metadata is stale: the broker wrote
             # nothing, so it is retried after a refresh without spending one of ``retries``
             # (a controller's ISR change bumps the epoch without moving the leader, which
-            # must not fail a retries=0 producer), still within delivery_timeout_ms.
-            stale_epoch = isinstance(error, FencedLeaderEpochError | UnknownLeaderEpochError)
+            # must not fail a retries=0 producer), still within delivery_timeout_ms. So is a
+            # topic id refusal: after the refresh _check_topic_id sends it on or fails it.
+            stale_epoch = isinstance(
+                error, FencedLeaderEpochError | UnknownLeaderEpochError | UnknownTopicIdError)
             retries_left = stale_epoch or batch.attempts - batch.epoch_refusals < self._retries
             if batch.generation != self._generation:  # its transaction was aborted
                 retries_left, error = False, self.aborted_error()

@@ -85,6 +85,10 @@ class ProduceRequest(Request[ProduceAck], frozen=True, kw_only=True, tag=0):
     # as an IPC message with a blank header (produced.py), which the leader stores as it came
     # when it can: the data is copied once, into the segment file. False: topic records.
     messages: bool = False
+    # The id of the topic the batches were encoded for (its value schema): the leader refuses
+    # each batch with UNKNOWN_TOPIC_ID if the topic now has another id (deleted and recreated
+    # under the same name; Kafka's produce by topic id). None (older clients): unchecked.
+    topic_id: str | None = None
 
 
 class ProduceBatchMetadata(Message, frozen=True, kw_only=True):

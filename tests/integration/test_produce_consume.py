@@ -206,3 +206,57 @@ def test_a_records_timestamp_type_is_its_batchs_after_the_topic_is_altered(broke
     assert [r.timestamp_type for r in records] == [CREATE_TIME] * 3 + [LOG_APPEND_TIME] * 3
     assert records[0].timestamp == 1_000_000 and records[5].timestamp != 1_000_005
 
+
+
+def _amount_topic(admin: Admin, name: str, kind: pa.DataType) -> None:
+    admin.create_topics([NewTopic(name, 1, value_schema=pa.schema([("amount", kind)]))])
+
+
+@pytest.mark.parametrize("columnar", [False, True], ids=["send", "send_batch"])
+def test_a_batch_encoded_before_its_topic_was_recreated_with_another_schema_is_refused(
+        broker, columnar: bool) -> None:
+    """Goal: a producer that encoded records under a typed topic's old value schema never
+    stores them under the schema the topic was recreated with (amount int64, then double:
+    the same buffer layout, so 7 was acknowledged and stored as 3.5e-323). Method: the
+    producer writes once (caching the topic's metadata), the topic is deleted and recreated
+    as double, the producer sends 7 again: the leader refuses the batch's topic id, and after
+    the refresh the batch fails with INVALID_RECORD naming the topic; nothing is stored. Its
+    next record is encoded under the new schema and stored as 7.0."""
+    from logstore.errors import InvalidRecordError
+
+    name = f"t-{uuid.uuid4().hex[:8]}"
+
+    def send(producer: Producer, value: int) -> object:
+        if columnar:
+            future = producer.send_batch(name, pa.table({"amount": [value]}))
+            producer.flush(30)
+            return future.result(30)
+        return producer.send(name, value={"amount": value}).result(30)
+
+    with Admin(broker.bootstrap) as admin, Producer(broker.bootstrap, linger_ms=0) as producer:
+        _amount_topic(admin, name, pa.int64())
+        send(producer, 1)
+        admin.delete_topics([name])
+        _amount_topic(admin, name, pa.float64())
+        with pytest.raises(InvalidRecordError, match=f"topic {name!r} was recreated with "
+                                                     "another value schema"):
+            send(producer, 7)
+        send(producer, 8)
+    table = _consume_all(broker.bootstrap, name, 1, 1)[0]
+    assert table is not None and table.column("amount").to_pylist() == [8.0]
+    assert table.schema.field("amount").type == pa.float64()
+
+
+def test_a_batch_for_a_recreated_untyped_topic_goes_to_the_new_topic(broker) -> None:
+    """Goal: after an untyped topic is deleted and recreated (same default schema), a producer
+    that cached its old metadata delivers to the new topic, with no error. Method: write one
+    record, delete and recreate the topic, write another with the same producer: it is
+    acknowledged at offset 0 of the new topic and is the only record there."""
+    with Admin(broker.bootstrap) as admin, Producer(broker.bootstrap, linger_ms=0) as producer:
+        name = _topic(admin, 1)
+        producer.send(name, b"old").result(30)
+        admin.delete_topics([name])
+        admin.create_topics([NewTopic(name, 1)])
+        assert producer.send(name, b"new").result(30).offset == 0
+    table = _consume_all(broker.bootstrap, name, 1, 1)[0]
+    assert table is not None and table.column("value").to_pylist() == [b"new"]
