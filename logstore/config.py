@@ -410,10 +410,7 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
     _check_not_above(values, source, "remote_log_manager_task_retry_backoff_ms",
                      "remote_log_manager_task_retry_backoff_max_ms")
     _check_remote_storage(values, source)
-    try:
-        validate_topic_config(values.get("topic_defaults", {}))
-    except InvalidConfigError as e:
-        raise ConfigError(f"{source}: topic_defaults: {e.message}") from None
+    _check_topic_defaults(values, source)
     return BrokerConfig(**values, security=security_config_from_dict(security, source))
 
 
@@ -425,6 +422,16 @@ def _check_not_above(values: dict[str, Any], source: str, low: str, high: str) -
     if low_value > high_value:
         raise ConfigError(f"{source}: {low} ({low_value}) must not be larger than {high} "
                           f"({high_value})")
+
+
+def _check_topic_defaults(values: dict[str, Any], source: str) -> None:
+    """topic_defaults are valid topic config, and their tiering settings fit together and
+    with the broker's remote_storage_uri (every topic created with them must be)."""
+    try:
+        defaults = TopicConfig().updated(values.get("topic_defaults", {}))
+        validate_tiering("topic_defaults", defaults, values.get("remote_storage_uri"))
+    except InvalidConfigError as e:
+        raise ConfigError(f"{source}: topic_defaults: {e.message}") from None
 
 
 def _check_remote_storage(values: dict[str, Any], source: str) -> None:

@@ -7,8 +7,8 @@ through the replica manager with acks=all (as a producer's transactional batch w
 names one, checked against the verification guard the caller brings); and ``InternalTopic``,
 which creates such a topic on first use (compacted, its partition count, a replication factor
 capped to the live brokers, a min ISR the replication factor allows) and answers which broker
-leads the partition of a key. Must not: hold coordinator state or rules, or touch the
-transport.
+leads the partition of a key (never tiered, whatever topic_defaults say). Must not: hold
+coordinator state or rules, or touch the transport.
 """
 
 from __future__ import annotations
@@ -108,6 +108,14 @@ class InternalTopicSpec:
     min_insync_replicas: int = 1
 
 
+def internal_topic_config(segment_bytes: int, min_isr: int) -> dict[str, object]:
+    """An internal topic's config, every key that topic_defaults could set against it pinned:
+    compacted, kept forever, and never tiered (tiering refuses compacted topics; a broker's
+    ``remote_storage_enable = true`` default must not break groups and transactions)."""
+    return {"cleanup_policy": "compact", "segment_bytes": segment_bytes, "retention_ms": None,
+            "min_insync_replicas": min_isr, "remote_storage_enable": False}
+
+
 class InternalTopic:
     """An internal topic created on first use, and the leader of a key's partition."""
 
@@ -129,8 +137,7 @@ class InternalTopic:
         with contextlib.suppress(TopicAlreadyExistsError):  # another broker was first
             self._controller.create_topic(NewTopic(
                 self.spec.name, self.spec.num_partitions, rf,
-                config={"cleanup_policy": "compact", "segment_bytes": self.spec.segment_bytes,
-                        "retention_ms": None, "min_insync_replicas": min_isr}))
+                config=internal_topic_config(self.spec.segment_bytes, min_isr)))
         record = self._store.topics().get(self.spec.name)
         return record.num_partitions if record is not None else self.spec.num_partitions
 
