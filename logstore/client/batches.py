@@ -203,6 +203,7 @@ class ProducerBatch:
     base_sequence: int = -1
     attempts: int = 0
     epoch_refusals: int = 0  # attempts refused for a stale leader epoch (not counted as retries)
+    last_error: ApiError | None = None  # why its last attempt failed (named if it expires)
     not_before: float = 0.0
     sent_at: float = 0.0
     nbytes: int = field(default=0)

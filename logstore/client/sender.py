@@ -586,6 +586,7 @@ class Sender:
                 retries_left, error = False, self.aborted_error()
             if error.retriable and retries_left and now < batch.deadline and not self._closed:
                 batch.attempts += 1
+                batch.last_error = error
                 batch.epoch_refusals += stale_epoch
                 self.metrics.retried(batch.tp.topic, batch.record_count)
                 batch.not_before = now + self._backoff_s
@@ -599,9 +600,11 @@ class Sender:
 
     def _expire(self, batch: ProducerBatch) -> None:
         """A queued batch ran out of delivery time (caller holds the lock)."""
+        last = "" if batch.last_error is None else \
+            f"; the last attempt failed with {batch.last_error}"
         error: ApiError = RequestTimedOutError(
             f"{batch.tp}: batch of {batch.record_count} record(s) expired after "
-            f"{batch.attempts} attempt(s) (delivery_timeout_ms)")
+            f"{batch.attempts} attempt(s) (delivery_timeout_ms){last}")
         if batch.producer_id >= 0:
             error = self._failed_for_good(batch, error)
         self._queued_bytes -= batch.nbytes
