@@ -92,8 +92,10 @@ def _lock_dir(d: Path) -> IO[bytes]:
         d.mkdir(parents=True, exist_ok=True)
         lock_file = open(d / LOCK_FILE, "ab")  # noqa: SIM115 (held open while running)
     except OSError as e:
+        # mkdir on a regular file says "File exists"; say what is wrong with it.
+        why = "it is not a directory" if isinstance(e, FileExistsError) else e.strerror or e
         raise ConfigError(f"log_dirs entry {str(d)!r} cannot be used as a log directory: "
-                          f"{e.strerror or e}") from None
+                          f"{why}") from None
     try:
         fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

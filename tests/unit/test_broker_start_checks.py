@@ -73,8 +73,9 @@ def test_log_dirs_lock_each_directory_and_record_the_broker_id(tmp_path: Path) -
 
 def test_unusable_log_dirs_entry_is_named(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("")
-    for entry in (tmp_path / "afile", tmp_path / "afile" / "sub"):
-        with pytest.raises(ConfigError, match=rf"log_dirs entry '{entry}' cannot be used"):
+    for entry, why in ((tmp_path / "afile", "it is not a directory"),
+                       (tmp_path / "afile" / "sub", "Not a directory")):
+        with pytest.raises(ConfigError, match=rf"log_dirs entry '{entry}' cannot be used .*{why}"):
             LogDirs([tmp_path / "ok", entry]).lock()
     LogDirs([tmp_path / "ok"]).lock()  # the first entry's lock was let go
 
