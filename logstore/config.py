@@ -9,6 +9,7 @@ the file. Topic config keys accept Kafka's dotted spelling too (``retention.ms``
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -392,6 +393,7 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
         if not values["log_dirs"]:
             raise ConfigError(f"{source}: log_dirs must name at least one directory")
         values["log_dirs"] = tuple(str(d) for d in values["log_dirs"])
+        _check_distinct_log_dirs(values["log_dirs"], source)
     # (Not BrokerConfig.listener: with slots=True that is a descriptor, not the default.)
     _check_listener(values.get("listener", DEFAULT_LISTENER), source)
     if "metrics_listener" in values:
@@ -412,6 +414,17 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
     _check_remote_storage(values, source)
     _check_topic_defaults(values, source)
     return BrokerConfig(**values, security=security_config_from_dict(security, source))
+
+
+def _check_distinct_log_dirs(log_dirs: tuple[str, ...], source: str) -> None:
+    """Each directory once (as written or through ``..``): a broker locks each of its log dirs,
+    and one listed twice would lock itself out."""
+    seen: dict[str, str] = {}
+    for d in log_dirs:
+        key = os.path.abspath(os.path.expanduser(d))
+        if key in seen:
+            raise ConfigError(f"{source}: log_dirs lists {key} twice ({seen[key]!r} and {d!r})")
+        seen[key] = d
 
 
 def _check_not_above(values: dict[str, Any], source: str, low: str, high: str) -> None:

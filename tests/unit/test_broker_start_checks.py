@@ -42,6 +42,11 @@ def test_background_intervals_must_be_positive(key: str, value: int) -> None:
     assert f"{key} must be positive" in refused({key: value})
 
 
+def test_a_log_dir_listed_twice_is_refused() -> None:
+    assert "log_dirs lists /var/ls/a twice ('/var/ls/a' and '/var/ls/b/../a')" in refused(
+        {"log_dirs": ["/var/ls/a", "/var/ls/b/../a"]})
+
+
 def test_min_above_max_is_refused() -> None:
     message = refused({"group_min_session_timeout_ms": 60_000,
                        "group_max_session_timeout_ms": 1_000})
