@@ -29,7 +29,6 @@ from logstore.controller.store import (
 )
 from logstore.errors import (
     ApiError,
-    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
@@ -73,16 +72,6 @@ def _rack_interleaved(brokers: list[BrokerInfo]) -> list[BrokerInfo]:
     for i in range(max((len(r) for r in racks), default=0)):
         out.extend(r[i] for r in racks if i < len(r))
     return out
-
-
-def check_min_insync(name: str, min_insync: int, replication_factor: int, own: bool) -> None:
-    """INVALID_CONFIG when ``min_insync`` (the topic's own, else the brokers' default) exceeds
-    the replication factor: no acks=all write could ever succeed."""
-    if min_insync > replication_factor:
-        source = "" if own else " (the brokers' topic default)"
-        raise InvalidConfigError(
-            f"topic {name!r}: min_insync_replicas {min_insync}{source} is larger than its "
-            f"replication factor {replication_factor}; no acks=all write could succeed")
 
 
 def named(topic: str, error: ApiError) -> ApiError:
@@ -157,11 +146,11 @@ class TopicController:
                 f"topic {req.name!r}: replication factor must be positive, "
                 f"got {req.replication_factor!r}")
         config = validate_topic_config(req.config)
-        # The combination must be valid too.
-        effective = self._default_config.updated(config)
-        validate_tiering(req.name, effective, self._remote_storage_uri)
-        check_min_insync(req.name, effective.min_insync_replicas, req.replication_factor,
-                         "min_insync_replicas" in config)
+        # The combination must be valid too. (min_insync_replicas above the replication
+        # factor is accepted, as in Kafka: it binds acks=all writes only, which then fail
+        # with NOT_ENOUGH_REPLICAS.)
+        validate_tiering(req.name, self._default_config.updated(config),
+                         self._remote_storage_uri)
         if req.value_schema is not None:
             topic_schema(req.value_schema)
         replicas = assign_replicas(brokers, req.num_partitions, req.replication_factor,
@@ -198,13 +187,8 @@ class TopicController:
             raise named(name, e) from None
         merged = {**record.config, **validated} if incremental else validated
         merged = {k: v for k, v in merged.items() if v is not None or k in validated}
-        effective = self._default_config.updated(merged)
-        previous = self._default_config.updated(record.config)
-        validate_tiering(name, effective, self._remote_storage_uri, previous=previous)
-        if effective.min_insync_replicas != previous.min_insync_replicas:
-            check_min_insync(name, effective.min_insync_replicas,
-                             len(next(iter(record.replicas.values()), ())),
-                             "min_insync_replicas" in merged)
+        validate_tiering(name, self._default_config.updated(merged), self._remote_storage_uri,
+                         previous=self._default_config.updated(record.config))
         new_record = replace(record, config=merged)
         self._store.update_topic(new_record, {})
         return new_record

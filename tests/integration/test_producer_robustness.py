@@ -227,10 +227,11 @@ def _fail_by_message_too_large(admin: Admin, producer: Producer, topic: str) -> 
 
 def _fail_by_expiry(admin: Admin, producer: Producer, topic: str) -> None:
     """acks=all with min_insync_replicas above the replica count: retried until
-    delivery_timeout_ms expires the batch."""
+    delivery_timeout_ms expires the batch; the expiry names why the attempts failed."""
     admin.alter_configs({topic: {"min_insync_replicas": 2}})
     future = producer.send(topic, value=b"expires")
-    with pytest.raises(ApiError):
+    with pytest.raises(ApiError, match="expired after .*the last attempt failed with "
+                                       r"\[NOT_ENOUGH_REPLICAS\]"):
         future.result(15)
     assert future.done(), "the record neither succeeded nor failed within 15 s"
     admin.alter_configs({topic: {"min_insync_replicas": 1}})
