@@ -157,3 +157,23 @@ def test_stray_partition_is_set_aside_and_a_deleted_topic_frees_its_disk(
     while _partition_dirs(broker.log_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _partition_dirs(broker.log_dir) == []
+
+
+def test_zookeeper_mode_locks_every_log_dir_and_sets_strays_aside(
+        broker_factory: BrokerFactory, zk_connect: str, tmp_path: Path) -> None:
+    """Goal: the log dir lock and the stray rule hold in cluster mode too (there the
+    metadata lives in ZooKeeper). Method: broker 1 runs on [x]; broker 2 on [y, x] in the same
+    cluster is refused naming x; broker 1 restarted with a partition directory of a topic
+    ZooKeeper does not know finds it renamed aside, and still serves every record."""
+    x, y = tmp_path / "x", tmp_path / "y"
+    first = broker_factory(broker_id=1, zk_connect=zk_connect, log_dirs=[str(x)])
+    _fill(first, "keep", 2)
+    in_use = rf"log_dirs entry '{re.escape(str(x))}' is in use by another"
+    with pytest.raises(RuntimeError, match=in_use):
+        broker_factory(broker_id=2, zk_connect=zk_connect, log_dirs=[str(y), str(x)])
+    assert first.stop() == 0
+    (x / "ghost-0").mkdir()
+    first.start()
+    assert [p.name.endswith("-stray") for p in x.iterdir() if p.name.startswith("ghost-0")] \
+        == [True]
+    assert _values(first, "keep", 2) == EXPECTED
