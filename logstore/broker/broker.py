@@ -481,12 +481,12 @@ class Broker:
         if len(with_io) > 1:
             with ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="partition-sync") as pool:
                 list(pool.map(lambda item: self._sync_guarded(item, tier=False), with_io))
-        for item in new:
-            self._sync_guarded(item, tier=False)  # a no-op for those done above
-        for item in new:
-            self._sync_guarded(item, role=False)
+        # a no-op for those done above; a retry (and their verdict) for those that failed there
+        roles = [self._sync_guarded(item, tier=False) for item in new]
+        online = sum(role and self._sync_guarded(item, role=False)
+                     for role, item in zip(roles, new, strict=True))
         if new:
-            log.info("broker %d: %d new partition(s) online", self.config.broker_id, len(new))
+            log.info("broker %d: %d new partition(s) online", self.config.broker_id, online)
         if len(new) >= FREEZE_AFTER_PARTITIONS:
             gc.freeze()  # long-lived: later collections need not scan them
 
@@ -494,14 +494,17 @@ class Broker:
         found = self.log_manager.get_log(tp)
         return found is None or found.needs_recovery
 
-    def _sync_guarded(self, item: _PartitionSync, role: bool = True, tier: bool = True) -> None:
+    def _sync_guarded(self, item: _PartitionSync, role: bool = True, tier: bool = True) -> bool:
+        """Whether the partition was synced (False if it failed, or syncing has stopped)."""
         if self._sync_stopped.is_set():
-            return
+            return False
         try:
             self._sync_partition(item.tp, item.state, item.replicas, item.config, item.schema,
                                  item.topic_id, role, tier)
         except Exception:  # boundary: one partition's disk trouble stays its own
             log.exception("%s: could not be brought online", item.tp)
+            return False
+        return True
 
     def _apply_state(self, tp: TopicPartition, st: PartitionState,
                      replicas: tuple[int, ...]) -> None:

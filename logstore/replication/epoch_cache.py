@@ -118,8 +118,12 @@ class LeaderEpochCache:
     def _read(self) -> list[EpochEntry]:
         assert self._path is not None
         try:
-            lines = self._path.read_text().split("\n")
+            lines = self._path.read_text(encoding="utf-8").split("\n")
         except FileNotFoundError:
+            return []
+        except UnicodeDecodeError as e:  # a flipped high bit: bad content, like a bad digit
+            log.warning("%s is unreadable (%s); starting an empty leader-epoch cache",
+                        self._path, e)
             return []
         try:
             if int(lines[0]) != FORMAT_VERSION:

@@ -296,7 +296,11 @@ class LogManager:
 def _read_marker(path: Path) -> tuple[bool, frozenset[str]]:
     """(whether the last shutdown was clean, the partition directories it left unrecovered)."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        return False, frozenset()
+    except UnicodeDecodeError as e:
+        # Which directories it lists is unknown: recover them all, as after a crash.
+        logger.warning("%s is unreadable (%s); treating the last shutdown as unclean", path, e)
         return False, frozenset()
     return True, frozenset(line for line in text.splitlines() if line)

@@ -177,3 +177,35 @@ def test_zookeeper_mode_locks_every_log_dir_and_sets_strays_aside(
     assert [p.name.endswith("-stray") for p in x.iterdir() if p.name.startswith("ghost-0")] \
         == [True]
     assert _values(first, "keep", 2) == EXPECTED
+
+
+def test_undecodable_checkpoint_files_keep_partitions_online(
+        broker_factory: BrokerFactory) -> None:
+    """Goal: one non-UTF-8 byte in a partition's leader-epoch-checkpoint or in the
+    .clean_shutdown marker costs neither the partition nor the broker (the epoch cache starts
+    empty, the shutdown counts as unclean), and "new partition(s) online" counts only
+    partitions that came online. Method: fill topic keep, stop, set a high bit in keep-0's
+    checkpoint and write 0xff into the marker, make lost-0's checkpoint a directory (which no
+    broker can read); restart: every record of keep is read, the warnings name both files,
+    and the broker logs 1 partition online, not 2."""
+    broker = broker_factory(broker_id=0)
+    _fill(broker, "keep", 1)
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic("lost", 1)])
+    assert broker.stop() == 0
+    checkpoint = broker.log_dir / "keep-0" / "leader-epoch-checkpoint"
+    data = bytearray(checkpoint.read_bytes())
+    data[-2] |= 0x80
+    checkpoint.write_bytes(bytes(data))
+    marker = broker.log_dir / ".clean_shutdown"
+    marker.write_bytes(b"keep-0\n\xff\n")
+    unreadable = broker.log_dir / "lost-0" / "leader-epoch-checkpoint"
+    unreadable.unlink(missing_ok=True)
+    unreadable.mkdir()
+    broker.start()
+    assert _values(broker, "keep", 1) == EXPECTED
+    log_text = broker.stderr_path.read_text().split("--- starting")[-1]
+    assert f"{checkpoint} is unreadable" in log_text
+    assert f"{marker} is unreadable" in log_text
+    assert "lost-0: could not be brought online" in log_text
+    assert "broker 0: 1 new partition(s) online" in log_text

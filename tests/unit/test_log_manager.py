@@ -63,6 +63,28 @@ def test_log_manager_startup_shutdown_and_checkpoints(tmp_path: Path) -> None:
     again.shutdown()
 
 
+def test_undecodable_clean_shutdown_marker_means_an_unclean_shutdown(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Goal: a .clean_shutdown marker holding a non-UTF-8 byte does not stop the manager from
+    starting (it used to raise UnicodeDecodeError naming no file); the shutdown counts as
+    unclean, so every log is recovered, and a warning names the marker. Method: shut down
+    cleanly, overwrite the marker with a 0xff byte, start a new manager."""
+    clock, tp = FakeClock(), TopicPartition("t", 0)
+    manager = LogManager([tmp_path], clock, lambda topic: TopicConfig())
+    manager.startup()
+    manager.get_or_create_log(tp, TopicConfig(), DEFAULT_SCHEMA).append_as_leader(keyed(0, 5))
+    manager.shutdown()
+    marker = tmp_path / fmt.CLEAN_SHUTDOWN_FILE
+    marker.write_bytes(b"t-0\n\xff\n")
+
+    again = LogManager([tmp_path], clock, lambda topic: TopicConfig())
+    again.startup()
+    assert str(marker) in caplog.text and "unclean" in caplog.text
+    assert again.get_log(tp).needs_recovery
+    assert [r[0] for r in records(again.get_log(tp))] == list(range(5))
+    again.shutdown()
+
+
 def test_log_manager_runs_retention_and_cleaner(tmp_path: Path) -> None:
     """Goal: run_retention_once and run_cleaner_once apply each topic's policy.
     Method: one delete topic with old segments, one compact topic with overwrites."""

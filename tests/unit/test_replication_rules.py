@@ -199,6 +199,21 @@ def test_epoch_cache_answers_end_offsets_and_survives_a_restart(tmp_path: Path) 
     assert cache.latest_epoch == 2
 
 
+def test_epoch_checkpoint_with_a_non_utf8_byte_starts_an_empty_cache(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Goal: a leader-epoch-checkpoint with one flipped high bit is bad content like any other:
+    an empty cache and a warning naming the file, not a UnicodeDecodeError that keeps the
+    partition offline. Method: write a checkpoint, set the high bit of a digit, reopen."""
+    cache = LeaderEpochCache(tmp_path)
+    cache.assign(0, 0)
+    path = tmp_path / "leader-epoch-checkpoint"
+    data = bytearray(path.read_bytes())
+    data[-2] |= 0x80
+    path.write_bytes(bytes(data))
+    assert LeaderEpochCache(tmp_path).entries == []
+    assert str(path) in caplog.text and "unreadable" in caplog.text
+
+
 def test_a_new_leaders_first_epoch_is_written_before_its_first_append(tmp_path: Path) -> None:
     """Goal: a new partition's first leader epoch costs no file (nor fsync) when it is brought
     online, and is in the checkpoint before any batch of that epoch is appended; a later epoch
