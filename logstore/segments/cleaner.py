@@ -12,10 +12,12 @@ Rules:
   null (such records predate the compact policy and are left alone); records of aborted
   transactions never count as the latest of their key;
 - a tombstone (``value`` null; for typed topics every value column null) is dropped once its
-  batch's max timestamp is older than ``now - delete_retention_ms``;
+  segment was last written (its file's modification time, stamped on the log's clock when it
+  rolled, kept by the cleaned copy) before ``now - delete_retention_ms``: records' own
+  timestamps (a producer's CreateTime) say nothing of when a consumer could last miss it;
 - transactions (txn_cleaning.py): batches of aborted transactions are removed whole; a marker
-  is dropped once no batch of its transaction is left and it is older than
-  ``now - delete_retention_ms``; an aborted-transaction index entry stays exactly as long as
+  is dropped once no batch of its transaction is left and its segment was last written
+  before ``now - delete_retention_ms``; an aborted-transaction index entry stays exactly as long as
   data of its transaction may be in the log. Before a cleaned segment that drops markers is
   swapped in, the producer snapshots at or below the last dropped marker are deleted: such a
   snapshot may hold that marker's transaction open, and a reload from it would then find no
@@ -57,7 +59,7 @@ from logstore.records import (
 from logstore.segments.batches import write_options
 from logstore.segments.format import CLEANED_SUFFIX, SWAP_SUFFIX, fsync_dir
 from logstore.segments.producer_state import SEQUENCE_MODULUS
-from logstore.segments.segment import Bytes, LogSegment
+from logstore.segments.segment import Bytes, LogSegment, SegmentClosedError
 from logstore.segments.txn_cleaning import CleanedTxnState
 from logstore.segments.txn_index import TxnIndexEntry
 from logstore.txn_filter import ReadCommittedFilter, is_abort_marker
@@ -95,24 +97,13 @@ def compact_log(log: Log, now_ms: int) -> CompactionStats:
         logger.warning("%s: cannot compact a topic without a 'key' column", tp)
         return CompactionStats()
     segments, generation = log.cleanable_segments(now_ms)
+    stats = CompactionStats()
     try:
         if not segments:
-            return CompactionStats()
-        aborted = log.collect_aborted_transactions(segments[0].base_offset,
-                                                   segments[-1].next_offset)
-        latest = latest_offsets(log, segments, aborted)
-        stats, txns = CompactionStats(), CleanedTxnState(aborted)
-        for seg in segments:
-            cleaned, seg_stats, last_dropped_marker = clean_segment(log, seg, latest, now_ms,
-                                                                    txns)
-            if last_dropped_marker is not None:
-                log.producer_state.delete_snapshots_through(last_dropped_marker)
-            if not log.swap_cleaned_segment(seg, cleaned, generation, commit_swap):
-                logger.info("%s: log changed during compaction; discarding %s", tp, cleaned.path)
-                cleaned.delete()
-                break
-            stats += seg_stats
-            log.cleaned_until = max(log.cleaned_until, cleaned.next_offset)
+            return stats
+        stats = _compact_segments(log, segments, generation, now_ms)
+    except SegmentClosedError as e:  # retention deleted one of them meanwhile
+        logger.info("%s: log changed during compaction (%s); this pass stops", tp, e)
     finally:
         for seg in segments:
             seg.release()
@@ -121,6 +112,28 @@ def compact_log(log: Log, now_ms: int) -> CompactionStats:
                 stats.records_kept, stats.records_read, stats.segments_cleaned,
                 stats.bytes_before, stats.bytes_after, stats.tombstones_dropped,
                 stats.aborted_records_dropped, stats.markers_dropped)
+    return stats
+
+
+def _compact_segments(log: Log, segments: list[LogSegment], generation: int, now_ms: int
+                      ) -> CompactionStats:
+    """Clean ``segments`` one by one and swap each cleaned copy in; stops at the first swap
+    the log refuses (it changed). Raises SegmentClosedError when retention deleted one."""
+    tp = f"{log.topic}-{log.partition}"
+    aborted = log.collect_aborted_transactions(segments[0].base_offset,
+                                               segments[-1].next_offset)
+    latest = latest_offsets(log, segments, aborted)
+    stats, txns = CompactionStats(), CleanedTxnState(aborted)
+    for seg in segments:
+        cleaned, seg_stats, last_dropped_marker = clean_segment(log, seg, latest, now_ms, txns)
+        if last_dropped_marker is not None:
+            log.producer_state.delete_snapshots_through(last_dropped_marker)
+        if not log.swap_cleaned_segment(seg, cleaned, generation, commit_swap):
+            logger.info("%s: log changed during compaction; discarding %s", tp, cleaned.path)
+            cleaned.delete()
+            break
+        stats += seg_stats
+        log.cleaned_until = max(log.cleaned_until, cleaned.next_offset)
     return stats
 
 
@@ -190,58 +203,70 @@ def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
     """Write the cleaned copy of ``seg`` as ``X.arrow.cleaned`` with its indexes (indexed,
     sealed, fsynced). ``txns`` carries the transaction state from the previous segments."""
     config = log.config
+    written = seg.written_ms
+    # Tombstones and droppable markers go once their segment was last written more than
+    # delete_retention_ms ago (Kafka's rule before KIP-534): a record's own timestamp (a
+    # producer's CreateTime, maybe days old) says nothing of when a consumer could last
+    # have missed it.
+    expired = written < now_ms - config.delete_retention_ms
     out = LogSegment.create(seg.dir, seg.base_offset, seg.read_at(0, seg.data_start),
                             config.segment_index_bytes, suffix=CLEANED_SUFFIX, files=log.files)
-    horizon = now_ms - config.delete_retention_ms
-    stats = CompactionStats(segments_cleaned=1, bytes_before=seg.size)
-    last_dropped_marker = None
-    for batch in segment_batches(seg):
-        cleaned = _clean_any_batch(log, batch, latest, horizon, txns)
-        if cleaned.markers_dropped:
-            last_dropped_marker = batch.header.base_offset
-        kept = 0
-        if cleaned.header is not None and cleaned.data is not None:
-            out.append(cleaned.data, cleaned.header, config.index_interval_bytes, now_ms)
-            kept = cleaned.header.record_count
-        if cleaned.txn_index_entry is not None:
-            out.txn_index.append(cleaned.txn_index_entry)
-        stats += CompactionStats(0, 1, int(cleaned.header is not None),
-                                 batch.header.record_count, kept, cleaned.tombstones_dropped,
-                                 aborted_records_dropped=cleaned.aborted_records_dropped,
-                                 markers_dropped=cleaned.markers_dropped)
-    out.txn_index.rewrite()  # the swap protocol wants the file even when it is empty
-    out.seal()
-    out.fsync()
+    try:
+        stats = CompactionStats(segments_cleaned=1, bytes_before=seg.size)
+        last_dropped_marker = None
+        for batch in segment_batches(seg):
+            cleaned = _clean_any_batch(log, batch, latest, expired, txns)
+            if cleaned.markers_dropped:
+                last_dropped_marker = batch.header.base_offset
+            kept = 0
+            if cleaned.header is not None and cleaned.data is not None:
+                out.append(cleaned.data, cleaned.header, config.index_interval_bytes, now_ms)
+                kept = cleaned.header.record_count
+            if cleaned.txn_index_entry is not None:
+                out.txn_index.append(cleaned.txn_index_entry)
+            stats += CompactionStats(0, 1, int(cleaned.header is not None),
+                                     batch.header.record_count, kept,
+                                     cleaned.tombstones_dropped,
+                                     aborted_records_dropped=cleaned.aborted_records_dropped,
+                                     markers_dropped=cleaned.markers_dropped)
+        out.txn_index.rewrite()  # the swap protocol wants the file even when it is empty
+        out.seal()
+        out.fsync()
+        out.stamp_written(written)  # the copy keeps its source's time through the swap
+    except BaseException:
+        out.delete()  # no half-written .cleaned file is left behind
+        raise
     out.dirty = False
     return CleanedSegment(out, stats + CompactionStats(bytes_after=out.size),
                           last_dropped_marker)
 
 
-def _clean_any_batch(log: Log, batch: StoredBatch, latest: np.ndarray, horizon: int,
+def _clean_any_batch(log: Log, batch: StoredBatch, latest: np.ndarray, expired: bool,
                      txns: CleanedTxnState) -> _CleanedBatch:
     header = batch.header
     if header.is_control:
         marker = control_marker(batch.record_batch(log.schema))
         droppable, entry = txns.on_marker(header, marker.type)
-        if droppable and header.max_timestamp < horizon:
+        if droppable and expired:
             return _CleanedBatch(markers_dropped=1)
         return _CleanedBatch(header, batch.message.serialize(), txn_index_entry=entry)
     if txns.on_data_batch(header):
         return _CleanedBatch(aborted_records_dropped=header.record_count)
-    kept_header, data, tombstones = clean_batch(log, batch, latest, horizon)
+    kept_header, data, tombstones = clean_batch(log, batch, latest, expired)
     return _CleanedBatch(kept_header, data, tombstones)
 
 
 def clean_batch(log: Log, batch: StoredBatch, latest: np.ndarray,
-                horizon: int) -> tuple[BatchHeader | None, Bytes | None, int]:
+                expired: bool) -> tuple[BatchHeader | None, Bytes | None, int]:
     """(header, bytes, tombstones dropped) of the cleaned data batch; header and bytes are
-    None when no record is left."""
+    None when no record is left. ``expired``: its segment was last written longer than
+    delete_retention_ms ago (its tombstones may go)."""
     offsets = batch.offsets()
     records = batch.record_batch(log.schema)
     keep = _is_latest(offsets, latest) | records.column("key").is_null().to_numpy(
         zero_copy_only=False)
     dropped = 0
-    if batch.header.max_timestamp < horizon:
+    if expired:
         tombstones = _tombstones(records, log.schema) & keep
         dropped = int(tombstones.sum())
         keep &= ~tombstones

@@ -459,6 +459,9 @@ class Log:
         if active.is_empty and active.base_offset == leo:
             return active
         active.seal()
+        # Its last write is now, on the log's clock: the cleaner keeps its tombstones and
+        # markers for delete_retention_ms from then (not from the records' own timestamps).
+        active.stamp_written(self._clock.time_ms())
         new = LogSegment.create(self._dir, leo, self._schema_bytes,
                                 self._config.segment_index_bytes, files=self._files)
         self._state = SegmentList.of(self._state.segments + (new,), self.log_start_offset)

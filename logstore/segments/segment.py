@@ -321,6 +321,17 @@ class LogSegment:
         self.dirty = True
         self._index_sync_pending = True
 
+    @property
+    def written_ms(self) -> int:
+        """When the segment was last written, as its file's modification time records it
+        (``stamp_written`` sets it on the log's clock when the log rolls the segment)."""
+        return os.stat(self.path).st_mtime_ns // 1_000_000
+
+    def stamp_written(self, ms: int) -> None:
+        """Record ``ms`` as the time the segment was last written (its file's modification
+        time: it survives restarts and the cleaner's swaps)."""
+        os.utime(self.path, ns=(ms * 1_000_000, ms * 1_000_000))
+
     def reset_tracking(self) -> None:
         """Forget the indexes and counters before a rescan."""
         self.offset_index.reset()

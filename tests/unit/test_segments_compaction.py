@@ -69,6 +69,62 @@ def test_compaction_drops_tombstones_older_than_delete_retention(tmp_path: Path)
     assert batch.offsets().tolist() == [3] and batch.header.last_offset == 4
 
 
+def test_a_tombstone_with_an_old_timestamp_is_kept_for_delete_retention_after_its_write(
+        tmp_path: Path) -> None:
+    """Goal: delete_retention_ms counts from when the tombstone was written (its segment's
+    last write, on the log's clock), not from its own timestamp: a tombstone produced now
+    with a producer's two-day-old CreateTime was dropped at the next pass, so a consumer that
+    had read the value and resumed never saw the delete. The window also survives a
+    cleaning pass (the cleaned copy keeps its source's time) and a reopen.
+    Method: key k's value, then its tombstone stamped two days back; roll; compact at once,
+    after a reopen, and after delete_retention_ms."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, cleanup_policy="compact", delete_retention_ms=10_000)
+    old = clock.time_ms() - 2 * 86_400_000
+    log.append_as_leader(make_batch([b"k"], [b"v"], clock=clock))
+    log.append_as_leader(make_batch([b"k"], [None], timestamps=[old]))
+    log.roll()
+    log.append_as_leader(make_batch([b"x"], [b"active"], clock=clock))
+    log.update_high_watermark(log.log_end_offset)
+    assert log.compact().tombstones_dropped == 0
+    assert records(log)[0] == (1, b"k", None)
+    log.close()
+    log = reopen(log, clock, clean=True)
+    log.update_high_watermark(log.log_end_offset)
+    clock.advance(9_000)
+    assert log.compact().tombstones_dropped == 0
+    clock.advance(1_001)
+    assert log.compact().tombstones_dropped == 1
+    assert records(log) == [(2, b"x", b"active")]
+
+
+def test_retention_deleting_a_segment_under_the_cleaner_stops_the_pass_cleanly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: when retention deletes a segment the cleaner has chosen, the pass stops
+    quietly (the log changed): no SegmentClosedError escapes (578 tracebacks in 15 s under
+    load) and no half-written .cleaned file is left behind. Method: retention deletes the
+    first segment as the cleaner starts reading it."""
+    from logstore.segments import cleaner
+
+    clock = FakeClock()
+    log = _compacted_log(tmp_path, clock)
+    first = log.segments_info()[0]["base_offset"]
+    batches = cleaner.segment_batches
+
+    def retention_first(seg):  # type: ignore[no-untyped-def]
+        if seg.base_offset == first:
+            log.maybe_increment_log_start_offset(log.segments_info()[1]["base_offset"])
+            log.delete_old_segments()
+        return batches(seg)
+
+    monkeypatch.setattr(cleaner, "segment_batches", retention_first)
+    stats = log.compact()
+    assert stats.segments_cleaned == 0
+    assert not list(tmp_path.rglob("*.cleaned"))
+    monkeypatch.setattr(cleaner, "segment_batches", batches)
+    assert log.compact().segments_cleaned == 1
+
+
 def test_compaction_writes_offset_deltas_and_keeps_producer_fields(tmp_path: Path) -> None:
     """Goal: a batch with holes in the middle carries offset deltas; its producer fields and
     last offset are preserved. Method: one idempotent batch with a duplicate key, compact."""
