@@ -131,6 +131,37 @@ def topic_schema(value_schema: pa.Schema | None = None) -> pa.Schema:
     return pa.schema(fields)
 
 
+def refuse_dictionary_columns(value_schema: pa.Schema) -> None:
+    """Raise InvalidRecordError naming the first column whose type is, or holds at any depth, a
+    dictionary: a produced batch must be one IPC record-batch message, and an IPC writer sends a
+    dictionary message before the batch of such a column, so every write would fail.
+
+    Checked when a topic is created (not in topic_schema): a topic stored before this check
+    must still load, so that it can be listed and deleted."""
+    for f in value_schema:
+        found = _dictionary_column(f.type, f.name)
+        if found is not None:
+            path, type_ = found
+            raise InvalidRecordError(
+                f"value_schema column {path!r} has the dictionary type {type_}, which topics "
+                f"cannot store (a produced batch is one IPC record-batch message); declare its "
+                f"value type {type_.value_type} instead")
+
+
+def _dictionary_column(type_: pa.DataType, path: str) -> tuple[str, pa.DictionaryType] | None:
+    """(the dotted path, the type) of the first dictionary in ``type_``, None if none."""
+    if isinstance(type_, pa.DictionaryType):
+        return path, type_
+    if isinstance(type_, pa.BaseExtensionType):
+        return _dictionary_column(type_.storage_type, path)
+    for i in range(type_.num_fields):
+        child = type_.field(i)
+        found = _dictionary_column(child.type, f"{path}.{child.name}")
+        if found is not None:
+            return found
+    return None
+
+
 def encode_schema(schema: pa.Schema | None) -> str | None:
     """A value schema as base64 text for JSON bodies and metadata files."""
     return None if schema is None else base64.b64encode(schema.serialize().to_pybytes()).decode()

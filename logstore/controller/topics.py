@@ -30,6 +30,7 @@ from logstore.controller.store import (
 from logstore.errors import (
     ApiError,
     InvalidPartitionsError,
+    InvalidRecordError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
@@ -41,7 +42,7 @@ from logstore.model import (
     validate_partition_count,
     validate_topic_name,
 )
-from logstore.records import topic_schema
+from logstore.records import refuse_dictionary_columns, topic_schema
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,11 @@ class TopicController:
         validate_tiering(req.name, self._default_config.updated(config),
                          self._remote_storage_uri)
         if req.value_schema is not None:
-            topic_schema(req.value_schema)
+            try:
+                topic_schema(req.value_schema)
+                refuse_dictionary_columns(req.value_schema)
+            except InvalidRecordError as e:  # no record is at fault: the request is
+                raise InvalidRequestError(f"topic {req.name!r}: {e.message}") from None
         replicas = assign_replicas(brokers, req.num_partitions, req.replication_factor,
                                    offset=zlib.crc32(req.name.encode()) % max(len(brokers), 1))
         return TopicRecord(req.name, replicas, config, req.value_schema,

@@ -1,7 +1,8 @@
 """Unit tests of the topic controller's checks of a topic's config against its replicas.
 
 Goal: min_insync_replicas larger than the replication factor is accepted, as in Kafka (it
-binds acks=all writes only); an empty value is refused; an alter's errors name the topic.
+binds acks=all writes only); an empty value is refused; an alter's errors name the topic; a
+value schema with a dictionary column is refused naming it.
 Method: ``TopicController`` over a ``LocalMetadataStore`` with one broker.
 """
 
@@ -9,13 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from logstore.config import TopicConfig
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import BrokerInfo
 from logstore.controller.topics import TopicController
-from logstore.errors import InvalidConfigError
+from logstore.errors import ErrorCode, InvalidConfigError, InvalidRequestError
 from logstore.model import NewTopic
 
 
@@ -60,3 +62,25 @@ def test_an_alter_error_names_the_topic(tmp_path: Path) -> None:
     topics.create_topic(NewTopic("t", 1))
     with pytest.raises(InvalidConfigError, match=r"topic 't': unknown topic config key"):
         topics.alter_config("t", {"retention.msx": "5"})
+
+
+@pytest.mark.parametrize(("value_type", "path"), [
+    (pa.dictionary(pa.int32(), pa.string()), "city"),
+    (pa.struct([pa.field("c", pa.dictionary(pa.int8(), pa.string()))]), "city.c"),
+    (pa.list_(pa.dictionary(pa.int8(), pa.string())), "city.item"),
+    (pa.map_(pa.string(), pa.dictionary(pa.int8(), pa.int64())), "city.entries.value"),
+])
+def test_a_dictionary_column_at_any_depth_is_refused_naming_it(
+        tmp_path: Path, value_type: pa.DataType, path: str) -> None:
+    """A dictionary column used to be accepted, and then every write failed with a misleading
+    CORRUPT_MESSAGE: the client's IPC writer sends a dictionary message first, the broker takes
+    one record-batch message per batch. Creation refuses it, INVALID_REQUEST naming the topic
+    and the column; other nested types are still accepted."""
+    topics = controller(tmp_path)
+    schema = pa.schema([("city", value_type), ("n", pa.int64())])
+    [error] = topics.create_topics([NewTopic("t", 1, value_schema=schema)])
+    assert isinstance(error, InvalidRequestError)
+    assert error.code == ErrorCode.INVALID_REQUEST
+    assert "'t'" in error.message and f"column {path!r}" in error.message
+    plain = pa.schema([("city", pa.struct([pa.field("c", pa.list_(pa.string()))]))])
+    assert topics.create_topics([NewTopic("u", 1, value_schema=plain)]) == [None]
