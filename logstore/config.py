@@ -85,6 +85,9 @@ class TopicConfig:
     compression_type: str = "none"
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    # Kafka's producer.id.expiration.ms: a producer with no open transaction that wrote nothing
+    # for this long is forgotten (its duplicate detection with it).
+    producer_id_expiration_ms: int = DAY_MS
     # Tiered storage (Kafka's names). With remote_storage_enable, retention_ms / retention_bytes
     # are the total retention across both tiers and local_retention_* bound the local tier only
     # (-2: the same as the total; None: unlimited).
@@ -139,6 +142,7 @@ _TOPIC_VALIDATORS = {
     "compression_type": _one_of(COMPRESSION_TYPES),
     "min_insync_replicas": _positive,
     "unclean_leader_election_enable": _boolean,
+    "producer_id_expiration_ms": _positive,
     "remote_storage_enable": _boolean,
     "local_retention_ms": _local_retention,
     "local_retention_bytes": _local_retention,

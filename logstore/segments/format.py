@@ -69,10 +69,12 @@ that LSO.
 
 Producer snapshot (``.snapshot``): UTF-8 JSON ``{"version": 2, "offset": N, "producers":
 [...]}``, the producer state after every batch below offset N (see producer_state.py). Each
-producer is ``{"producer_id", "epoch", "coordinator_epoch", "txn_first_offset", "batches"}``;
-``txn_first_offset`` is the first offset of its open transaction or null. Version 1 (no
-``coordinator_epoch``, no ``txn_first_offset``) is still read, as a state with no open
-transaction.
+producer is ``{"producer_id", "epoch", "coordinator_epoch", "txn_first_offset", "last_offset",
+"last_seen_ms", "batches"}``; ``txn_first_offset`` is the first offset of its open transaction
+or null, ``last_offset`` that of its last batch, ``last_seen_ms`` the broker time its idleness
+is counted from (-1: not yet), for expiry. Version 1 (no ``coordinator_epoch``, no
+``txn_first_offset``) is still read, as a state with no open transaction; a snapshot without
+``last_offset``/``last_seen_ms`` (written before expiry) as offset N - 1 and -1.
 
 Checkpoint files (text, as in Kafka): line 1 the version (0), line 2 the number of entries, then
 one ``<topic> <partition> <offset>`` line per partition.

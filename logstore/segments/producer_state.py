@@ -37,6 +37,15 @@ the producer's, which fences the producer's older epoch. A completed transaction
 "unreplicated" until the high watermark passes its marker: until then it holds the first
 unstable offset down as an open one does, so read_committed readers never see a transaction
 whose marker could still be lost with a leader change (Kafka's rule).
+
+Expiry (Kafka's, so the state and every snapshot do not grow with each short-lived producer):
+a producer with no open transaction is forgotten once its last batch (data or marker) is below
+the log start offset (``on_log_start_offset``: retention took its records), or once it wrote
+nothing for ``producer_id_expiration_ms`` (``remove_expired_producers``). Idle time is counted
+on the broker's clock, not from the records' timestamps (a producer that writes old
+timestamps must not lose its duplicate detection): a producer that wrote since the last check
+is stamped with that check's time. A forgotten producer's next batch is accepted at any
+sequence, as for any unknown producer.
 """
 
 from __future__ import annotations
@@ -130,6 +139,9 @@ class ProducerEntry:
         default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
     coordinator_epoch: int = -1
     txn_first_offset: int | None = None
+    last_offset: int = -1  # of its last batch, data or marker
+    # Broker time of the first expiry check since its last batch; -1: none yet.
+    last_seen_ms: int = -1
 
     def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
         for batch in self.batches:
@@ -280,7 +292,8 @@ class ProducerStateManager:
     def producers(self) -> list[ProducerEntry]:
         """The producers of the partition, each a copy (describe_producers)."""
         return [ProducerEntry(e.producer_id, e.epoch, deque(e.batches, MAX_CACHED_BATCHES),
-                              e.coordinator_epoch, e.txn_first_offset)
+                              e.coordinator_epoch, e.txn_first_offset, e.last_offset,
+                              e.last_seen_ms)
                 for e in self._producers.values()]
 
     def update(self, header: BatchHeader,
@@ -290,6 +303,8 @@ class ProducerStateManager:
         if header.producer_id < 0:
             return None
         entry = self._entry_for(header.producer_id, header.producer_epoch)
+        entry.last_offset = max(entry.last_offset, header.last_offset)
+        entry.last_seen_ms = -1
         if header.is_control:
             if marker is None:
                 raise ValueError(f"{self.tp}: control batch at offset {header.base_offset} "
@@ -350,6 +365,35 @@ class ProducerStateManager:
         firsts = [*self._ongoing.values(), *(t.first_offset for t in self._unreplicated)]
         self._first_unstable = min(firsts, default=None)
 
+    def on_log_start_offset(self, log_start_offset: int) -> int:
+        """(Under the log's lock, whenever the log start offset moves.) Forget the producers
+        with no open transaction whose last batch is below ``log_start_offset``; returns how
+        many."""
+        return self._remove([e.producer_id for e in self._producers.values()
+                             if e.txn_first_offset is None
+                             and e.last_offset < log_start_offset])
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """(Under the log's lock, periodically.) Forget the producers with no open transaction
+        that wrote nothing for ``expiration_ms`` as of ``now_ms``; returns how many. One that
+        wrote since the last check (or comes from a snapshot without the time) is stamped
+        ``now_ms`` and kept."""
+        doomed = []
+        for entry in self._producers.values():
+            if entry.last_seen_ms < 0:
+                entry.last_seen_ms = now_ms
+            elif entry.txn_first_offset is None and now_ms - entry.last_seen_ms >= expiration_ms:
+                doomed.append(entry.producer_id)
+        return self._remove(doomed)
+
+    def _remove(self, producer_ids: list[int]) -> int:
+        for producer_id in producer_ids:
+            del self._producers[producer_id]
+        if producer_ids:
+            logger.info("%s: forgot %d expired producer(s), %d left", self.tp,
+                        len(producer_ids), len(self._producers))
+        return len(producer_ids)
+
     def clear(self) -> None:
         self._guards.clear()
         self._producers.clear()
@@ -372,6 +416,7 @@ class ProducerStateManager:
         body = {"version": SNAPSHOT_VERSION, "offset": offset, "producers": [
             {"producer_id": e.producer_id, "epoch": e.epoch,
              "coordinator_epoch": e.coordinator_epoch, "txn_first_offset": e.txn_first_offset,
+             "last_offset": e.last_offset, "last_seen_ms": e.last_seen_ms,
              "batches": [asdict(b) for b in e.batches]} for e in self._producers.values()]}
         atomic_write(self._path(offset), json.dumps(body).encode(), durable=durable)
         for old in self.snapshot_offsets()[:-SNAPSHOTS_KEPT]:
@@ -421,6 +466,10 @@ class ProducerStateManager:
             entry = ProducerEntry(int(raw["producer_id"]), int(raw["epoch"]))
             entry.batches.extend(BatchMetadata(**b) for b in raw["batches"])
             entry.coordinator_epoch = int(raw.get("coordinator_epoch", -1))
+            # Older snapshots lack these: its last batch is below the snapshot's offset, at
+            # most; its idle time is counted from the first check after the load.
+            entry.last_offset = int(raw.get("last_offset", int(body["offset"]) - 1))
+            entry.last_seen_ms = int(raw.get("last_seen_ms", -1))
             first = raw.get("txn_first_offset")
             if first is not None:
                 entry.txn_first_offset = self._ongoing[entry.producer_id] = int(first)

@@ -1,0 +1,114 @@
+"""Producer state expiry (``logstore/segments/producer_state.py``): a producer with no open
+transaction is forgotten once its last batch is below the log start offset, or once it wrote
+nothing for producer_id_expiration_ms; snapshots keep what expiry needs and older ones still
+load.
+
+Goal: every short-lived idempotent producer used to stay in the partition's state and in every
+snapshot forever (100k of them: a 23.8 MB snapshot rewritten at every roll). Method: a real
+Log in tmp_path with transactional and plain producers (tests/unit/txn_helpers.py), the log
+start moved and the clock advanced by hand; the producer-state calls the Log is to make are
+made on ``log.producer_state`` directly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from segment_helpers import open_log, reopen
+from txn_helpers import COMMIT, Producer
+
+from logstore import errors
+from logstore.clock import FakeClock
+from logstore.config import DAY_MS, TopicConfig, validate_topic_config
+from logstore.segments import format as fmt
+
+EXPIRATION_MS = 60_000
+
+
+def test_producers_below_the_log_start_offset_are_forgotten_unless_their_txn_is_open(
+        tmp_path: Path) -> None:
+    """Retention took every batch of producer 1: it goes; producer 2's transaction opened
+    below the log start is still open: it stays (it pins the LSO); producer 3 wrote above the
+    log start: it stays. Producer 1 may then go on from any sequence, as an unknown one."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock)
+    gone, open_txn, live = Producer(log, 1), Producer(log, 2), Producer(log, 3)
+    gone.send(3, transactional=False)  # offsets 0..2
+    open_txn.send(2)  # 3..4, left open
+    live.send(2, transactional=False)  # 5..6
+    log.maybe_increment_log_start_offset(5)
+    state = log.producer_state
+
+    assert state.on_log_start_offset(log.log_start_offset) == 1
+    assert sorted(e.producer_id for e in state.producers()) == [2, 3]
+    assert state.open_transactions == {2: 3}
+    gone.sequence = 42
+    assert not gone.send(1, transactional=False).duplicate
+    assert state.on_log_start_offset(log.log_start_offset) == 0
+
+
+def test_a_producer_idle_for_the_expiration_time_is_forgotten(tmp_path: Path) -> None:
+    """Idle time counts on the broker's clock from the first check after a producer's last
+    batch: a plain producer idle for producer_id_expiration_ms goes, one that wrote since
+    stays, one with an open transaction stays however long it idles; once its marker is
+    written it expires like the others."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock)
+    idle, busy, txn = Producer(log, 1), Producer(log, 2), Producer(log, 3)
+    idle.send(1, transactional=False)
+    busy.send(1, transactional=False)
+    txn.send(1)
+    state = log.producer_state
+    now = clock.time_ms()
+    assert state.remove_expired_producers(now, EXPIRATION_MS) == 0  # stamps all three
+    busy.send(1, transactional=False)
+    assert state.remove_expired_producers(now + EXPIRATION_MS - 1, EXPIRATION_MS) == 0
+    assert state.remove_expired_producers(now + EXPIRATION_MS, EXPIRATION_MS) == 1
+    assert sorted(e.producer_id for e in state.producers()) == [2, 3]
+    later = now + 10 * EXPIRATION_MS
+    assert state.remove_expired_producers(later, EXPIRATION_MS) == 1  # busy, idle since
+    txn.end(COMMIT)
+    assert [e.producer_id for e in state.producers()] == [3]
+    assert state.remove_expired_producers(later, EXPIRATION_MS) == 0  # stamped now
+    assert state.remove_expired_producers(later + EXPIRATION_MS, EXPIRATION_MS) == 1
+    assert not state.has_producers
+
+
+@pytest.mark.parametrize("written_before_expiry", [False, True])
+def test_snapshots_keep_the_expiry_fields_and_older_snapshots_still_load(
+        tmp_path: Path, written_before_expiry: bool) -> None:
+    """A clean close's snapshot carries each producer's last offset and last-seen time; one
+    written before expiry existed (without them) loads with its last offset just below the
+    snapshot's and its idle time counted from the next check, and still detects duplicates.
+    Method: close, optionally strip the keys, reopen clean, check and expire."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock)
+    p = Producer(log, 7)
+    p.send(3, transactional=False)
+    log.producer_state.remove_expired_producers(1_000, EXPIRATION_MS)
+    log.close()
+    (path,) = log.dir.glob("*" + fmt.SNAPSHOT_SUFFIX)
+    body = json.loads(path.read_text())
+    [raw] = body["producers"]
+    assert (raw["last_offset"], raw["last_seen_ms"]) == (2, 1_000)
+    if written_before_expiry:
+        del raw["last_offset"], raw["last_seen_ms"]
+        path.write_text(json.dumps(body))
+    log = reopen(log, clock, clean=True)
+    [entry] = log.producer_state.producers()
+    assert (entry.last_offset, entry.last_seen_ms) == (
+        (2, -1) if written_before_expiry else (2, 1_000))
+    p.log, p.sequence = log, 0
+    assert p.send(3, transactional=False).duplicate
+
+
+def test_producer_id_expiration_ms_is_a_validated_topic_config_with_kafkas_default() -> None:
+    assert TopicConfig().producer_id_expiration_ms == DAY_MS == 86_400_000
+    assert validate_topic_config({"producer.id.expiration.ms": "1000"}) == {
+        "producer_id_expiration_ms": 1000}
+    for bad in (0, -1, "soon"):
+        with pytest.raises(errors.InvalidConfigError, match="producer_id_expiration_ms|"
+                                                            "producer.id.expiration.ms"):
+            validate_topic_config({"producer.id.expiration.ms": bad})
