@@ -245,6 +245,7 @@ class Log:
         replay_producer_state(self._producers, self._state.segments,
                               self._state.log_start_offset, self._log_end_offset, self._schema,
                               self._tp, rebuild_from)
+        self._producers.on_log_start_offset(self._state.log_start_offset)
         self._producers.on_high_watermark(self._high_watermark)
         self._update_last_stable_offset()
 
@@ -555,6 +556,7 @@ class Log:
             if offset <= self.log_start_offset:
                 return
             self._state = SegmentList.of(self._state.segments, offset)
+            self._producers.on_log_start_offset(offset)
             self._high_watermark = max(self._high_watermark, offset)
             self._producers.on_high_watermark(self._high_watermark)
             self._update_last_stable_offset()
@@ -700,6 +702,7 @@ class Log:
             keep = segments[len(doomed):]
             lso = max(self.log_start_offset, keep[0].base_offset)
             self._state = SegmentList.of(keep, lso)
+            self._producers.on_log_start_offset(lso)
             self._high_watermark = max(self._high_watermark, lso)
             self._producers.on_high_watermark(self._high_watermark)
             self._update_last_stable_offset()
@@ -709,6 +712,18 @@ class Log:
         logger.info("%s: retention deleted %d segment(s); log start offset is now %d",
                     self._tp, len(doomed), lso)
         return len(doomed)
+
+    def remove_expired_producers(self) -> int:
+        """Forget producers idle for producer_id_expiration_ms (none loaded in a deferred log);
+        returns how many."""
+        if self._deferred is not None:
+            return 0
+        now = self._clock.time_ms()
+        with self._lock:
+            if self._closed:
+                return 0
+            return self._producers.remove_expired_producers(
+                now, self._config.producer_id_expiration_ms)
 
     # -- compaction ------------------------------------------------------------------------
 

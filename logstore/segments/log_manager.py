@@ -254,11 +254,13 @@ class LogManager:
                                  {tp: offsets[1] for tp, offsets in mine.items()})
 
     def run_retention_once(self) -> int:
-        """Apply retention to every log; returns the number of segments deleted."""
+        """Apply retention to every log, and forget its idle producers
+        (producer_id_expiration_ms); returns the number of segments deleted."""
         deleted = 0
         for tp, log in self.all_logs().items():
             try:
                 deleted += log.delete_old_segments()
+                log.remove_expired_producers()
             except Exception:
                 logger.exception("%s: retention failed", tp)
         return deleted

@@ -6,8 +6,8 @@ load.
 Goal: every short-lived idempotent producer used to stay in the partition's state and in every
 snapshot forever (100k of them: a 23.8 MB snapshot rewritten at every roll). Method: a real
 Log in tmp_path with transactional and plain producers (tests/unit/txn_helpers.py), the log
-start moved and the clock advanced by hand; the producer-state calls the Log is to make are
-made on ``log.producer_state`` directly.
+start moved and the clock advanced by hand; the Log tells its producer state when its log
+start moves, and the retention pass (``Log.remove_expired_producers``) expires idle ones.
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ def test_producers_below_the_log_start_offset_are_forgotten_unless_their_txn_is_
     log.maybe_increment_log_start_offset(5)
     state = log.producer_state
 
-    state.on_log_start_offset(log.log_start_offset)  # (a no-op once the Log makes this call)
-    assert sorted(e.producer_id for e in state.producers()) == [2, 3]
+    assert sorted(e.producer_id for e in state.producers()) == [2, 3]  # the Log told it
     assert state.open_transactions == {2: 3}
     gone.sequence = 42
     assert not gone.send(1, transactional=False).duplicate
@@ -112,3 +111,14 @@ def test_producer_id_expiration_ms_is_a_validated_topic_config_with_kafkas_defau
         with pytest.raises(errors.InvalidConfigError, match="producer_id_expiration_ms|"
                                                             "producer.id.expiration.ms"):
             validate_topic_config({"producer.id.expiration.ms": bad})
+
+
+def test_the_retention_pass_expires_idle_producers(tmp_path: Path) -> None:
+    """``Log.remove_expired_producers`` (called by every retention pass) uses the topic's
+    producer_id_expiration_ms and the log's clock."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, producer_id_expiration_ms=EXPIRATION_MS)
+    Producer(log, 1).send(1, transactional=False)
+    assert log.remove_expired_producers() == 0  # the first check stamps it
+    clock.advance(EXPIRATION_MS)
+    assert log.remove_expired_producers() == 1 and not log.producer_state.has_producers
