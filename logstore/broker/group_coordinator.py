@@ -142,10 +142,9 @@ class GroupCoordinatorService:
         partition or carry ``guard``, the partition leader's verification with the
         transaction coordinator, still valid when it lands (else TRANSACTION_ABORTABLE and
         nothing is staged)."""
-        topics = self.topic_view()
         return self.runtime.write(self.partition(req.group_id), ("txn", req.producer_id),
                                   lambda shard, now: txn_offsets.txn_offset_commit(
-                                      shard, req, now, topics), verify=verify, guard=guard)
+                                      shard, req, now), verify=verify, guard=guard)
 
     def complete_txn(self, partition: int, producer_id: int, committed: bool,
                      marker_offset: int) -> int:

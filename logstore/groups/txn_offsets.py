@@ -16,8 +16,8 @@ fetch with ``require_stable`` checks ``pending_txn`` (commits.py). Must not: do 
 from __future__ import annotations
 
 from logstore.coordinator import CoordinatorResult, TxnProducer
-from logstore.groups.commits import commit_error, committable, unknown_partition
-from logstore.groups.coordinator import GroupCoordinatorShard, Rows, TopicView, batch
+from logstore.groups.commits import commit_error, committable
+from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
 from logstore.groups.offsets import (
     commit_txn_offsets,
     offset_key,
@@ -35,20 +35,16 @@ from logstore.messages.transactions import (
 from logstore.model import OffsetAndMetadata, TopicPartition
 
 
-def txn_offset_commit(shard: GroupCoordinatorShard, req: TxnOffsetCommitRequest, now_ms: int,
-                      topics: TopicView | None = None
+def txn_offset_commit(shard: GroupCoordinatorShard, req: TxnOffsetCommitRequest, now_ms: int
                       ) -> CoordinatorResult[TxnOffsetCommitResponse]:
     """Stage the valid offsets of the request in the producer's transaction; one error per
-    partition (the whole request fails when the member or generation is wrong). With
-    ``topics`` (the metadata's), a partition not in it is UNKNOWN_TOPIC_OR_PARTITION, as for a
-    plain commit (the tick would drop its offset anyway)."""
+    partition (the whole request fails when the member or generation is wrong)."""
     group = shard.groups.get(req.group_id) or Group(req.group_id, now_ms)
     member = group.check_commit(req.member_id, req.generation_id)
     owned = committable(group, member)
     results, valid = [], []
     for tp, e in {TopicPartition(e.topic, e.partition): e for e in req.offsets}.items():
-        error = unknown_partition(group.group_id, tp, topics) or commit_error(
-            shard, group, e.offset, e.metadata, tp, owned, req.generation_id)
+        error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id)
         results.append(TxnPartitionResult(topic=e.topic, partition=e.partition,
                                           **error_kw(error)))
         if error is None:

@@ -21,7 +21,7 @@ import pytest
 from logstore import Admin, Consumer, PreparedTxnState, Producer, TopicPartition
 from logstore.client.transactions import ConsumerGroupMetadata, colocated_transactional_id
 from logstore.errors import ProducerFencedError
-from logstore.model import SINK_PROGRESS_TOPIC, OffsetAndMetadata
+from logstore.model import OffsetAndMetadata
 from tests.brokers import BrokerFactory, BrokerProcess, new_topic
 from tests.txn_reading import read_values
 
@@ -67,7 +67,7 @@ def test_prepared_transactions_commit_atomically_with_the_committers(
     with Admin(pbroker.bootstrap) as admin:
         listed = admin.list_transactions(["Prepared"], transactional_id_prefix=sink)
     assert {t.transactional_id for t in listed} == {a, b}
-    progress = TopicPartition(SINK_PROGRESS_TOPIC, 0)  # the pseudo-partition sinks use
+    progress = TopicPartition("__sink_progress", 0)
     with Producer(pbroker.bootstrap, transactional_id=sink) as driver:
         driver.init_transactions()
         driver.begin_transaction()

@@ -72,23 +72,6 @@ def test_a_commit_for_an_unknown_topic_or_partition_is_refused_per_partition(
     assert offsets(coord) == {TP0: 3}
 
 
-def test_a_transactional_commit_for_an_unknown_partition_is_refused_too(
-        coord: GroupCoordinatorService) -> None:
-    """As a plain commit: UNKNOWN_TOPIC_OR_PARTITION per partition, nothing staged for it
-    (before, it was staged, committed by the marker, and dropped by the next tick); the
-    sinks' progress pseudo-partition is exempt."""
-    from logstore.messages.transactions import TxnOffsetCommitEntry, TxnOffsetCommitRequest
-
-    response = coord.txn_offset_commit(TxnOffsetCommitRequest(
-        transactional_id="tx", group_id="g", producer_id=7, producer_epoch=0,
-        offsets=[TxnOffsetCommitEntry(topic=tp.topic, partition=tp.partition, offset=1)
-                 for tp in (TP0, TopicPartition("nope", 0),
-                            TopicPartition(SINK_PROGRESS_TOPIC, 0))]))
-    codes = {(r.topic, r.partition): r.error_code for r in response.results}
-    assert codes == {("t", 0): 0, ("nope", 0): UnknownTopicOrPartitionError.code,
-                     (SINK_PROGRESS_TOPIC, 0): 0}
-
-
 def test_offsets_of_a_deleted_topic_are_tombstoned_and_an_empty_group_goes(
         coord: GroupCoordinatorService, clock: FakeClock, offsets_log: MemoryOffsetsLog,
         topics: dict[str, tuple[str, int]]) -> None:
