@@ -6,9 +6,7 @@ group id is INVALID_GROUP_ID) and choosing how the runtime runs it: join, leave 
 writes that replace the group's state; an offset commit is a write that merges into it (a
 transactional one stages offsets under its producer's key, which the marker's completion, an
 update, waits for); sync and heartbeat are updates (they never append); offset fetch,
-describe and list are reads; handing the handlers the metadata's topics (``topics``, set by
-``group_handlers.py``): commits to partitions it lacks are refused, and every broker's tick
-tombstones the offsets of deleted partitions on the partitions it leads. Join
+describe and list are reads. Join
 and sync return the futures of their long polls; every other request returns its typed
 response or raises the ApiError of the whole request. Must not: wait on the long polls or
 encode responses (``group_handlers.py`` does), or hold group rules (``groups/`` does).
@@ -16,8 +14,6 @@ encode responses (``group_handlers.py`` does), or hold group rules (``groups/`` 
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +27,6 @@ from logstore.groups.coordinator import (
     GroupConfig,
     GroupCoordinatorShard,
     GroupShardLoader,
-    TopicView,
     describe_group,
     list_groups,
     tick,
@@ -55,8 +50,6 @@ from logstore.messages.groups import (
 from logstore.messages.transactions import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from logstore.model import OFFSETS_TOPIC
 from logstore.segments.producer_state import VerificationGuard
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -83,20 +76,6 @@ class GroupCoordinatorService:
         self.stats = GroupCoordinatorStats()
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
             OFFSETS_TOPIC, offsets_log, GroupShardLoader(config), clock)
-        # The topics of the metadata (set by whoever has the store): commits to partitions
-        # it lacks are refused, and the tick drops offsets of deleted partitions.
-        self.topics: Callable[[], TopicView] | None = None
-
-    def topic_view(self) -> TopicView | None:
-        """The metadata's topics, None when unknown (no lookup, or it failed)."""
-        if self.topics is None:
-            return None
-        try:
-            return self.topics()
-        except Exception:  # boundary: the metadata store unreachable skips the checks
-            log.warning("group coordinator: the topics of the metadata are unavailable",
-                        exc_info=True)
-            return None
 
     def partition(self, group_id: str) -> int:
         if not group_id:
@@ -127,10 +106,9 @@ class GroupCoordinatorService:
     # -- offsets -----------------------------------------------------------------------------
 
     def offset_commit(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
-        topics = self.topic_view()
         resp: OffsetCommitResponse = self.runtime.write(
             self.partition(req.group_id), req.group_id,
-            lambda shard, now: commits.offset_commit(shard, req, now, topics), exclusive=False)
+            lambda shard, now: commits.offset_commit(shard, req, now), exclusive=False)
         self.stats.offset_commits += sum(1 for o in resp.offsets if not o.error_code)
         return resp
 
@@ -174,8 +152,6 @@ class GroupCoordinatorService:
     # -- time --------------------------------------------------------------------------------
 
     def tick(self) -> list[Future[None]]:
-        """Session expiry, delayed joins, offset expiry and the offsets of deleted partitions
-        (the metadata's topics, read by every broker hosting a coordinator) on every loaded
-        partition; the futures of the appends it started."""
-        topics = self.topic_view()
-        return self.runtime.tick(lambda shard, now: tick(shard, now, topics))
+        """Session expiry, delayed joins and offset expiry on every loaded partition; the
+        futures of the appends it started."""
+        return self.runtime.tick(tick)

@@ -84,8 +84,6 @@ class GroupHandlers:
                  controller: TopicController, num_partitions: int,
                  replication_factor: int, segment_bytes: int) -> None:
         self.coordinator = coordinator
-        coordinator.topics = lambda: {name: (t.topic_id, t.num_partitions)
-                                      for name, t in store.topics().items()}
         self.offsets_topic = InternalTopic(store, controller, InternalTopicSpec(
             OFFSETS_TOPIC, num_partitions, replication_factor, segment_bytes))
         # find_coordinator with key_type TRANSACTION: set by the broker when it runs a

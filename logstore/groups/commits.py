@@ -1,7 +1,7 @@
 """Handlers of the offsets API of one offsets partition: offset commit and fetch, delete group.
 
-Owns: validating a commit per partition (one bad partition never fails the others: a
-partition the metadata does not have is UNKNOWN_TOPIC_OR_PARTITION, a negative offset is OFFSET_OUT_OF_RANGE, over-long metadata INVALID_COMMIT_OFFSET_SIZE, a partition the
+Owns: validating a commit per partition (one bad partition never fails the others: a negative
+offset is OFFSET_OUT_OF_RANGE, over-long metadata INVALID_COMMIT_OFFSET_SIZE, a partition the
 member is not assigned ILLEGAL_GENERATION, except, in a cooperative group, one the last
 assignment took from it and gives to no one before the next), the offset records it appends
 and the change that merges them into memory once durable, with their position in the log (a
@@ -20,11 +20,10 @@ from logstore.errors import (
     InvalidCommitOffsetSizeError,
     NonEmptyGroupError,
     OffsetOutOfRangeError,
-    UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
 )
 from logstore.groups.assignors import COOPERATIVE, REBALANCE_PROTOCOL
-from logstore.groups.coordinator import GroupCoordinatorShard, Rows, TopicView, batch
+from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
 from logstore.groups.offsets import offset_key, offset_value, set_committed
 from logstore.groups.state import Group, Member
 from logstore.messages import error_kw
@@ -36,23 +35,21 @@ from logstore.messages.groups import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from logstore.model import SINK_PROGRESS_TOPIC, OffsetAndMetadata, TopicPartition
+from logstore.model import OffsetAndMetadata, TopicPartition
 
 
-def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms: int,
-                  topics: TopicView | None = None) -> CoordinatorResult[OffsetCommitResponse]:
+def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms: int
+                  ) -> CoordinatorResult[OffsetCommitResponse]:
     """Commit what is valid; one error per partition (the whole request fails only when the
     member or generation is wrong). A partition given twice counts once, as its last entry. A
-    commit to a group that does not exist creates it. With ``topics`` (the metadata's), a
-    partition not in it is UNKNOWN_TOPIC_OR_PARTITION."""
+    commit to a group that does not exist creates it."""
     existing = shard.groups.get(req.group_id)
     group = existing or Group(req.group_id, now_ms)
     member = group.check_commit(req.member_id, req.generation_id, req.group_instance_id)
     owned = committable(group, member)
     results, valid = [], []
     for tp, e in {TopicPartition(e.topic, e.partition): e for e in req.offsets}.items():
-        error = unknown_partition(group.group_id, tp, topics) or commit_error(
-            shard, group, e.offset, e.metadata, tp, owned, req.generation_id)
+        error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id)
         results.append(OffsetCommitResult(topic=e.topic, partition=e.partition,
                                           **error_kw(error)))
         if error is None:
@@ -83,24 +80,6 @@ def committable(group: Group, member: Member | None) -> set[TopicPartition] | No
     if REBALANCE_PROTOCOL.get(group.protocol or "") == COOPERATIVE:
         owned |= member.revoking
     return owned
-
-
-def unknown_partition(group_id: str, tp: TopicPartition, topics: TopicView | None
-                      ) -> ApiError | None:
-    """UNKNOWN_TOPIC_OR_PARTITION when ``topics`` (None: not checked) has no ``tp`` (Kafka's
-    answer to a commit for a partition that does not exist)."""
-    if topics is None or tp.topic == SINK_PROGRESS_TOPIC:
-        return None
-    if tp.topic not in topics:
-        return UnknownTopicOrPartitionError(
-            f"group {group_id}: cannot commit an offset for {tp}: topic {tp.topic!r} does not "
-            "exist")
-    count = topics[tp.topic][1]
-    if not 0 <= tp.partition < count:
-        return UnknownTopicOrPartitionError(
-            f"group {group_id}: cannot commit an offset for {tp}: topic {tp.topic!r} has "
-            f"{count} partition(s) (0..{count - 1})")
-    return None
 
 
 def commit_error(shard: GroupCoordinatorShard, group: Group, offset: int, metadata: str,

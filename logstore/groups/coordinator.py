@@ -4,9 +4,7 @@ Owns: the groups and committed offsets of one partition (``GroupCoordinatorShard
 them by replaying the partition (``GroupShardLoader``), the rules every handler shares (a group
 changes on a copy, installed once its new generation is durable), the admin reads (list,
 describe) and the background tick (session expiry, delayed joins, offset expiry of long-empty
-groups, and the offsets of partitions deleted since they were committed: a topic gone from the
-metadata, or recreated under a new topic id, as Kafka's ``onPartitionsDeleted``). The handlers
-of the group API live beside it, split by API: ``membership.py`` (join,
+groups). The handlers of the group API live beside it, split by API: ``membership.py`` (join,
 sync, heartbeat, leave), ``commits.py`` (offset commit and fetch, delete) and
 ``txn_offsets.py`` (offsets committed inside a transaction, applied or dropped by its
 marker). Every handler
@@ -25,7 +23,7 @@ clocks (``broker/coordinator_runtime.py`` runs the results against the log and
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -52,8 +50,6 @@ log = logging.getLogger(__name__)
 MINUTE_MS = 60_000
 R = TypeVar("R")
 Rows = list[tuple[bytes, bytes | None]]
-# The topics as the metadata has them: name -> (topic id, partition count).
-TopicView = Mapping[str, tuple[str, int]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,8 +78,6 @@ class GroupCoordinatorShard:
     persisted: dict[str, int] = field(default_factory=dict)  # group -> generation in the log
     pending_txn: PendingTxnOffsets = field(default_factory=dict)  # undecided txn offsets
     positions: CommitPositions = field(default_factory=dict)  # where ``offsets`` are logged
-    # group -> topic -> the topic id its committed offsets are for (learnt by the tick)
-    topic_ids: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -121,11 +115,11 @@ class GroupCoordinatorShard:
             completions.fire()
         return install
 
-    def deletion(self, group_id: str, tps: list[TopicPartition], keep_group: bool = False
+    def deletion(self, group_id: str, tps: list[TopicPartition]
                  ) -> tuple[Rows, Callable[[], None]]:
-        """Tombstones for ``tps`` and, when no offsets remain (and not ``keep_group``), for
-        the group itself; and the matching change."""
-        remaining = bool(set(self.offsets.get(group_id, {})) - set(tps)) or keep_group
+        """Tombstones for ``tps`` and, when no offsets remain, for the group itself; and the
+        matching change."""
+        remaining = set(self.offsets.get(group_id, {})) - set(tps)
         rows: Rows = [(offset_key(group_id, tp), None) for tp in tps]
         if not remaining:
             rows.append((group_key(group_id), None))
@@ -133,7 +127,6 @@ class GroupCoordinatorShard:
         def delete() -> None:
             drop_committed(self.offsets, self.positions, group_id, tps)
             if not remaining:
-                self.topic_ids.pop(group_id, None)
                 self.offsets.pop(group_id, None)
                 self.positions.pop(group_id, None)
                 self.groups.pop(group_id, None)
@@ -204,42 +197,11 @@ def describe_group(shard: GroupCoordinatorShard, group_id: str) -> GroupDescript
 # -- time ----------------------------------------------------------------------------------
 
 
-def tick(shard: GroupCoordinatorShard, now_ms: int, topics: TopicView | None = None
-         ) -> dict[str, CoordinatorResult[None]]:
+def tick(shard: GroupCoordinatorShard, now_ms: int) -> dict[str, CoordinatorResult[None]]:
     """A result for every group with something due: expired sessions, a join to complete,
-    offsets of a group empty for longer than the retention, and (given the metadata's
-    ``topics``) offsets of partitions deleted since they were committed."""
-    deleted = deleted_offsets(shard, topics) if topics is not None else {}
-    return {group_id: _tick_group(shard, group, now_ms, *deleted.get(group_id, ([], {})))
-            for group_id, group in list(shard.groups.items())
-            if group_id in deleted or _due(shard, group, now_ms)}
-
-
-def deleted_offsets(shard: GroupCoordinatorShard, topics: TopicView
-                    ) -> dict[str, tuple[list[TopicPartition], dict[str, str]]]:
-    """Per group, its committed partitions that no longer exist (the topic is gone, has fewer
-    partitions, or is a new topic of the same name: its id is not the one this shard saw
-    while the offsets were there), and the ids to remember once they are tombstoned.
-    Remembers the id of each topic a group has offsets for. A view without
-    ``__consumer_offsets`` itself is not the metadata's (nothing is deleted on it)."""
-    if OFFSETS_TOPIC not in topics:
-        return {}
-    out: dict[str, tuple[list[TopicPartition], dict[str, str]]] = {}
-    for group_id, committed in shard.offsets.items():
-        seen = shard.topic_ids.setdefault(group_id, {})
-        gone, renewed = [], {}
-        for tp in committed:
-            if tp.topic == SINK_PROGRESS_TOPIC:
-                continue
-            current = topics.get(tp.topic)
-            if current is None or tp.partition >= current[1]:
-                gone.append(tp)
-            elif seen.setdefault(tp.topic, current[0]) != current[0]:
-                gone.append(tp)
-                renewed[tp.topic] = current[0]
-        if gone:
-            out[group_id] = (gone, renewed)
-    return out
+    offsets of a group empty for longer than the retention."""
+    return {group_id: _tick_group(shard, group, now_ms)
+            for group_id, group in list(shard.groups.items()) if _due(shard, group, now_ms)}
 
 
 def _due(shard: GroupCoordinatorShard, group: Group, now_ms: int) -> bool:
@@ -252,8 +214,7 @@ def _long_empty(shard: GroupCoordinatorShard, group: Group, now_ms: int) -> bool
         now_ms - group.empty_since_ms >= shard.config.offsets_retention_ms
 
 
-def _tick_group(shard: GroupCoordinatorShard, group: Group, now_ms: int,
-                deleted: list[TopicPartition], renewed: dict[str, str]
+def _tick_group(shard: GroupCoordinatorShard, group: Group, now_ms: int
                 ) -> CoordinatorResult[None]:
     draft = group.copy()
     expired = draft.tick(now_ms)
@@ -261,26 +222,17 @@ def _tick_group(shard: GroupCoordinatorShard, group: Group, now_ms: int,
         log.info("group %s: session expired for %s", group.group_id, expired)
     rows = shard.generation_rows(draft)
     changes = [shard.installer(draft)]
-    old = list(deleted)
-    if deleted:
-        log.info("group %s: dropping the offsets of deleted partitions %s", group.group_id,
-                 deleted)
-    expire = _long_empty(shard, draft, now_ms)
-    if expire:
+    if _long_empty(shard, draft, now_ms):
         retention = shard.config.offsets_retention_ms
         committed = shard.offsets.get(group.group_id, {})
         # A sink's progress record never expires: without it, a batch Spark replays after
         # a restart would be published a second time.
-        old += [tp for tp, om in committed.items() if now_ms - om.commit_timestamp >= retention
-                and tp.topic != SINK_PROGRESS_TOPIC and tp not in deleted]
-        expire = bool(old) or not committed
-    if old or expire:
-        # Kafka's onPartitionsDeleted: a group with members keeps existing without offsets.
-        deleted_rows, delete = shard.deletion(
-            group.group_id, old, keep_group=draft.state != GroupState.EMPTY)
-        rows += deleted_rows
-        changes.append(lambda: shard.topic_ids.get(group.group_id, {}).update(renewed))
-        changes.append(delete)
+        old = [tp for tp, om in committed.items() if now_ms - om.commit_timestamp >= retention
+               and tp.topic != SINK_PROGRESS_TOPIC]
+        if old or not committed:
+            deleted, delete = shard.deletion(group.group_id, old)
+            rows += deleted
+            changes.append(delete)
     return CoordinatorResult(batch(rows, now_ms), None, lambda: _run(changes))
 
 

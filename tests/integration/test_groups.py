@@ -28,14 +28,9 @@ from contextlib import contextmanager
 import msgspec
 import pytest
 
-from logstore import Admin, Consumer, NewTopic, TopicPartition
+from logstore import Admin, Consumer, TopicPartition
 from logstore.client.consumer import ConsumerRebalanceListener
-from logstore.errors import (
-    ErrorCode,
-    FencedInstanceIdError,
-    NonEmptyGroupError,
-    UnknownTopicOrPartitionError,
-)
+from logstore.errors import ErrorCode, FencedInstanceIdError, NonEmptyGroupError
 from logstore.messages.groups import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
@@ -720,27 +715,3 @@ def test_a_static_member_replaced_by_another_instance_is_fenced(
     finally:
         new.close()
         old.close()
-
-
-def test_a_recreated_topic_is_consumed_from_its_start_and_unknown_commits_are_refused(
-        gbroker: BrokerProcess, admin: Admin) -> None:
-    """As Kafka's coordinator: deleting a topic tombstones every group's offsets for it, so a
-    topic created again under the same name is read from its first record; a commit for a
-    partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION (found by a bug hunt)."""
-    topic, group = new_topic(admin, 1), group_name()
-    admin.alter_group_offsets(group, {TopicPartition(topic, 0): 5})
-    with pytest.raises(UnknownTopicOrPartitionError, match="never-existed"):
-        admin.alter_group_offsets(group, {TopicPartition("never-existed", 0): 5})
-    with pytest.raises(UnknownTopicOrPartitionError, match="1 partition"):
-        admin.alter_group_offsets(group, {TopicPartition(topic, 9): 5})
-    with Consumer(gbroker.bootstrap, group_id=group, enable_auto_commit=False) as c, \
-            pytest.raises(UnknownTopicOrPartitionError, match="never-existed"):
-        c.commit({TopicPartition("never-existed", 3): OffsetAndMetadata(7, "")})
-    assert set(admin.list_group_offsets(group)) == {TopicPartition(topic, 0)}
-    admin.delete_topics([topic])
-    wait_for(lambda: admin.list_group_offsets(group) == {}, "the deleted topic's offsets gone")
-    admin.create_topics([NewTopic(topic, 1)])
-    produce(gbroker.bootstrap, topic, 1, 3)
-    with Consumer(gbroker.bootstrap, group_id=group, enable_auto_commit=False, **FAST) as c:
-        c.subscribe([topic])
-        assert [r.offset for r in consume(c, 3)] == [0, 1, 2]
