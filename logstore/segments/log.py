@@ -245,7 +245,6 @@ class Log:
         replay_producer_state(self._producers, self._state.segments,
                               self._state.log_start_offset, self._log_end_offset, self._schema,
                               self._tp, rebuild_from)
-        self._producers.on_log_start_offset(self._state.log_start_offset)
         self._producers.on_high_watermark(self._high_watermark)
         self._update_last_stable_offset()
 
@@ -556,7 +555,6 @@ class Log:
             if offset <= self.log_start_offset:
                 return
             self._state = SegmentList.of(self._state.segments, offset)
-            self._producers.on_log_start_offset(offset)
             self._high_watermark = max(self._high_watermark, offset)
             self._producers.on_high_watermark(self._high_watermark)
             self._update_last_stable_offset()
@@ -702,7 +700,6 @@ class Log:
             keep = segments[len(doomed):]
             lso = max(self.log_start_offset, keep[0].base_offset)
             self._state = SegmentList.of(keep, lso)
-            self._producers.on_log_start_offset(lso)
             self._high_watermark = max(self._high_watermark, lso)
             self._producers.on_high_watermark(self._high_watermark)
             self._update_last_stable_offset()

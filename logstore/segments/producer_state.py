@@ -39,9 +39,11 @@ unstable offset down as an open one does, so read_committed readers never see a 
 whose marker could still be lost with a leader change (Kafka's rule).
 
 Expiry (Kafka's, so the state and every snapshot do not grow with each short-lived producer):
-a producer with no open transaction is forgotten once its last batch (data or marker) is below
-the log start offset (``on_log_start_offset``: retention took its records), or once it wrote
-nothing for ``producer_id_expiration_ms`` (``remove_expired_producers``). Idle time is counted
+a producer with no open transaction is forgotten once it wrote nothing for
+``producer_id_expiration_ms`` (``remove_expired_producers``), never because the log start
+moved past its records: a retry of a batch whose acknowledgement was lost would then be
+taken from an unknown producer and stored twice (Kafka dropped that eviction, KIP-360).
+Idle time is counted
 on the broker's clock, not from the records' timestamps (a producer that writes old
 timestamps must not lose its duplicate detection): a producer that wrote since the last check
 is stamped with that check's time. A forgotten producer's next batch is accepted at any
@@ -364,14 +366,6 @@ class ProducerStateManager:
     def _refresh_first_unstable(self) -> None:
         firsts = [*self._ongoing.values(), *(t.first_offset for t in self._unreplicated)]
         self._first_unstable = min(firsts, default=None)
-
-    def on_log_start_offset(self, log_start_offset: int) -> int:
-        """(Under the log's lock, whenever the log start offset moves.) Forget the producers
-        with no open transaction whose last batch is below ``log_start_offset``; returns how
-        many."""
-        return self._remove([e.producer_id for e in self._producers.values()
-                             if e.txn_first_offset is None
-                             and e.last_offset < log_start_offset])
 
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
         """(Under the log's lock, periodically.) Forget the producers with no open transaction

@@ -1,13 +1,12 @@
 """Producer state expiry (``logstore/segments/producer_state.py``): a producer with no open
-transaction is forgotten once its last batch is below the log start offset, or once it wrote
-nothing for producer_id_expiration_ms; snapshots keep what expiry needs and older ones still
-load.
+transaction is forgotten once it wrote nothing for producer_id_expiration_ms (never because the
+log start passed its records); snapshots keep what expiry needs and older ones still load.
 
 Goal: every short-lived idempotent producer used to stay in the partition's state and in every
 snapshot forever (100k of them: a 23.8 MB snapshot rewritten at every roll). Method: a real
 Log in tmp_path with transactional and plain producers (tests/unit/txn_helpers.py), the log
-start moved and the clock advanced by hand; the Log tells its producer state when its log
-start moves, and the retention pass (``Log.remove_expired_producers``) expires idle ones.
+start moved and the clock advanced by hand; the retention pass (``Log.remove_expired_producers``)
+expires idle producers.
 """
 
 from __future__ import annotations
@@ -27,25 +26,20 @@ from logstore.segments import format as fmt
 EXPIRATION_MS = 60_000
 
 
-def test_producers_below_the_log_start_offset_are_forgotten_unless_their_txn_is_open(
-        tmp_path: Path) -> None:
-    """Retention took every batch of producer 1: it goes; producer 2's transaction opened
-    below the log start is still open: it stays (it pins the LSO); producer 3 wrote above the
-    log start: it stays. Producer 1 may then go on from any sequence, as an unknown one."""
+def test_a_producer_is_kept_when_the_log_start_passes_its_records(tmp_path: Path) -> None:
+    """A retry of a batch whose acknowledgement was lost must still be found a duplicate after
+    the log start moved past it (delete_records, a tiered topic's local retention): the
+    producer is not forgotten then, only when idle for producer_id_expiration_ms (Kafka's
+    KIP-360). Method: producer 1 writes 3 records, the log start moves past them, the same
+    batch is sent again."""
     clock = FakeClock()
     log = open_log(tmp_path, clock)
-    gone, open_txn, live = Producer(log, 1), Producer(log, 2), Producer(log, 3)
-    gone.send(3, transactional=False)  # offsets 0..2
-    open_txn.send(2)  # 3..4, left open
-    live.send(2, transactional=False)  # 5..6
-    log.maybe_increment_log_start_offset(5)
-    state = log.producer_state
-
-    assert sorted(e.producer_id for e in state.producers()) == [2, 3]  # the Log told it
-    assert state.open_transactions == {2: 3}
-    gone.sequence = 42
-    assert not gone.send(1, transactional=False).duplicate
-    assert state.on_log_start_offset(log.log_start_offset) == 0
+    producer = Producer(log, 1)
+    producer.send(3, transactional=False)
+    log.maybe_increment_log_start_offset(3)
+    assert [e.producer_id for e in log.producer_state.producers()] == [1]
+    producer.sequence -= 3  # the retry of the same batch
+    assert producer.send(3, transactional=False).duplicate
 
 
 def test_a_producer_idle_for_the_expiration_time_is_forgotten(tmp_path: Path) -> None:
