@@ -324,8 +324,12 @@ class LogSegment:
     @property
     def written_ms(self) -> int:
         """When the segment was last written, as its file's modification time records it
-        (``stamp_written`` sets it on the log's clock when the log rolls the segment)."""
-        return os.stat(self.path).st_mtime_ns // 1_000_000
+        (``stamp_written`` sets it on the log's clock when the log rolls the segment);
+        SegmentClosedError when retention deleted the file."""
+        try:
+            return os.stat(self.path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            raise SegmentClosedError(f"{self.path} is gone") from None
 
     def stamp_written(self, ms: int) -> None:
         """Record ``ms`` as the time the segment was last written (its file's modification

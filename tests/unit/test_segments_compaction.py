@@ -125,6 +125,29 @@ def test_retention_deleting_a_segment_under_the_cleaner_stops_the_pass_cleanly(
     assert log.compact().segments_cleaned == 1
 
 
+def test_retention_deleting_a_segment_before_the_cleaner_stats_it_stops_the_pass_cleanly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: the cleaner reads when a segment was last written from its file; a file that
+    retention unlinked meanwhile (after the cleaner chose and pinned the segment) stops the
+    pass as a changed log does, not with FileNotFoundError. Method: retention deletes the
+    first segment as the cleaner finishes collecting the latest offsets."""
+    from logstore.segments import cleaner
+
+    clock = FakeClock()
+    log = _compacted_log(tmp_path, clock)
+    latest = cleaner.latest_offsets
+
+    def then_retention(*args):  # type: ignore[no-untyped-def]
+        found = latest(*args)
+        log.maybe_increment_log_start_offset(log.segments_info()[1]["base_offset"])
+        log.delete_old_segments()
+        return found
+
+    monkeypatch.setattr(cleaner, "latest_offsets", then_retention)
+    assert log.compact().segments_cleaned == 0
+    assert not list(tmp_path.rglob("*.cleaned"))
+
+
 def test_compaction_writes_offset_deltas_and_keeps_producer_fields(tmp_path: Path) -> None:
     """Goal: a batch with holes in the middle carries offset deltas; its producer fields and
     last offset are preserved. Method: one idempotent batch with a duplicate key, compact."""
