@@ -245,10 +245,11 @@ class Broker:
             endpoint.start()
         # Before anything reads or writes them: another broker's directories are refused.
         self.log_dirs.lock()
-        self.log_dirs.check_broker_id(self.config.broker_id)
+        recorded = self.log_dirs.check_broker_id(self.config.broker_id)
         self.store.start()
         self._check_metadata_present()
-        self._set_aside_strays()
+        self._set_aside_strays(first_start=not recorded)
+        self.log_dirs.record_broker_id(self.config.broker_id)
         self.security.start()
         self.log_manager.startup()
         if self.tier is not None:
@@ -354,20 +355,40 @@ class Broker:
                 "topics. Restore the log directory holding it, or move the partition "
                 "directories away to start an empty broker")
 
-    def _set_aside_strays(self) -> None:
+    def _set_aside_strays(self, first_start: bool) -> None:
         """Partition directories the metadata does not give this broker are renamed aside
         before the log manager sees them, never deleted at start: a wrong config or a stale
-        view must not cost data."""
+        view must not cost data. On a first start with these directories (no
+        ``meta.properties`` yet: an upgrade, or a copied directory), partitions of known
+        topics that the metadata gives only to other brokers, and none to this one, mean a
+        wrong ``broker_id``: refused, naming the ids, before anything is renamed."""
         topics = self.store.topics()
+        strays: list[tuple[Path, str]] = []
+        owners: set[int] = set()
+        mine = 0
         for path in self.log_dirs.partition_dirs():
             tp = parse_partition_dir(path.name)
             assert tp is not None
             record = topics.get(tp.topic)
             if record is None:
-                self.log_dirs.set_aside(path, f"topic {tp.topic!r} is not in the metadata")
-            elif self.config.broker_id not in record.replicas.get(tp.partition, ()):
-                self.log_dirs.set_aside(path, f"the metadata does not assign {tp} to broker "
-                                              f"{self.config.broker_id}")
+                strays.append((path, f"topic {tp.topic!r} is not in the metadata"))
+                continue
+            replicas = record.replicas.get(tp.partition, ())
+            if self.config.broker_id in replicas:
+                mine += 1
+            else:
+                owners.update(replicas)
+                strays.append((path, f"the metadata does not assign {tp} to broker "
+                                     f"{self.config.broker_id}"))
+        if first_start and owners and not mine:
+            raise ConfigError(
+                f"broker_id={self.config.broker_id}, but the metadata assigns the partitions "
+                f"in log_dirs {[str(d) for d in self.log_dirs.dirs]} to broker(s) "
+                f"{sorted(owners)} and none to {self.config.broker_id}: fix broker_id (nothing "
+                "was changed), or move those directories away to start this broker without "
+                "them")
+        for path, why in strays:
+            self.log_dirs.set_aside(path, why)
 
     def _controlled_shutdown(self) -> None:
         """Ask the controller to move leadership away, until it has or the time is up."""

@@ -53,9 +53,12 @@ class LogDirs:
             lock_file.close()
         self._locks.clear()
 
-    def check_broker_id(self, broker_id: int) -> None:
+    def check_broker_id(self, broker_id: int) -> bool:
         """Refuse directories another broker id wrote (ConfigError naming the file and both
-        ids); then record ``broker_id`` in those without the file."""
+        ids); whether every directory already records ``broker_id`` (False: a first start,
+        or the first since the file was introduced; ``record_broker_id`` writes it once the
+        start's other checks passed)."""
+        known = True
         for d in self.dirs:
             recorded = read_broker_id(d / META_FILE)
             if recorded is not None and recorded != broker_id:
@@ -63,6 +66,11 @@ class LogDirs:
                     f"{d / META_FILE} records broker.id={recorded} but the config says "
                     f"broker_id={broker_id}: this log directory belongs to broker {recorded}; "
                     "fix broker_id (or log_dirs) in the broker config")
+            known = known and recorded is not None
+        return known
+
+    def record_broker_id(self, broker_id: int) -> None:
+        """Write ``broker_id`` into the directories without ``meta.properties``."""
         for d in self.dirs:
             if not (d / META_FILE).exists():
                 atomic_write(d / META_FILE, (f"version={META_VERSION}\n"

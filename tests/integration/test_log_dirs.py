@@ -75,6 +75,28 @@ def test_start_with_another_broker_id_is_refused_and_keeps_the_data(
     assert _values(broker, "keep", 2) == EXPECTED
 
 
+def test_a_first_start_with_a_wrong_broker_id_is_refused_before_anything_moves(
+        broker_factory: BrokerFactory) -> None:
+    """Goal: on the first start after an upgrade (no meta.properties yet) a broker_id that
+    the metadata assigns none of the directory's partitions to is refused naming the ids,
+    and nothing is renamed or recorded: before, every partition went -stray and
+    meta.properties recorded the wrong id, so setting it back was refused too. Method: fill
+    as broker 0, stop, remove meta.properties, start as broker 1, then as broker 0."""
+    broker = broker_factory(broker_id=0)
+    _fill(broker, "keep", 2)
+    assert broker.stop() == 0
+    (broker.log_dir / "meta.properties").unlink()
+    _rewrite(broker, broker_id=1)
+    with pytest.raises(RuntimeError, match=r"broker_id=1, but the metadata assigns the "
+                                           r"partitions .* to broker\(s\) \[0\]"):
+        broker.start()
+    assert _partition_dirs(broker.log_dir) == ["keep-0", "keep-1"]
+    assert not (broker.log_dir / "meta.properties").exists()
+    _rewrite(broker)
+    broker.start()
+    assert _values(broker, "keep", 2) == EXPECTED
+
+
 def test_reordered_or_extended_log_dirs_keep_every_partition(
         broker_factory: BrokerFactory, tmp_path: Path) -> None:
     """Goal: the embedded metadata file is found in whichever log dir holds it. Method: fill

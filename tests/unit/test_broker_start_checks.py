@@ -65,8 +65,11 @@ def test_log_dirs_lock_each_directory_and_record_the_broker_id(tmp_path: Path) -
     try:
         with pytest.raises(ConfigError, match=r"'.*/a' is in use by another running broker"):
             second.lock()
-        first.check_broker_id(3)
+        assert first.check_broker_id(3) is False  # nothing recorded yet: a first start
+        assert not (tmp_path / "a" / META_FILE).exists()
+        first.record_broker_id(3)
         assert "broker.id=3" in (tmp_path / "a" / META_FILE).read_text()
+        assert first.check_broker_id(3) is True
         with pytest.raises(ConfigError, match=r"a/meta.properties records broker.id=3 but the "
                                               r"config says broker_id=4"):
             first.check_broker_id(4)
