@@ -11,23 +11,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from logstore.broker.coordinator_log import InternalTopic, InternalTopicSpec
 from logstore.config import TopicConfig, broker_config_from_dict
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore
 from logstore.controller.store import BrokerInfo
 from logstore.controller.topics import TopicController
-from logstore.errors import ConfigError
-
-SOURCE = "conf/b.toml"
+from tests.unit.test_broker_start_checks import SOURCE
+from tests.unit.test_broker_start_checks import refused as config_refused
 
 
 def refused(raw: dict[str, object]) -> str:
-    with pytest.raises(ConfigError) as e:
-        broker_config_from_dict(raw, SOURCE)
-    assert str(e.value).startswith(f"{SOURCE}: topic_defaults: ")
-    return str(e.value)
+    """The startup error of ``raw``, which names the file and topic_defaults."""
+    message = config_refused(raw)
+    assert message.startswith(f"{SOURCE}: topic_defaults: ")
+    return message
 
 
 def test_topic_defaults_tiering_is_checked_at_startup() -> None:
