@@ -18,6 +18,7 @@ import pytest
 from logstore import Admin, Consumer, NewTopic, TopicPartition
 from logstore.controller.local import METADATA_FILE
 from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer, write_broker_toml
+from tests.helpers import wait_for
 
 RECORDS = 100
 CONSUME_TIMEOUT_S = 30.0
@@ -175,10 +176,8 @@ def test_stray_partition_is_set_aside_and_a_deleted_topic_frees_its_disk(
     assert not (broker.log_dir / "ghost-0").exists()
     with Admin(broker.bootstrap) as admin:
         admin.delete_topics(["keep"])
-    deadline = time.monotonic() + CONSUME_TIMEOUT_S
-    while _partition_dirs(broker.log_dir) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _partition_dirs(broker.log_dir) == []
+    wait_for(lambda: not _partition_dirs(broker.log_dir), "keep's directories deleted",
+             CONSUME_TIMEOUT_S)
 
 
 def test_zookeeper_mode_locks_every_log_dir_and_sets_strays_aside(
