@@ -132,6 +132,33 @@ class CoordinatorRuntime(Generic[S]):
                                     _applier(result), keys, result.producer, verify, guard)
         return result.response
 
+    def write_each(self, handler: Handler[S, R], what: str) -> Future[dict[int, R]]:
+        """Run ``handler`` as a write (merging, like an offset commit) on every partition
+        this broker leads, replaying one not loaded yet, one partition after another on a
+        thread of its own: the caller never waits on an append. The future of the responses
+        by partition; a partition whose write failed (leadership moved, the append failed,
+        a replay under way elsewhere) is logged and left out."""
+        done: Future[dict[int, R]] = Future()
+        threading.Thread(target=self._write_each, args=(handler, what, done),
+                         name=f"{self.topic}-{what}", daemon=True).start()
+        return done
+
+    def _write_each(self, handler: Handler[S, R], what: str, done: Future[dict[int, R]]
+                    ) -> None:
+        out: dict[int, R] = {}
+        try:
+            led = [p for p in range(self.num_partitions())
+                   if self._log.leader_epoch(p) is not None]
+        except ApiError as e:  # no internal topic yet: nothing to write to
+            log.info("%s: %s: no partition to write: %s", self.topic, what, e)
+            led = []
+        for partition in led:
+            try:
+                out[partition] = self.write(partition, what, handler, exclusive=False)
+            except Exception as e:  # boundary: one partition's failure must not stop the rest
+                log.warning("%s-%d: %s failed: %s", self.topic, partition, what, e)
+        done.set_result(out)
+
     def update(self, partition: int, key: Hashable, handler: Handler[S, R]) -> R:
         """Run a handler that never appends (it changes memory only), once no write of ``key``
         is in flight; it does not wait for writes of other keys."""

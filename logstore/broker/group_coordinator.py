@@ -6,7 +6,8 @@ group id is INVALID_GROUP_ID) and choosing how the runtime runs it: join, leave 
 writes that replace the group's state; an offset commit is a write that merges into it (a
 transactional one stages offsets under its producer's key, which the marker's completion, an
 update, waits for); sync and heartbeat are updates (they never append); offset fetch,
-describe and list are reads. Join
+describe and list are reads; a topic deletion is a write on every partition led here, run by
+the runtime's thread, never the caller's (``on_topics_deleted``). Join
 and sync return the futures of their long polls; every other request returns its typed
 response or raises the ApiError of the whole request. Must not: wait on the long polls or
 encode responses (``group_handlers.py`` does), or hold group rules (``groups/`` does).
@@ -14,6 +15,7 @@ encode responses (``group_handlers.py`` does), or hold group rules (``groups/`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +31,10 @@ from logstore.groups.coordinator import (
     GroupShardLoader,
     describe_group,
     list_groups,
+    no_topic_ids,
     tick,
 )
+from logstore.groups.deleted_topics import delete_topics_offsets
 from logstore.groups.offsets import partition_for
 from logstore.messages.groups import (
     GroupDescription,
@@ -71,11 +75,15 @@ class GroupCoordinatorStats:
 class GroupCoordinatorService:
     """Thread-safe: the runtime serializes what must be."""
 
-    def __init__(self, offsets_log: CoordinatorLog, config: GroupConfig, clock: Clock) -> None:
+    def __init__(self, offsets_log: CoordinatorLog, config: GroupConfig, clock: Clock, *,
+                 topic_id_of: Callable[[str], str | None] = no_topic_ids) -> None:
+        """``topic_id_of``: a topic's current id as this broker's metadata has it (None: a
+        topic it does not know, perhaps not yet); recorded with a commit that brings no id,
+        and offset fetch hides an offset recorded under another id than the current one."""
         self.config = config
         self.stats = GroupCoordinatorStats()
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
-            OFFSETS_TOPIC, offsets_log, GroupShardLoader(config), clock)
+            OFFSETS_TOPIC, offsets_log, GroupShardLoader(config, topic_id_of), clock)
 
     def partition(self, group_id: str) -> int:
         if not group_id:
@@ -148,6 +156,21 @@ class GroupCoordinatorService:
     def delete_group(self, group_id: str) -> None:
         self.runtime.write(self.partition(group_id), group_id,
                            lambda shard, now: commits.delete_group(shard, group_id, now))
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def on_topics_deleted(self, topics: Mapping[str, str]) -> None:
+        """``topics`` (name -> id of the incarnation deleted) are gone: tombstone their
+        committed offsets on every offsets partition this broker leads. Never waits: the
+        runtime appends them on a thread of its own (``delete_topics_offsets``)."""
+        self.delete_topics_offsets(topics)
+
+    def delete_topics_offsets(self, topics: Mapping[str, str]) -> Future[dict[int, int]]:
+        """As ``on_topics_deleted``; the future of how many offsets each partition
+        tombstoned (tests wait on it)."""
+        deleted = dict(topics)
+        return self.runtime.write_each(
+            lambda shard, now: delete_topics_offsets(shard, deleted, now), "topic-deletion")
 
     # -- time --------------------------------------------------------------------------------
 

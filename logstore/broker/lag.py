@@ -274,12 +274,16 @@ class GroupLag:
 
 
 def _all_offsets(shard: GroupCoordinatorShard) -> list[Committed]:
-    return [(group, tp, om.offset) for group, offsets in shard.offsets.items()
-            for tp, om in offsets.items() if om.offset >= 0]
+    return [c for group in list(shard.offsets) for c in _visible(shard, group)]
 
 
 def _group_offsets(shard: GroupCoordinatorShard, group_id: str) -> list[Committed]:
     if group_id not in shard.groups and group_id not in shard.offsets:
         raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
-    return [(group_id, tp, om.offset) for tp, om in shard.offsets.get(group_id, {}).items()
+    return _visible(shard, group_id)
+
+
+def _visible(shard: GroupCoordinatorShard, group_id: str) -> list[Committed]:
+    """The group's offsets an offset fetch answers (none of a deleted topic's)."""
+    return [(group_id, tp, om.offset) for tp, om in shard.visible_offsets(group_id).items()
             if om.offset >= 0]

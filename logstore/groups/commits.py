@@ -24,7 +24,7 @@ from logstore.errors import (
 )
 from logstore.groups.assignors import COOPERATIVE, REBALANCE_PROTOCOL
 from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
-from logstore.groups.offsets import offset_key, offset_value, set_committed
+from logstore.groups.offsets import StoredOffset, offset_key, offset_value
 from logstore.groups.state import Group, Member
 from logstore.messages import error_kw
 from logstore.messages.groups import (
@@ -35,7 +35,7 @@ from logstore.messages.groups import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from logstore.model import OffsetAndMetadata, TopicPartition
+from logstore.model import TopicPartition
 
 
 def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms: int
@@ -47,13 +47,16 @@ def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms
     group = existing or Group(req.group_id, now_ms)
     member = group.check_commit(req.member_id, req.generation_id, req.group_instance_id)
     owned = committable(group, member)
+    entries = {TopicPartition(e.topic, e.partition): e for e in req.offsets}
+    ids = shard.topic_ids(tp.topic for tp, e in entries.items() if e.topic_id is None)
     results, valid = [], []
-    for tp, e in {TopicPartition(e.topic, e.partition): e for e in req.offsets}.items():
+    for tp, e in entries.items():
         error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id)
         results.append(OffsetCommitResult(topic=e.topic, partition=e.partition,
                                           **error_kw(error)))
         if error is None:
-            valid.append((tp, OffsetAndMetadata(e.offset, e.metadata, now_ms)))
+            valid.append((tp, StoredOffset(e.offset, e.metadata, now_ms,
+                                           e.topic_id or ids[tp.topic])))
     response = OffsetCommitResponse(offsets=results)
     if not valid:
         return CoordinatorResult.answer(
@@ -65,7 +68,7 @@ def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms
     def merge(position: int) -> None:
         if existing is None:
             shard.installer(group)()
-        set_committed(shard.offsets, shard.positions, req.group_id, dict(valid), position)
+        shard.committed.commit(req.group_id, dict(valid), position)
         shard.group(req.group_id).touch(req.member_id, now_ms)
     return CoordinatorResult(batch(rows, now_ms), response, apply_at=merge)
 
@@ -107,7 +110,7 @@ def offset_fetch(shard: GroupCoordinatorShard, req: OffsetFetchRequest) -> Offse
     if req.require_stable:
         check_stable(shard, req.group_id, None if req.partitions is None else [
             TopicPartition(p.topic, p.partition) for p in req.partitions])
-    committed = shard.offsets.get(req.group_id, {})
+    committed = shard.visible_offsets(req.group_id)
     if req.partitions is None:
         found = dict(committed)
     else:
@@ -140,5 +143,6 @@ def delete_group(shard: GroupCoordinatorShard, group_id: str, now_ms: int
     if group.members:
         raise NonEmptyGroupError(f"group {group_id!r} has {len(group.members)} active "
                                  "member(s); it can only be deleted when empty")
-    rows, delete = shard.deletion(group_id, list(shard.offsets.get(group_id, {})))
+    rows, delete = shard.deletion(group_id, sorted(
+        shard.offsets.get(group_id, {}).keys() | shard.committed.staged_keys(group_id)))
     return CoordinatorResult(batch(rows, now_ms), None, delete)

@@ -32,24 +32,32 @@ import pyarrow as pa
 from logstore.coordinator import Completions, CoordinatorResult, LoggedBatch
 from logstore.errors import GroupIdNotFoundError, NotCoordinatorError
 from logstore.groups.offsets import (
-    CommitPositions,
+    CommittedOffsets,
+    GroupOffsets,
     GroupRecord,
     LoadedGroups,
     PendingTxnOffsets,
-    drop_committed,
+    StoredOffset,
     encode_batch,
     group_key,
     offset_key,
 )
 from logstore.groups.state import Group, GroupState
 from logstore.messages.groups import GroupDescription, GroupListing, MemberDescription
-from logstore.model import OFFSETS_TOPIC, SINK_PROGRESS_TOPIC, OffsetAndMetadata, TopicPartition
+from logstore.model import OFFSETS_TOPIC, SINK_PROGRESS_TOPIC, TopicPartition
 
 log = logging.getLogger(__name__)
 
 MINUTE_MS = 60_000
 R = TypeVar("R")
 Rows = list[tuple[bytes, bytes | None]]
+# The current id of a topic as this broker's metadata has it (None: a topic it does not know,
+# perhaps not yet); read by commits without an id and by offset fetches.
+TopicIdOf = Callable[[str], str | None]
+
+
+def no_topic_ids(_topic: str) -> str | None:
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,10 +82,41 @@ class GroupCoordinatorShard:
     partition: int
     config: GroupConfig
     groups: dict[str, Group] = field(default_factory=dict)
-    offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
+    committed: CommittedOffsets = field(default_factory=CommittedOffsets)
     persisted: dict[str, int] = field(default_factory=dict)  # group -> generation in the log
-    pending_txn: PendingTxnOffsets = field(default_factory=dict)  # undecided txn offsets
-    positions: CommitPositions = field(default_factory=dict)  # where ``offsets`` are logged
+    topic_id_of: TopicIdOf = no_topic_ids
+
+    @property
+    def offsets(self) -> GroupOffsets:
+        """Every group's committed offsets (change them through ``committed``)."""
+        return self.committed.offsets
+
+    @property
+    def pending_txn(self) -> PendingTxnOffsets:
+        """Offsets staged by transactions not decided yet."""
+        return self.committed.pending
+
+    def visible_offsets(self, group_id: str) -> dict[TopicPartition, StoredOffset]:
+        """The group's committed offsets a fetch answers: all but those committed for another
+        topic id than the topic's current one (a topic deleted and recreated under the same
+        name, whose old offsets this coordinator never tombstoned: it did not lead the
+        partition, or was down, when the topic was deleted). An offset of a topic whose
+        current id is unknown here, or recorded with none, is shown as before ids."""
+        ids: dict[str, str | None] = {}
+        out = {}
+        for tp, so in self.offsets.get(group_id, {}).items():
+            if so.topic_id is not None:
+                if tp.topic not in ids:
+                    ids[tp.topic] = self.topic_id_of(tp.topic)
+                current = ids[tp.topic]
+                if current is not None and current != so.topic_id:
+                    continue
+            out[tp] = so
+        return out
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
+        """The current id of each topic, looked up once."""
+        return {t: self.topic_id_of(t) for t in set(topics)}
 
     def group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -115,24 +154,23 @@ class GroupCoordinatorShard:
             completions.fire()
         return install
 
-    def deletion(self, group_id: str, tps: list[TopicPartition]
-                 ) -> tuple[Rows, Callable[[], None]]:
-        """Tombstones for ``tps`` and, when no offsets remain, for the group itself; and the
-        matching change."""
+    def deletion(self, group_id: str, tps: list[TopicPartition], *, drop_group: bool = True,
+                 why: str = "") -> tuple[Rows, Callable[[], None]]:
+        """Tombstones for ``tps`` and, when no offsets remain and ``drop_group``, for the
+        group itself; and the matching change."""
         remaining = set(self.offsets.get(group_id, {})) - set(tps)
+        drop_group = drop_group and not remaining
         rows: Rows = [(offset_key(group_id, tp), None) for tp in tps]
-        if not remaining:
+        if drop_group:
             rows.append((group_key(group_id), None))
 
         def delete() -> None:
-            drop_committed(self.offsets, self.positions, group_id, tps)
-            if not remaining:
-                self.offsets.pop(group_id, None)
-                self.positions.pop(group_id, None)
+            self.committed.drop(group_id, tps)
+            if drop_group:
                 self.groups.pop(group_id, None)
                 self.persisted.pop(group_id, None)
-            log.info("group %s: deleted %d offset(s)%s", group_id, len(tps),
-                     "" if remaining else " and the group")
+            log.info("group %s: deleted %d offset(s)%s%s", group_id, len(tps),
+                     f" {why}" if why else "", " and the group" if drop_group else "")
         return rows, delete
 
 
@@ -144,19 +182,21 @@ def batch(rows: Rows, now_ms: int) -> list[pa.RecordBatch]:
 class GroupShardLoader:
     """Builds a partition's shard from its log, and gives one up (``ShardLoader``)."""
 
-    def __init__(self, config: GroupConfig) -> None:
+    def __init__(self, config: GroupConfig, topic_id_of: TopicIdOf = no_topic_ids) -> None:
         self.config = config
+        self.topic_id_of = topic_id_of
 
     def load(self, partition: int, leader_epoch: int, batches: Iterable[LoggedBatch],
              now_ms: int) -> GroupCoordinatorShard:
         loaded = LoadedGroups()
         for b in batches:
             loaded.apply_logged(b)
-        shard = GroupCoordinatorShard(partition, self.config, offsets=loaded.offsets,
-                                      pending_txn=loaded.pending, positions=loaded.positions)
-        for group_id in set(loaded.offsets) | set(loaded.groups):
+        shard = GroupCoordinatorShard(partition, self.config, committed=loaded.committed,
+                                      topic_id_of=self.topic_id_of)
+        for group_id in set(loaded.committed.offsets) | set(loaded.groups):
             record = loaded.groups.get(group_id)
-            stamps = [o.commit_timestamp for o in loaded.offsets.get(group_id, {}).values()]
+            stamps = [o.commit_timestamp
+                      for o in loaded.committed.offsets.get(group_id, {}).values()]
             group = Group(group_id, max(stamps, default=now_ms),
                           record.generation_id if record else 0,
                           record.protocol_type if record else None)
@@ -226,9 +266,11 @@ def _tick_group(shard: GroupCoordinatorShard, group: Group, now_ms: int
         retention = shard.config.offsets_retention_ms
         committed = shard.offsets.get(group.group_id, {})
         # A sink's progress record never expires: without it, a batch Spark replays after
-        # a restart would be published a second time.
+        # a restart would be published a second time. Nor does one an open transaction
+        # staged a new offset for (as in Kafka): its tombstone would drop that offset too.
+        staged = shard.committed.staged_keys(group.group_id)
         old = [tp for tp, om in committed.items() if now_ms - om.commit_timestamp >= retention
-               and tp.topic != SINK_PROGRESS_TOPIC]
+               and tp.topic != SINK_PROGRESS_TOPIC and tp not in staged]
         if old or not committed:
             deleted, delete = shard.deletion(group.group_id, old)
             rows += deleted

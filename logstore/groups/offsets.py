@@ -6,26 +6,31 @@ snapshot. Records (default topic schema, JSON bytes):
 
 | key                                   | value                                                 |
 |---------------------------------------|-------------------------------------------------------|
-| ``["offset", group, topic, partition]`` | ``{"offset", "metadata", "commit_timestamp"}``, null = deleted |
+| ``["offset", group, topic, partition]`` | ``{"offset", "metadata", "commit_timestamp", "topic_id"?}``, null = deleted |
 | ``["group", group]``                    | ``{"protocol_type", "generation", "protocol", "leader"}``, null = deleted |
 
 Keys are compact JSON arrays, so equal (group, topic, partition) give equal bytes and
-compaction keeps the latest record per key; a null value is a tombstone. Offsets committed
-inside a transaction are the producer's transactional batch of offset records: they count
-once the producer's COMMIT marker follows, and never after an ABORT; and, as in Kafka
+compaction keeps the latest record per key; a null value is a tombstone. ``topic_id`` is the
+id of the topic the offset was committed for (absent in records written before ids were
+recorded, or when no one knew it): a topic deleted and recreated under the same name has
+another id, so its old offsets can be told from the new ones (``StoredOffset``). Offsets
+committed inside a transaction are the producer's transactional batch of offset records: they
+count once the producer's COMMIT marker follows, and never after an ABORT; and, as in Kafka
 (``completePendingTxnOffsetCommit``), a committed transaction's offset for a partition
 replaces the committed one only if its record lies after that one's in the log: a plain commit
-appended between the transaction's offset batch and its marker wins. So every committed offset
-keeps its position (``CommitPositions``: the offset of the batch that holds its record), both
-in a replay and in the running coordinator, and both apply the same rules (``set_committed``,
-``commit_txn_offsets``, ``drop_committed``). Must not: do I/O (the coordinator reads and
-appends the partition) or know the group protocol.
+appended between the transaction's offset batch and its marker wins; a tombstone drops what
+open transactions staged for its key too (as Kafka's coordinator replays one), so a later
+COMMIT never brings back a deleted offset. So every committed offset keeps its position
+(``CommitPositions``: the offset of the batch that holds its record), both in a replay and in
+the running coordinator, and both apply the same rules (``CommittedOffsets``). Must not: do
+I/O (the coordinator reads and appends the partition) or know the group protocol.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import pyarrow as pa
@@ -52,9 +57,26 @@ def group_key(group_id: str) -> bytes:
     return orjson.dumps([GROUP_KEY, group_id])
 
 
-def offset_value(om: OffsetAndMetadata) -> bytes:
-    return orjson.dumps({"offset": om.offset, "metadata": om.metadata,
-                         "commit_timestamp": om.commit_timestamp})
+class StoredOffset(NamedTuple):
+    """A committed offset as the log holds it: ``OffsetAndMetadata``'s fields and the id of
+    the topic it was committed for (None: a record from before ids were recorded, or a commit
+    whose topic neither the client nor the coordinator knew an id of)."""
+
+    offset: int
+    metadata: str = ""
+    commit_timestamp: int = -1
+    topic_id: str | None = None
+
+    def as_committed(self) -> OffsetAndMetadata:
+        return OffsetAndMetadata(self.offset, self.metadata, self.commit_timestamp)
+
+
+def offset_value(om: OffsetAndMetadata | StoredOffset) -> bytes:
+    value: dict[str, Any] = {"offset": om.offset, "metadata": om.metadata,
+                             "commit_timestamp": om.commit_timestamp}
+    if isinstance(om, StoredOffset) and om.topic_id is not None:
+        value["topic_id"] = om.topic_id
+    return orjson.dumps(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,89 +100,151 @@ def encode_batch(rows: list[tuple[bytes, bytes | None]], now_ms: int) -> pa.Reco
 
 # Offsets committed inside a producer's transaction and not decided yet:
 # producer id -> offset of the batch that staged them -> group -> partition -> offset.
-GroupOffsets = dict[str, dict[TopicPartition, OffsetAndMetadata]]
+GroupOffsets = dict[str, dict[TopicPartition, StoredOffset]]
 PendingTxnOffsets = dict[int, dict[int, GroupOffsets]]
 # Where each committed offset's record is: group -> partition -> log offset of its batch.
 CommitPositions = dict[str, dict[TopicPartition, int]]
+# Which groups hold committed offsets of a topic: topic -> group -> partitions.
+TopicIndex = dict[str, dict[str, set[int]]]
 
 
-def set_committed(offsets: GroupOffsets, positions: CommitPositions, group_id: str,
-                  committed: dict[TopicPartition, OffsetAndMetadata], position: int) -> None:
-    """A plain commit whose batch is at ``position``: its offsets replace the group's (plain
-    commits are applied in log order, so the latest record always wins)."""
-    offsets.setdefault(group_id, {}).update(committed)
-    positions.setdefault(group_id, {}).update(dict.fromkeys(committed, position))
+@dataclass
+class CommittedOffsets:
+    """The committed offsets of one offsets partition's groups (with where each record is,
+    and an index by topic, so a topic's deletion reads only the groups that committed it),
+    and the offsets open transactions staged. Every change goes through these methods, live
+    and in a replay alike, so both keep the same state and the index never drifts."""
 
+    offsets: GroupOffsets = field(default_factory=dict)
+    positions: CommitPositions = field(default_factory=dict)
+    pending: PendingTxnOffsets = field(default_factory=dict)
+    by_topic: TopicIndex = field(default_factory=dict)
 
-def commit_txn_offsets(offsets: GroupOffsets, positions: CommitPositions,
-                       decided: list[tuple[int, GroupOffsets]]) -> None:
-    """A transaction's COMMIT: each offset it staged (``decided``: the batches' positions
-    and offsets, in log order, as ``take_decided`` returns them) replaces the group's
-    committed offset only if its record is later in the log than the committed one's (or
-    there is none): a plain commit appended after the transaction's offsets, before its
-    marker, is newer and stays. Kafka's rule, live and on replay."""
-    for position, staged in decided:
-        for group_id, by_tp in staged.items():
-            committed = offsets.setdefault(group_id, {})
-            at = positions.setdefault(group_id, {})
-            for tp, om in by_tp.items():
-                if at.get(tp, -1) < position:
-                    committed[tp], at[tp] = om, position
+    def commit(self, group_id: str, committed: dict[TopicPartition, StoredOffset],
+            position: int) -> None:
+        """A plain commit whose batch is at ``position``: its offsets replace the group's
+        (plain commits are applied in log order, so the latest record always wins)."""
+        if not committed:
+            return
+        self.offsets.setdefault(group_id, {}).update(committed)
+        self.positions.setdefault(group_id, {}).update(dict.fromkeys(committed, position))
+        for tp in committed:
+            self.by_topic.setdefault(tp.topic, {}).setdefault(group_id, set()).add(tp.partition)
 
+    def stage(self, producer_id: int, batch_offset: int, offsets: GroupOffsets) -> None:
+        """Record the offsets a producer's transactional batch at ``batch_offset`` staged."""
+        staged = self.pending.setdefault(producer_id, {}).setdefault(batch_offset, {})
+        for group_id, by_tp in offsets.items():
+            staged.setdefault(group_id, {}).update(by_tp)
 
-def drop_committed(offsets: GroupOffsets, positions: CommitPositions, group_id: str,
-                   tps: list[TopicPartition]) -> None:
-    """Tombstones for ``tps``: their committed offsets (and positions) are gone."""
-    for tp in tps:
-        offsets.get(group_id, {}).pop(tp, None)
-        positions.get(group_id, {}).pop(tp, None)
+    def take_decided(self, producer_id: int, marker_offset: int
+                     ) -> list[tuple[int, GroupOffsets]]:
+        """Remove and return, in log order, the offsets the producer's marker at
+        ``marker_offset`` decides, each with the offset of the batch that staged it: those
+        its batches staged before the marker (Kafka's rule; a batch after it belongs to the
+        producer's next transaction)."""
+        batches = self.pending.get(producer_id, {})
+        decided = sorted(o for o in batches if o < marker_offset)
+        taken = [(o, batches.pop(o)) for o in decided]
+        if not batches:
+            self.pending.pop(producer_id, None)
+        return taken
 
+    def commit_txn(self, decided: list[tuple[int, GroupOffsets]]) -> None:
+        """A transaction's COMMIT: each offset it staged (``decided``, as ``take_decided``
+        returns them) replaces the group's committed offset only if its record is later in
+        the log than the committed one's (or there is none): a plain commit appended after
+        the transaction's offsets, before its marker, is newer and stays. Kafka's rule, live
+        and on replay."""
+        for position, staged in decided:
+            for group_id, by_tp in staged.items():
+                at = self.positions.get(group_id, {})
+                newer = {tp: so for tp, so in by_tp.items() if at.get(tp, -1) < position}
+                self.commit(group_id, newer, position)
 
-def stage_txn_offsets(pending: PendingTxnOffsets, producer_id: int, batch_offset: int,
-                      offsets: GroupOffsets) -> None:
-    """Record the offsets a producer's transactional batch at ``batch_offset`` staged."""
-    staged = pending.setdefault(producer_id, {}).setdefault(batch_offset, {})
-    for group_id, by_tp in offsets.items():
-        staged.setdefault(group_id, {}).update(by_tp)
+    def drop(self, group_id: str, tps: Iterable[TopicPartition]) -> None:
+        """Tombstones for ``tps``: their committed offsets are gone, and so is what open
+        transactions staged for them (staged before the tombstone, which is later in the
+        log: as Kafka's coordinator replays a tombstone), so no later COMMIT brings them
+        back."""
+        committed = self.offsets.get(group_id, {})
+        at = self.positions.get(group_id, {})
+        gone = set(tps)
+        for tp in gone:
+            committed.pop(tp, None)
+            at.pop(tp, None)
+            self._unindex(group_id, tp)
+        if not committed:
+            self.offsets.pop(group_id, None)
+            self.positions.pop(group_id, None)
+        self._drop_staged(group_id, gone)
 
+    def of_topic(self, topic: str) -> list[tuple[str, TopicPartition, StoredOffset]]:
+        """Every committed offset of ``topic`` (through the index)."""
+        return [(group_id, TopicPartition(topic, p), self.offsets[group_id][
+                    TopicPartition(topic, p)])
+                for group_id, partitions in self.by_topic.get(topic, {}).items()
+                for p in sorted(partitions)]
 
-def take_decided(pending: PendingTxnOffsets, producer_id: int, marker_offset: int
-                 ) -> list[tuple[int, GroupOffsets]]:
-    """Remove and return, in log order, the offsets the producer's marker at
-    ``marker_offset`` decides, each with the offset of the batch that staged it: those its
-    batches staged before the marker (Kafka's rule; a batch after it belongs to the
-    producer's next transaction)."""
-    batches = pending.get(producer_id, {})
-    decided = sorted(o for o in batches if o < marker_offset)
-    taken = [(o, batches.pop(o)) for o in decided]
-    if not batches:
-        pending.pop(producer_id, None)
-    return taken
+    def staged_of_topic(self, topic: str) -> list[tuple[str, TopicPartition, StoredOffset]]:
+        """Every offset of ``topic`` open transactions staged (a scan: only open
+        transactions' offsets are pending)."""
+        return [(group_id, tp, so) for batches in self.pending.values()
+                for groups in batches.values() for group_id, by_tp in groups.items()
+                for tp, so in by_tp.items() if tp.topic == topic]
+
+    def staged_keys(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions open transactions staged offsets for."""
+        return {tp for batches in self.pending.values() for groups in batches.values()
+                for tp in groups.get(group_id, {})}
+
+    def _unindex(self, group_id: str, tp: TopicPartition) -> None:
+        groups = self.by_topic.get(tp.topic, {})
+        partitions = groups.get(group_id, set())
+        partitions.discard(tp.partition)
+        if not partitions:
+            groups.pop(group_id, None)
+        if not groups:
+            self.by_topic.pop(tp.topic, None)
+
+    def _drop_staged(self, group_id: str, tps: set[TopicPartition]) -> None:
+        for producer_id, batches in list(self.pending.items()):
+            for batch_offset, groups in list(batches.items()):
+                by_tp = groups.get(group_id)
+                if by_tp is None:
+                    continue
+                for tp in tps & by_tp.keys():
+                    del by_tp[tp]
+                if not by_tp:
+                    del groups[group_id]
+                if not groups:
+                    del batches[batch_offset]
+            if not batches:
+                del self.pending[producer_id]
 
 
 @dataclass
 class LoadedGroups:
     """The state of one offsets partition after replay: latest record per key wins; offsets a
-    transaction committed wait in ``pending`` until its marker (COMMIT applies those whose
-    record is newer than the committed one's, ABORT drops them)."""
+    transaction committed wait in ``committed.pending`` until its marker (COMMIT applies
+    those whose record is newer than the committed one's, ABORT drops them); a tombstone
+    drops a key's committed offset and what open transactions staged for it."""
 
-    offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
+    committed: CommittedOffsets = field(default_factory=CommittedOffsets)
     groups: dict[str, GroupRecord] = field(default_factory=dict)
-    pending: PendingTxnOffsets = field(default_factory=dict)
-    positions: CommitPositions = field(default_factory=dict)
 
     def apply_logged(self, logged: LoggedBatch) -> None:
         if logged.marker is not None:
-            decided = take_decided(self.pending, logged.producer_id, logged.offset)
+            decided = self.committed.take_decided(logged.producer_id, logged.offset)
             if logged.marker is ControlType.COMMIT:
-                commit_txn_offsets(self.offsets, self.positions, decided)
+                self.committed.commit_txn(decided)
         elif logged.transactional:
             into: GroupOffsets = {}
             for key, value in _rows(logged.records):
-                group_id, tp, om = _offset_entry(key, value)
-                if om is not None:
-                    into.setdefault(group_id, {})[tp] = om
-            stage_txn_offsets(self.pending, logged.producer_id, logged.offset, into)
+                group_id, tp, so = _offset_entry(key, value)
+                if so is not None:
+                    into.setdefault(group_id, {})[tp] = so
+            self.committed.stage(logged.producer_id, logged.offset, into)
         else:
             self.apply_batch(logged.records, logged.offset)
 
@@ -172,11 +256,11 @@ class LoadedGroups:
     def apply(self, key: bytes, value: bytes | None, position: int) -> None:
         parsed: list[Any] = orjson.loads(key)
         if parsed[0] == OFFSET_KEY:
-            group_id, tp, om = _offset_entry(key, value)
-            if om is None:
-                drop_committed(self.offsets, self.positions, group_id, [tp])
+            group_id, tp, so = _offset_entry(key, value)
+            if so is None:
+                self.committed.drop(group_id, [tp])
             else:
-                set_committed(self.offsets, self.positions, group_id, {tp: om}, position)
+                self.committed.commit(group_id, {tp: so}, position)
         elif parsed[0] == GROUP_KEY:
             if value is None:
                 self.groups.pop(parsed[1], None)
@@ -193,12 +277,13 @@ def _rows(batch: pa.RecordBatch) -> list[tuple[bytes, bytes | None]]:
 
 
 def _offset_entry(key: bytes, value: bytes | None
-                  ) -> tuple[str, TopicPartition, OffsetAndMetadata | None]:
-    """(group, partition, offset or None for a tombstone) of an offset record."""
+                  ) -> tuple[str, TopicPartition, StoredOffset | None]:
+    """(group, partition, offset or None for a tombstone) of an offset record (one written
+    before topic ids were recorded has none)."""
     parsed: list[Any] = orjson.loads(key)
     tp = TopicPartition(parsed[2], parsed[3])
     if value is None:
         return parsed[1], tp, None
     v = orjson.loads(value)
-    return parsed[1], tp, OffsetAndMetadata(v["offset"], v.get("metadata", ""),
-                                            v.get("commit_timestamp", -1))
+    return parsed[1], tp, StoredOffset(v["offset"], v.get("metadata", ""),
+                                       v.get("commit_timestamp", -1), v.get("topic_id"))

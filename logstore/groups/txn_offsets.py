@@ -18,13 +18,7 @@ from __future__ import annotations
 from logstore.coordinator import CoordinatorResult, TxnProducer
 from logstore.groups.commits import commit_error, committable
 from logstore.groups.coordinator import GroupCoordinatorShard, Rows, batch
-from logstore.groups.offsets import (
-    commit_txn_offsets,
-    offset_key,
-    offset_value,
-    stage_txn_offsets,
-    take_decided,
-)
+from logstore.groups.offsets import StoredOffset, offset_key, offset_value
 from logstore.groups.state import Group
 from logstore.messages import error_kw
 from logstore.messages.transactions import (
@@ -32,7 +26,7 @@ from logstore.messages.transactions import (
     TxnOffsetCommitResponse,
     TxnPartitionResult,
 )
-from logstore.model import OffsetAndMetadata, TopicPartition
+from logstore.model import TopicPartition
 
 
 def txn_offset_commit(shard: GroupCoordinatorShard, req: TxnOffsetCommitRequest, now_ms: int
@@ -42,21 +36,23 @@ def txn_offset_commit(shard: GroupCoordinatorShard, req: TxnOffsetCommitRequest,
     group = shard.groups.get(req.group_id) or Group(req.group_id, now_ms)
     member = group.check_commit(req.member_id, req.generation_id)
     owned = committable(group, member)
+    entries = {TopicPartition(e.topic, e.partition): e for e in req.offsets}
+    ids = shard.topic_ids(tp.topic for tp, e in entries.items() if e.topic_id is None)
     results, valid = [], []
-    for tp, e in {TopicPartition(e.topic, e.partition): e for e in req.offsets}.items():
+    for tp, e in entries.items():
         error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id)
         results.append(TxnPartitionResult(topic=e.topic, partition=e.partition,
                                           **error_kw(error)))
         if error is None:
-            valid.append((tp, OffsetAndMetadata(e.offset, e.metadata, now_ms)))
+            valid.append((tp, StoredOffset(e.offset, e.metadata, now_ms,
+                                           e.topic_id or ids[tp.topic])))
     response = TxnOffsetCommitResponse(results=results)
     if not valid:
         return CoordinatorResult.answer(response)
     rows: Rows = [(offset_key(req.group_id, tp), offset_value(om)) for tp, om in valid]
 
     def stage(batch_offset: int) -> None:
-        stage_txn_offsets(shard.pending_txn, req.producer_id, batch_offset,
-                          {req.group_id: dict(valid)})
+        shard.committed.stage(req.producer_id, batch_offset, {req.group_id: dict(valid)})
         known = shard.groups.get(req.group_id)
         if known is not None:
             known.touch(req.member_id, now_ms)
@@ -70,7 +66,7 @@ def complete_txn(shard: GroupCoordinatorShard, producer_id: int, committed: bool
     """The producer's marker at ``marker_offset`` is in the log: apply (COMMIT) or drop
     (ABORT) the offsets its batches staged before it; the response is how many offsets were
     decided. A committed offset replaces the group's only where no plain commit was appended
-    after the batch that staged it (``commit_txn_offsets``). Offsets staged after the marker
+    after the batch that staged it (``CommittedOffsets.commit_txn``). Offsets staged after the marker
     (the producer's next transaction) stay pending for their own marker, however late this
     completion runs."""
     before = shard.pending_txn.get(producer_id, {})
@@ -78,11 +74,11 @@ def complete_txn(shard: GroupCoordinatorShard, producer_id: int, committed: bool
                 for offsets in staged.values())
 
     def apply() -> None:
-        decided = take_decided(shard.pending_txn, producer_id, marker_offset)
+        decided = shard.committed.take_decided(producer_id, marker_offset)
         if not committed:
             return
         for group_id in {g for _, staged in decided for g in staged}:
             if group_id not in shard.groups:
                 shard.installer(Group(group_id, now_ms))()
-        commit_txn_offsets(shard.offsets, shard.positions, decided)
+        shard.committed.commit_txn(decided)
     return CoordinatorResult.answer(count, apply)

@@ -152,6 +152,10 @@ class OffsetCommitEntry(Message, frozen=True, kw_only=True):
     partition: PartitionId
     offset: Int64  # negative is OFFSET_OUT_OF_RANGE for that partition
     metadata: str = ""
+    # The id of the topic the offset is for (its metadata's ``topic_id``), recorded with it
+    # so the offsets of a deleted topic are told from those of one recreated under its name;
+    # None (a client that does not send it): the coordinator's current id of the topic.
+    topic_id: str | None = None
 
 
 class OffsetCommitResult(ErrorFields, frozen=True, kw_only=True):

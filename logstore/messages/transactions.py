@@ -95,6 +95,7 @@ class TxnOffsetCommitEntry(Message, frozen=True, kw_only=True):
     partition: PartitionId
     offset: Int64
     metadata: str = ""
+    topic_id: str | None = None  # as in OffsetCommitEntry: None, the coordinator's current id
 
 
 class TxnOffsetCommitResponse(ErrorFields, frozen=True, kw_only=True):
