@@ -272,12 +272,16 @@ class GroupMember:
     # -- offsets -----------------------------------------------------------------------------
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata], as_member: bool) -> None:
+        """Commit ``offsets``, each with its topic's id as this client's metadata knows it
+        (the coordinator records it, so a deleted topic's offsets are told from those of one
+        recreated under its name; unknown here: the coordinator's)."""
         request = OffsetCommitRequest(
             group_id=self.settings.group_id, member_id=self.member_id if as_member else "",
             generation_id=self.generation_id if as_member else -1,
             group_instance_id=self.settings.group_instance_id if as_member else None,
             offsets=[OffsetCommitEntry(topic=tp.topic, partition=tp.partition,
-                                       offset=om.offset, metadata=om.metadata)
+                                       offset=om.offset, metadata=om.metadata,
+                                       topic_id=self._metadata.known_topic_id(tp.topic))
                      for tp, om in offsets.items()])
         try:
             response = self.call(request)

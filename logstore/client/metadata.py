@@ -161,6 +161,13 @@ class ClusterMetadata:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         return info
 
+    def known_topic_id(self, name: str) -> str | None:
+        """The topic's id as the last refresh saw it, without asking a broker (None: not
+        known here, or from a broker that sends none)."""
+        with self._lock:
+            info = self._topics.get(name)
+        return None if info is None else info.topic_id
+
     def leader(self, tp: TopicPartition) -> int:
         return self.leader_partition(tp).leader
 

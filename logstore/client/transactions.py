@@ -255,7 +255,8 @@ class TransactionManager:
             generation_id=group.generation_id, member_id=group.member_id,
             group_instance_id=group.group_instance_id,
             offsets=[TxnOffsetCommitEntry(topic=tp.topic, partition=tp.partition,
-                                          offset=om.offset, metadata=om.metadata)
+                                          offset=om.offset, metadata=om.metadata,
+                                          topic_id=self._metadata.known_topic_id(tp.topic))
                      for tp, om in offsets.items()]), group_coordinator)
 
     @property
