@@ -3,21 +3,24 @@
 Owns: the groups and committed offsets of one partition (``GroupCoordinatorShard``), building
 them by replaying the partition (``GroupShardLoader``), the rules every handler shares (a group
 changes on a copy, installed once its new generation is durable), the admin reads (list,
-describe) and the background tick (session expiry, delayed joins, offset expiry of long-empty
-groups). The handlers of the group API live beside it, split by API: ``membership.py`` (join,
-sync, heartbeat, leave), ``commits.py`` (offset commit and fetch, delete) and
-``txn_offsets.py`` (offsets committed inside a transaction, applied or dropped by its
-marker). Every handler
-takes the shard, a typed request and ``now_ms`` and returns a ``CoordinatorResult``: records to
-append, the response, and the change to apply once the records are acknowledged; a refused
-request raises its ApiError and changes nothing.
+describe), which committed offsets a fetch shows (not those recorded for another incarnation
+of their topic than the current one, as ``topic_id_of`` reports it: ``visible_offsets``) and
+the background tick (session expiry, delayed joins, offset expiry of long-empty groups). The
+handlers of the group API live beside it, split by API: ``membership.py`` (join, sync,
+heartbeat, leave), ``commits.py`` (offset commit and fetch, delete), ``txn_offsets.py``
+(offsets committed inside a transaction, applied or dropped by its marker) and
+``deleted_topics.py`` (tombstones for a deleted topic's offsets). Every handler takes the
+shard, a typed request and ``now_ms`` and returns a ``CoordinatorResult``: records to append,
+the response, and the change to apply once the records are acknowledged; a refused request
+raises its ApiError and changes nothing.
 
 Invariant: memory is never ahead of the log. Every installed group's generation is the one of
 its latest group record (``persisted``), and every committed offset in ``offsets`` is in the
-log, at the position ``positions`` holds for it (so a transaction's offsets, decided by a late
-marker, never replace a newer commit): a change reaches memory only through ``apply``. Must not: do I/O, take locks or read
-clocks (``broker/coordinator_runtime.py`` runs the results against the log and
-``broker/group_coordinator.py`` routes requests to shards).
+log, at the position ``committed.positions`` holds for it (so a transaction's offsets,
+decided by a late marker, never replace a newer commit): a change reaches memory only through
+``apply``. Must not: do I/O, take locks or read clocks (``broker/coordinator_runtime.py`` runs
+the results against the log and ``broker/group_coordinator.py`` routes requests to shards);
+``topic_id_of`` is the broker's lookup in its metadata, in memory.
 """
 
 from __future__ import annotations
