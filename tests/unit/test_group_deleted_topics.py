@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logstore.broker.group_coordinator import GroupCoordinatorService
+from logstore.broker.lag import GroupLag
 from logstore.clock import FakeClock
 from logstore.coordinator import CoordinatorResult, LoggedBatch, encode_rows
 from logstore.groups import commits, membership, txn_offsets
@@ -386,3 +387,22 @@ def test_the_service_tombstones_on_every_led_partition_without_waiting_on_the_ap
     assert deleted.result(WAIT_S) == {0: 1, 1: 1, 2: 0, 3: 0}
     for group in groups:
         assert coord.offset_fetch(OffsetFetchRequest(group_id=group)).offsets == []
+
+
+def test_lag_reports_the_offsets_the_fetch_shows() -> None:
+    """Goal: ``groups describe`` and the metrics endpoint (the lag, from ``GroupLag``) agree
+    with offset fetch: no offset recorded for another incarnation of its topic. Method: g
+    commits t-0 for OLD and u-0; the coordinator then knows t as NEW; the lag's committed
+    offsets, of the group and of all groups, are the fetch's."""
+    ids = {"t": OLD}
+    coord = GroupCoordinatorService(MemoryOffsetsLog(), CONFIG, FakeClock(),
+                                    topic_id_of=ids.get)
+    coord.offset_commit(OffsetCommitRequest(group_id="g", offsets=[
+        OffsetCommitEntry(topic="t", partition=0, offset=4, topic_id=OLD),
+        OffsetCommitEntry(topic="u", partition=0, offset=6)])).raise_error()
+    lag = GroupLag(0, coord, None, None)  # type: ignore[arg-type]  # reads no leader here
+    assert lag.group_committed("g") == [("g", T0, 4), ("g", U0, 6)]
+    ids["t"] = NEW
+    fetched = coord.offset_fetch(OffsetFetchRequest(group_id="g")).offsets
+    assert [(e.topic, e.partition, e.offset) for e in fetched] == [("u", 0, 6)]
+    assert lag.group_committed("g") == lag.committed() == [("g", U0, 6)]
