@@ -4,11 +4,14 @@ Owns: validating a commit per partition (one bad partition never fails the other
 offset is OFFSET_OUT_OF_RANGE, over-long metadata INVALID_COMMIT_OFFSET_SIZE, a partition the
 member is not assigned ILLEGAL_GENERATION, except, in a cooperative group, one the last
 assignment took from it and gives to no one before the next), the offset records it appends
+(each with the id of the topic it is for: the entry's, else the coordinator's current one)
 and the change that merges them into memory once durable, with their position in the log (a
 merge, not a replacement of the group, so a commit in flight does not hold up the group's
-heartbeats; the position lets a transaction's older offsets, decided later, lose to it); reading committed offsets (with
-``require_stable``, UNSTABLE_OFFSET_COMMIT while offsets a transaction committed for them are
-pending); deleting an empty group with tombstones. Must not: do I/O, take locks or read clocks.
+heartbeats; the position lets a transaction's older offsets, decided later, lose to it);
+reading committed offsets (not those recorded for an earlier incarnation of their topic;
+with ``require_stable``, UNSTABLE_OFFSET_COMMIT while offsets a transaction committed for
+them are pending); deleting an empty group with tombstones, for the offsets open
+transactions staged too. Must not: do I/O, take locks or read clocks.
 """
 
 from __future__ import annotations
