@@ -14,12 +14,16 @@ Directory layout::
                                             lists the partition directories still to recover
       .incarnation                          random id of the running broker (file_reader.py)
       <topic>-<partition>/                  topic may contain '-' and '.': split on the LAST '-'
+        partition.metadata                  the topic id this log belongs to (below)
         00000000000000000000.arrow          segment: Arrow IPC stream, named by base offset
         00000000000000000000.index          sparse offset index of that segment
         00000000000000000000.timeindex      sparse time index of that segment
         00000000000000000000.txnindex       aborted-transaction index (absent: no entries)
         00000000000000001234.snapshot       producer-state snapshot taken at offset 1234
         *.cleaned / *.swap / *.tmp          transient files of compaction and atomic writes
+      <topic>-<partition>.<uuid>-delete/    a deleted log whose files are being removed (renamed
+                                            first: a crash never leaves part of a log under the
+                                            partition's name); removed at the next startup
 
 Segment file (``.arrow``), an Arrow IPC stream without end-of-stream marker:
 
@@ -78,6 +82,18 @@ is counted from (-1: not yet), for expiry. Version 1 (no ``coordinator_epoch``, 
 
 Checkpoint files (text, as in Kafka): line 1 the version (0), line 2 the number of entries, then
 one ``<topic> <partition> <offset>`` line per partition.
+
+Partition metadata (``partition.metadata``, Kafka's KIP-516 file), UTF-8 text, which incarnation
+of its topic a partition directory belongs to (a topic deleted and created again under its name
+has a new id, and the old directory is not its log):
+
+| line | content                                  |
+|------|------------------------------------------|
+| 1    | ``version: 0``                           |
+| 2    | ``topic_id: <id>`` (the metadata's topic id, 32 hex digits) |
+
+Written (temp file, fsync, rename) when a log is created for a topic whose id is known; a
+directory without it (written before the file existed) adopts its topic's current id.
 """
 
 from __future__ import annotations
@@ -85,7 +101,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import struct
+import uuid
 from pathlib import Path
 
 from logstore.errors import CorruptRecordError
@@ -108,6 +126,9 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 # gave it in this file knows it sees that broker's own files (same machine, same run).
 INCARNATION_FILE = ".incarnation"
 CHECKPOINT_VERSION = 0
+DELETE_SUFFIX = "-delete"
+PARTITION_METADATA_FILE = "partition.metadata"
+PARTITION_METADATA_VERSION = 0
 
 OFFSET_ENTRY = struct.Struct("<ii")
 TIME_ENTRY = struct.Struct("<qi")
@@ -121,6 +142,7 @@ PREFIX_SIZE = PREFIX.size
 
 _OFFSET_NAME_RE = re.compile(r"^(\d{20})(\.[a-z]+)$")
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
+_DELETED_DIR_RE = re.compile(r"^.+-\d+\.[0-9a-f]{32}" + re.escape(DELETE_SUFFIX) + "$")
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -148,6 +170,11 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
     return TopicPartition(match.group(1), int(match.group(2)))
 
 
+def is_deleted_partition_dir(name: str) -> bool:
+    """Whether ``name`` is a partition directory's being removed (``remove_partition_dir``)."""
+    return _DELETED_DIR_RE.match(name) is not None
+
+
 def fsync_dir(path: Path) -> None:
     """Make file creations, renames and deletions in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -157,8 +184,10 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content."""
+def atomic_write(path: Path, data: bytes, durable: bool = True, sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content.
+    ``sync_dir`` False leaves making the new name durable to a later fsync of the directory
+    (the content is fsynced all the same when ``durable``)."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     with open(tmp, "wb") as f:
         f.write(data)
@@ -166,8 +195,20 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)
-    if durable:
+    if durable and sync_dir:
         fsync_dir(path.parent)
+
+
+def remove_partition_dir(dir: Path) -> None:
+    """Remove a partition directory and its files (no-op if it is gone): renamed aside
+    first, durably, then emptied (see the directory layout above)."""
+    doomed = dir.with_name(f"{dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    try:
+        os.replace(dir, doomed)
+    except FileNotFoundError:
+        return
+    fsync_dir(dir.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def unlink_quietly(path: Path) -> None:
@@ -199,6 +240,35 @@ def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
         return {TopicPartition(t, int(p)): int(o) for t, p, o in entries}
     except (IndexError, ValueError) as e:
         raise ValueError(f"malformed checkpoint file {path}: {e}") from e
+
+
+def write_partition_metadata(dir: Path, topic_id: str, sync_dir: bool = True) -> None:
+    """Record in the partition directory ``dir`` the id of the topic its log belongs to.
+    ``sync_dir`` False: the new log's first flush makes the name durable (with its segment's)."""
+    atomic_write(dir / PARTITION_METADATA_FILE,
+                 f"version: {PARTITION_METADATA_VERSION}\ntopic_id: {topic_id}\n".encode(),
+                 sync_dir=sync_dir)
+
+
+def read_partition_metadata(dir: Path) -> str | None:
+    """The topic id recorded in the partition directory ``dir``; None when it records none (a
+    log written before the file existed). Raises ValueError naming the file when it cannot
+    be read or parsed."""
+    path = dir / PARTITION_METADATA_FILE
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} cannot be read: {e}") from None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    version = fields.get("version", "").strip()
+    topic_id = fields.get("topic_id", "").strip()
+    if version != str(PARTITION_METADATA_VERSION) or not topic_id:
+        raise ValueError(f"{path} is malformed (version {version or 'missing'}, "
+                         f"topic_id {topic_id or 'missing'})")
+    return topic_id
 
 
 def peek_header(data: bytes | memoryview, at: int) -> BatchHeader | int:

@@ -30,7 +30,6 @@ segment disappears under a read, the read starts over.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -55,6 +54,7 @@ from logstore.records import (
 from logstore.segments.batches import LeaderBatches, ProducerData, follower_bytes, follower_marker
 from logstore.segments.file_cache import OpenFileCache
 from logstore.segments.flusher import FlushPlan, LogFlusher, flush_range, take_dirty
+from logstore.segments.format import remove_partition_dir
 from logstore.segments.log_loader import LoadedSegments, load_segments, replay_producer_state
 from logstore.segments.producer_state import (
     BatchMetadata,
@@ -121,6 +121,9 @@ class Log:
         self.cleaned_until = 0
         # The schema a deferred log is created with if its directory holds no segment file.
         self._empty_schema: pa.Schema | None = None
+        # The id of the topic incarnation this log belongs to, as its directory records it
+        # (``partition.metadata``; set by the log manager); None: not known.
+        self.topic_id: str | None = None
 
     def _attach(self, schema: pa.Schema) -> None:
         """The parts of a loaded log that need its schema or its files."""
@@ -819,11 +822,13 @@ class Log:
                 and not any(seg.dirty for seg in self._state.segments))
 
     def delete(self) -> None:
-        """Close the files and remove the partition directory."""
+        """Close the files and remove the partition directory (renamed aside first: a crash
+        meanwhile must not leave part of this log where a new topic of its name would find
+        it, see ``remove_partition_dir``)."""
         with self._lock:
             self._closed = True
             for seg in self._state.segments:
                 seg.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        remove_partition_dir(self._dir)
         logger.info("%s: deleted log directory %s", self._tp, self._dir)
 

@@ -7,6 +7,13 @@ directory with the fewest, the bound on open segment files (``max_open_segment_f
 (retention, cleaner, flusher, periodic checkpoint) that stop on ``shutdown``. Must not: know
 about replication, leadership or the network.
 
+Topic ids (KIP-516): a log created for a topic whose id is known records it in its directory
+(``partition.metadata``) before it is handed out; at startup the caller gives each found log the
+id its directory records (the broker reads them while checking them against the metadata, so
+nothing is read twice); a log asked for under another topic id is refused (UNKNOWN_TOPIC_ID:
+it belongs to a deleted incarnation of the topic), and one that records none adopts the id it
+is asked for.
+
 Startup opens no log: each directory becomes a deferred ``Log`` that loads (and recovers) on its
 first use, so a broker with 10,000 idle partitions starts in the time it takes to list them.
 After a clean shutdown a deferred log is at rest: its checkpointed recovery point is its log end
@@ -25,9 +32,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,6 +43,7 @@ import pyarrow as pa
 
 from logstore.clock import Clock
 from logstore.config import TopicConfig
+from logstore.errors import UnknownTopicIdError
 from logstore.model import TopicPartition
 from logstore.segments.file_cache import OpenFileCache
 from logstore.segments.format import (
@@ -44,11 +53,13 @@ from logstore.segments.format import (
     RECOVERY_POINT_CHECKPOINT,
     atomic_write,
     fsync_dir,
+    is_deleted_partition_dir,
     parse_partition_dir,
     partition_dir_name,
     read_checkpoint,
     unlink_quietly,
     write_checkpoint,
+    write_partition_metadata,
 )
 from logstore.segments.log import DeferredOpen, Log
 
@@ -88,11 +99,13 @@ class LogManager:
 
     # -- startup and shutdown ------------------------------------------------------------------
 
-    def startup(self) -> None:
-        """Find every partition directory (opening none), then start the threads."""
+    def startup(self, topic_ids: Mapping[TopicPartition, str] | None = None) -> None:
+        """Find every partition directory (opening none), then start the threads.
+        ``topic_ids``: the topic id each found partition's directory records (none read
+        here; a partition left out has an unknown one)."""
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
-            self._load_dir(log_dir)
+            self._load_dir(log_dir, topic_ids or {})
             atomic_write(log_dir / INCARNATION_FILE, self.incarnation.encode(), durable=False)
         self._started = True
         self._stop.clear()
@@ -108,17 +121,20 @@ class LogManager:
         logger.info("log manager started with %d log(s) in %s", len(self._logs),
                     [str(d) for d in self.log_dirs])
 
-    def _load_dir(self, log_dir: Path) -> None:
+    def _load_dir(self, log_dir: Path, topic_ids: Mapping[TopicPartition, str]) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         clean, unrecovered = _read_marker(marker)
         recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
         found: dict[TopicPartition, Log] = {}
+        deleting: list[Path] = []  # deleted logs a stop interrupted
         configs: dict[str, TopicConfig] = {}  # asked once per topic, not per partition
         with os.scandir(log_dir) as entries:
             for entry in entries:
                 tp = parse_partition_dir(entry.name) if entry.is_dir() else None
                 if tp is None:
+                    if is_deleted_partition_dir(entry.name) and entry.is_dir():
+                        deleting.append(Path(entry.path))
                     continue
                 tp_clean = clean and entry.name not in unrecovered
                 how = DeferredOpen(recovery_points.get(tp, 0), start_offsets.get(tp, 0),
@@ -126,14 +142,18 @@ class LogManager:
                 config = configs.get(tp.topic)
                 if config is None:
                     config = configs[tp.topic] = self.config_for(tp.topic)
-                found[tp] = Log.deferred(Path(entry.path), tp.topic, tp.partition, config,
-                                         self.clock, how, self.files)
+                found[tp] = log = Log.deferred(Path(entry.path), tp.topic, tp.partition,
+                                               config, self.clock, how, self.files)
+                log.topic_id = topic_ids.get(tp)
         with self._lock:
             self._logs.update(found)
             self._dir_counts[log_dir] = self._dir_counts.get(log_dir, 0) + len(found)
         logger.info("%s: %d log(s) found, %s shutdown%s", log_dir, len(found),
                     "clean" if clean else "unclean",
                     f" ({len(unrecovered)} still to recover)" if unrecovered else "")
+        for path in deleting:
+            logger.info("%s: removing the rest of a deleted log", path)
+            shutil.rmtree(path, ignore_errors=True)
         unlink_quietly(marker)
         fsync_dir(log_dir)
 
@@ -193,20 +213,27 @@ class LogManager:
             return dict(self._logs)
 
     def get_or_create_log(self, tp: TopicPartition, config: TopicConfig,
-                          schema: pa.Schema) -> Log:
+                          schema: pa.Schema, topic_id: str | None = None) -> Log:
         """The log of ``tp``, created in the log directory with the fewest partitions. Logs of
-        different partitions are created concurrently (the files are made outside the lock)."""
+        different partitions are created concurrently (the files are made outside the lock).
+        ``topic_id`` (None: unchecked) is recorded in a new log's directory; an existing log
+        of another topic id is refused with UNKNOWN_TOPIC_ID (the caller deletes it first)."""
         tp = TopicPartition(tp.topic, tp.partition)
         with self._lock:
             log = self._logs.get(tp)
             if log is not None:
                 log.expect_schema(schema)
-                return log
-            creating = self._creating.setdefault(tp, threading.Lock())
+            else:
+                creating = self._creating.setdefault(tp, threading.Lock())
+        if log is not None:
+            if topic_id is not None:
+                _check_topic_id(log, tp, topic_id)
+            return log
         with creating:
-            return self._create_log(tp, config, schema)
+            return self._create_log(tp, config, schema, topic_id)
 
-    def _create_log(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema) -> Log:
+    def _create_log(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema,
+                    topic_id: str | None) -> Log:
         with self._lock:
             log = self._logs.get(tp)
             if log is not None:
@@ -216,6 +243,7 @@ class LogManager:
         try:
             log = Log.open(log_dir / partition_dir_name(tp.topic, tp.partition), tp.topic,
                            tp.partition, config, schema, self.clock, files=self.files)
+            _record_topic_id(log, topic_id)
         except BaseException:
             with self._lock:
                 self._dir_counts[log_dir] -= 1
@@ -293,6 +321,33 @@ class LogManager:
             except Exception:
                 logger.exception("%s: background flush failed", tp)
         return flushed
+
+
+def _record_topic_id(log: Log, topic_id: str | None) -> None:
+    """Record a new log's topic id before anyone can append to it (its first flush makes the
+    file's name durable with its first segment's); closed again if that fails."""
+    if topic_id is None:
+        return
+    try:
+        write_partition_metadata(log.dir, topic_id, sync_dir=False)
+    except BaseException:
+        log.close()
+        raise
+    log.topic_id = topic_id
+
+
+def _check_topic_id(log: Log, tp: TopicPartition, topic_id: str) -> None:
+    """``log`` may serve topic id ``topic_id``: it records it, or records none and adopts it
+    (a log written before topic ids were recorded)."""
+    if log.topic_id == topic_id:
+        return
+    if log.topic_id is not None:
+        raise UnknownTopicIdError(
+            f"{tp}: the log in {log.dir} belongs to topic id {log.topic_id}, not to "
+            f"{topic_id} (the topic was deleted and created again)")
+    write_partition_metadata(log.dir, topic_id)
+    log.topic_id = topic_id
+    logger.info("%s: log in %s recorded no topic id; it adopts %s", tp, log.dir, topic_id)
 
 
 def _read_marker(path: Path) -> tuple[bool, frozenset[str]]:
