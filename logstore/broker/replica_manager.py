@@ -6,6 +6,13 @@ and reads to them, waiting for ``min_bytes`` or ``max_wait_ms`` on fetches, read
 list-offsets, and the producers of a led partition. Must not: parse wire requests (that is
 ``handlers.py``) or touch the transport.
 
+Topic incarnations: each hosted partition knows the topic id its log belongs to
+(``Partition.topic_id``). Until the metadata sync replaces a partition whose topic was deleted
+and created again under its name, the old replica answers nothing (UNKNOWN_TOPIC_ID, retriable)
+once the broker's metadata knows the topic's new id (``topic_id_of``): a producer's batch for
+the new topic must not be acknowledged into the old log (the sync deletes it), and a follower
+or consumer of the new topic must not read the old records.
+
 Tiered partitions (``remote_tier.py``): a consumer's fetch below the local log start offset is
 read from the remote tier, every such partition of the fetch at once on the remote reader's
 pool, while the local partitions are read here; a follower's is refused with
@@ -33,6 +40,7 @@ from logstore.errors import (
     OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
     UnknownServerError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 from logstore.model import EARLIEST, LATEST, TopicPartition
@@ -51,6 +59,9 @@ log = logging.getLogger(__name__)
 # Called with a partition whose log or watermarks moved, or whose role changed (fetch sessions
 # watch the partitions they push; the call must be quick and must not take partition locks).
 Watcher = Callable[[TopicPartition], None]
+# A topic's id in the broker's metadata now, None when it has none (a dict lookup: it is asked
+# on every request's partitions).
+TopicIdOf = Callable[[str], str | None]
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -127,9 +138,10 @@ class IsrStats:
 
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager, clock: Clock,
-                 propose_isr: IsrProposer | None = None, tier: RemoteTier | None = None
-                 ) -> None:
+                 propose_isr: IsrProposer | None = None, tier: RemoteTier | None = None,
+                 topic_id_of: TopicIdOf | None = None) -> None:
         self.broker_id = broker_id
+        self._topic_id_of = topic_id_of
         self._logs = log_manager
         self._clock = clock
         self._propose_isr = propose_isr
@@ -146,10 +158,20 @@ class ReplicaManager:
     # -- hosting -----------------------------------------------------------------------------
 
     def partition(self, tp: TopicPartition) -> Partition:
+        """The hosted partition ``tp``: UNKNOWN_TOPIC_OR_PARTITION if there is none, and
+        UNKNOWN_TOPIC_ID while it is of an incarnation of its topic that the metadata has
+        replaced (see the module docstring)."""
         p = self._partitions.get(tp)
         if p is None:
             raise UnknownTopicOrPartitionError(f"partition {tp} is not hosted on broker "
                                                f"{self.broker_id}")
+        if self._topic_id_of is not None and p.topic_id is not None:
+            current = self._topic_id_of(tp.topic)
+            if current is not None and current != p.topic_id:
+                raise UnknownTopicIdError(
+                    f"{tp}: broker {self.broker_id} still hosts topic id {p.topic_id}, which "
+                    f"was deleted; {tp.topic!r} is now topic id {current}: retry once this "
+                    "broker has brought the new topic online")
         return p
 
     def hosted(self) -> dict[TopicPartition, Partition]:
@@ -161,26 +183,32 @@ class ReplicaManager:
         return self._partitions.get(tp)
 
     def make_leader(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema,
-                    leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
-        p = self._get_or_create(tp, config, schema)
+                    leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...],
+                    topic_id: str | None = None) -> None:
+        p = self._get_or_create(tp, config, schema, topic_id)
         p.make_leader(leader_epoch, replicas, isr)
 
     def make_follower(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema,
-                      leader_id: int, leader_epoch: int, replicas: tuple[int, ...]) -> Partition:
-        p = self._get_or_create(tp, config, schema)
+                      leader_id: int, leader_epoch: int, replicas: tuple[int, ...],
+                      topic_id: str | None = None) -> Partition:
+        p = self._get_or_create(tp, config, schema, topic_id)
         p.make_follower(leader_id, leader_epoch, replicas)
         self._notify_data(tp)  # long-polling fetches learn that this broker stopped leading
         return p
 
-    def _get_or_create(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema
-                       ) -> Partition:
+    def _get_or_create(self, tp: TopicPartition, config: TopicConfig, schema: pa.Schema,
+                       topic_id: str | None = None) -> Partition:
         """The partition, created with its log if new. The files are made outside the lock, so
-        the metadata sync brings many partitions online at once."""
+        the metadata sync brings many partitions online at once. ``topic_id`` (None:
+        unchecked): the log must belong to it (UNKNOWN_TOPIC_ID otherwise: the caller stops
+        and deletes an old incarnation's replica first)."""
         p = self._partitions.get(tp)
         if p is not None:
+            if topic_id is not None and p.topic_id != topic_id:  # refused, or adopted
+                self._logs.get_or_create_log(tp, config, schema, topic_id)
             p.log.update_config(config)
             return p
-        log_ = self._logs.get_or_create_log(tp, config, schema)
+        log_ = self._logs.get_or_create_log(tp, config, schema, topic_id)
         created = Partition(tp, log_, self.broker_id, self._clock, self._notify_data,
                             self._propose_isr, self.isr_stats.on_isr_change)
         with self._lock:

@@ -24,6 +24,12 @@ OFFSET_MOVED_TO_TIERED_STORAGE; the follower then asks the leader for its leader
 leader's epochs up to it (Kafka builds the same state from the remote segment's epoch
 checkpoint). Afterwards it keeps its local log start offset at its leader's, so that it
 deletes what the leader deleted locally.
+
+Topic incarnations: a replica whose topic this broker's metadata already gives another id
+(deleted and created again; the metadata sync stops the replica and deletes its log soon) is
+not positioned, its pushes are dropped and its log end offset is not acknowledged: the new
+topic's records must not go into the old log, nor the old log's end count for the new topic's
+leader (``topic_id_of``).
 Must not: import the transport (connections come from the injected ``connect``), decide
 leadership, or touch ZooKeeper.
 """
@@ -80,6 +86,8 @@ IDLE_WAIT_S = 1.0
 
 
 R = TypeVar("R", bound=Message)
+# A topic's id in this broker's metadata now, None when it has none.
+TopicIdOf = Callable[[str], str | None]
 
 
 class PushedPartition(Protocol):
@@ -140,11 +148,13 @@ def to_stored(message: pa.Buffer) -> StoredBatch:
 class ReplicaFetcher:
     """Replicates the partitions of one topic that this broker follows on one leader."""
 
-    def __init__(self, broker_id: int, leader_id: int, topic: str, connect: Connect) -> None:
+    def __init__(self, broker_id: int, leader_id: int, topic: str, connect: Connect,
+                 topic_id_of: TopicIdOf | None = None) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
         self.topic = topic
         self._connect = connect
+        self._topic_id_of = topic_id_of
         self._lock = threading.Lock()
         self._parts: dict[int, _Fetching] = {}
         self._stop = threading.Event()
@@ -223,9 +233,22 @@ class ReplicaFetcher:
         elif now - self._last_ack >= KEEPALIVE_S:
             self._acknowledge(0, [f for f in parts.values() if f.seq != math.inf])
 
+    def _stale(self, f: _Fetching) -> bool:
+        """Whether ``f``'s replica belongs to a topic id this broker's metadata has replaced
+        (see the module docstring)."""
+        if self._topic_id_of is None or f.partition.topic_id is None:
+            return False
+        current = self._topic_id_of(self.topic)
+        return current is not None and current != f.partition.topic_id
+
     def _prepare(self, conn: LeaderConnection, f: _Fetching) -> FetchPartition | None:
         """Truncate (or restart) ``f`` as its leader epoch needs; where it starts in the
         session, or None to try again after a backoff."""
+        if self._stale(f):
+            log.debug("%s: topic id %s was replaced; not fetching it until the metadata sync "
+                     "stops it", f.partition.tp, f.partition.topic_id)
+            f.retry_at = time.monotonic() + BACKOFF_S
+            return None
         try:
             if f.restart_at is not None:
                 self._restart_at_leader_local_start(conn, f, f.restart_at)
@@ -277,7 +300,8 @@ class ReplicaFetcher:
         self._last_ack = time.monotonic()
         session.send(FetchSessionCredit(credit_bytes=credit, log_end_offsets=[
             PartitionOffset(partition=f.partition.tp.partition,
-                            offset=f.partition.log.log_end_offset) for f in parts]))
+                            offset=f.partition.log.log_end_offset)
+            for f in parts if not self._stale(f)]))
 
     def _end_session(self) -> None:
         with self._lock:
@@ -333,6 +357,10 @@ class ReplicaFetcher:
     def _append(self, session: LeaderSession, f: _Fetching, pushed: PushedPartition) -> None:
         """Append a push and acknowledge it (the credit back, and the new log end offset)."""
         p, state = f.partition, pushed.state
+        if self._stale(f):
+            session.send(FetchSessionCredit(credit_bytes=pushed.size_bytes))
+            self._reposition(f, truncate=False, backoff=True)
+            return
         try:
             if not p.append_as_follower([to_stored(m) for m in pushed.messages],
                                         state.high_watermark, f.leader_epoch):
@@ -434,9 +462,11 @@ class ReplicaFetcher:
 class FetcherManager:
     """The fetcher threads of one broker, keyed by (leader, topic)."""
 
-    def __init__(self, broker_id: int, connect: Connect) -> None:
+    def __init__(self, broker_id: int, connect: Connect,
+                 topic_id_of: TopicIdOf | None = None) -> None:
         self._broker_id = broker_id
         self._connect = connect
+        self._topic_id_of = topic_id_of
         self._lock = threading.Lock()
         self._fetchers: dict[tuple[int, str], ReplicaFetcher] = {}
         self._where: dict[TopicPartition, tuple[int, str]] = {}
@@ -449,7 +479,7 @@ class FetcherManager:
             fetcher = self._fetchers.get(key)
             if fetcher is None:
                 fetcher = ReplicaFetcher(self._broker_id, leader_id, partition.tp.topic,
-                                         self._connect)
+                                         self._connect, self._topic_id_of)
                 self._fetchers[key] = fetcher
                 fetcher.start()
             fetcher.add(partition)

@@ -116,6 +116,11 @@ class Partition:
         return self.leader_id == self.broker_id
 
     @property
+    def topic_id(self) -> str | None:
+        """The topic incarnation this replica's log belongs to (None: not known)."""
+        return self.log.topic_id
+
+    @property
     def maximal_isr(self) -> frozenset[int]:
         return self.isr | (self._pending_isr or frozenset())
 
