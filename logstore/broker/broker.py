@@ -14,6 +14,16 @@ then, with the metadata loaded, refuses an embedded store that is new while part
 and renames aside (never deletes) partition directories the metadata does not give this broker.
 Only a partition hosted while running and then deleted or moved away is deleted.
 
+Topic incarnations (KIP-516): a partition directory records its topic's id
+(``partition.metadata``, see segments/format.py). At start a directory that records another id
+than the metadata's for its topic (deleted and created again while this broker was down) is
+renamed aside too, and one that records none (written by an earlier version) adopts the current
+id. At run time a sync pass that finds a hosted partition's (or a found log's) topic id replaced
+stops that replica and deletes its log, as for a deleted topic, and brings the new topic's
+partition up from an empty log. Between the metadata change and that pass the old replica
+answers UNKNOWN_TOPIC_ID (``current_topic_id``, see replica_manager.py), and a follower does not
+replicate into it (fetcher.py).
+
 Tiered topics: their Logs run without the total retention (``local_log_config``), which only
 the tier manager applies, deleting a local segment once its copy is finished and it is past
 local retention; their tiering task follows leadership and each new leader epoch.
@@ -48,7 +58,7 @@ from logstore.clock import Clock, SystemClock
 from logstore.config import BrokerConfig, TopicConfig
 from logstore.controller.cluster_controller import ClusterController
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore, metadata_path
-from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState
+from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState, TopicRecord
 from logstore.controller.topics import TopicController
 from logstore.errors import ApiError, ConfigError
 from logstore.groups.coordinator import GroupConfig
@@ -140,9 +150,13 @@ class Broker:
         self.peers = Peers(self.store, connect) if connect is not None else None
         self._isr_sender = AlterIsrSender(config.broker_id, self.peers.to_controller) \
             if self.peers else None
+        # Each topic's id in the metadata now, replaced whole on every metadata change (a
+        # lookup per request partition: see current_topic_id).
+        self._topic_ids: dict[str, str] = {}
+        self._topic_ids_lock = threading.Lock()
         self.replicas = ReplicaManager(config.broker_id, self.log_manager, self.clock,
                                        self._isr_sender.propose if self._isr_sender else None,
-                                       self.tier)
+                                       self.tier, topic_id_of=self.current_topic_id)
         producer_ids = ProducerIdAllocator(self.store)
         self.handlers = RequestHandlers(config.broker_id, self.store, self.controller,
                                         self.replicas, producer_ids)
@@ -176,7 +190,8 @@ class Broker:
             self._init_cluster(self.peers)
 
     def _init_cluster(self, peers: Peers) -> None:
-        self.fetchers = FetcherManager(self.config.broker_id, peers.get)
+        self.fetchers = FetcherManager(self.config.broker_id, peers.get,
+                                       topic_id_of=self.current_topic_id)
         self.cluster_controller = ClusterController(self.store, self.config.broker_id,
                                                     peers.notify)
         self._isr_expirer = IsrExpirer(self.replicas.leaders,
@@ -247,11 +262,14 @@ class Broker:
         self.log_dirs.lock()
         recorded = self.log_dirs.check_broker_id(self.config.broker_id)
         self.store.start()
+        # First of the listeners: the sync pass and the replicas' checks see the new ids.
+        self._refresh_topic_ids()
+        self.store.add_listener(self._refresh_topic_ids)
         self._check_metadata_present()
-        self._set_aside_strays(first_start=not recorded)
+        topic_ids = self._set_aside_strays(first_start=not recorded)
         self.log_dirs.record_broker_id(self.config.broker_id)
         self.security.start()
-        self.log_manager.startup()
+        self.log_manager.startup(topic_ids)
         if self.tier is not None:
             self.tier.start()
             self.store.add_listener(self.tier.on_metadata_change)
@@ -355,17 +373,20 @@ class Broker:
                 "topics. Restore the log directory holding it, or move the partition "
                 "directories away to start an empty broker")
 
-    def _set_aside_strays(self, first_start: bool) -> None:
-        """Partition directories the metadata does not give this broker are renamed aside
-        before the log manager sees them, never deleted at start: a wrong config or a stale
-        view must not cost data. On a first start with these directories (no
-        ``meta.properties`` yet: an upgrade, or a copied directory), partitions of known
-        topics that the metadata gives only to other brokers, and none to this one, mean a
-        wrong ``broker_id``: refused, naming the ids, before anything is renamed."""
+    def _set_aside_strays(self, first_start: bool) -> dict[TopicPartition, str]:
+        """Partition directories the metadata does not give this broker, or that record
+        another topic id than their topic's (deleted and created again while this broker was
+        down) or one that cannot be read, are renamed aside before the log manager sees them,
+        never deleted at start: a wrong config or a stale view must not cost data. One that
+        records no topic id (an earlier version's) adopts its topic's. On a first start with
+        these directories (no ``meta.properties`` yet: an upgrade, or a copied directory),
+        partitions of known topics that the metadata gives only to other brokers, and none to
+        this one, mean a wrong ``broker_id``: refused, naming the ids, before anything is
+        renamed or written. Returns the topic id of each partition kept."""
         topics = self.store.topics()
         strays: list[tuple[Path, str]] = []
         owners: set[int] = set()
-        mine = 0
+        mine: dict[Path, TopicRecord] = {}
         for path in self.log_dirs.partition_dirs():
             tp = parse_partition_dir(path.name)
             assert tp is not None
@@ -375,7 +396,7 @@ class Broker:
                 continue
             replicas = record.replicas.get(tp.partition, ())
             if self.config.broker_id in replicas:
-                mine += 1
+                mine[path] = record
             else:
                 owners.update(replicas)
                 strays.append((path, f"the metadata does not assign {tp} to broker "
@@ -387,8 +408,12 @@ class Broker:
                 f"{sorted(owners)} and none to {self.config.broker_id}: fix broker_id (nothing "
                 "was changed), or move those directories away to start this broker without "
                 "them")
-        for path, why in strays:
+        kept, mismatched = self.log_dirs.check_topic_ids(
+            {path: (record.name, record.topic_id) for path, record in mine.items()})
+        for path, why in strays + mismatched:
             self.log_dirs.set_aside(path, why)
+        return {tp: topic_id for path, topic_id in kept.items()
+                if (tp := parse_partition_dir(path.name)) is not None}
 
     def _controlled_shutdown(self) -> None:
         """Ask the controller to move leadership away, until it has or the time is up."""
@@ -430,6 +455,16 @@ class Broker:
     def _log_config(self, config: TopicConfig) -> TopicConfig:
         """A tiered topic's Logs leave total retention to the tier manager."""
         return local_log_config(config) if self.tier is not None else config
+
+    def current_topic_id(self, topic: str) -> str | None:
+        """``topic``'s id in this broker's metadata now (None: no such topic)."""
+        return self._topic_ids.get(topic)
+
+    def _refresh_topic_ids(self) -> None:
+        """A metadata listener: every topic's id, read again (under a lock, so that a slower
+        listener call cannot put back an older map over a newer one)."""
+        with self._topic_ids_lock:
+            self._topic_ids = {name: r.topic_id for name, r in self.store.topics().items()}
 
     def await_metadata_sync(self, timeout_s: float) -> bool:
         """Wait until a metadata-sync pass begun after this call has finished, so that the
@@ -486,6 +521,7 @@ class Broker:
                     wanted.add(tp)
                     item = _PartitionSync(tp, states.get(p), replicas, config, schema,
                                           record.topic_id)
+                    self._delete_old_incarnation(tp, record.topic_id)
                     if self.replicas.get(tp) is None:
                         new.append(item)
                     else:
@@ -535,6 +571,7 @@ class Broker:
         if record is None or self.config.broker_id not in replicas:
             return
         with self._sync_lock:
+            self._delete_old_incarnation(tp, record.topic_id)
             self._sync_partition(tp, st, replicas, self.default_topic_config.updated(
                 record.config), topic_schema(record.value_schema), record.topic_id)
 
@@ -544,13 +581,14 @@ class Broker:
         """Lead or follow as ``st`` says, unless this replica already knows a newer epoch;
         then run or stop the partition's tiering task to match."""
         if role:
-            self._sync_role(tp, st, replicas, self._log_config(config), schema)
+            self._sync_role(tp, st, replicas, self._log_config(config), schema, topic_id)
         hosted = self.replicas.get(tp)
         if tier and self.tier is not None and hosted is not None:
             self.tier.sync(hosted, config, topic_id, lambda: self._full_topic_config(tp.topic))
 
     def _sync_role(self, tp: TopicPartition, st: PartitionState | None,
-                   replicas: tuple[int, ...], config: TopicConfig, schema: pa.Schema) -> None:
+                   replicas: tuple[int, ...], config: TopicConfig, schema: pa.Schema,
+                   topic_id: str) -> None:
         hosted = self.replicas.get(tp)
         if st is None or (hosted is not None and (
                 st.leader_epoch < hosted.leader_epoch or (
@@ -559,10 +597,11 @@ class Broker:
         elif st.leader == self.config.broker_id:
             if self.fetchers is not None:
                 self.fetchers.remove(tp)
-            self.replicas.make_leader(tp, config, schema, st.leader_epoch, replicas, st.isr)
+            self.replicas.make_leader(tp, config, schema, st.leader_epoch, replicas, st.isr,
+                                      topic_id)
         elif self.fetchers is not None:
             p = self.replicas.make_follower(tp, config, schema, st.leader, st.leader_epoch,
-                                            replicas)
+                                            replicas, topic_id)
             if st.leader >= 0:
                 self.fetchers.add(p, st.leader)
             else:
@@ -570,13 +609,30 @@ class Broker:
         else:
             self.replicas.update_config(tp, config)
 
+    def _delete_old_incarnation(self, tp: TopicPartition, topic_id: str) -> None:
+        """A replica (or a log found at start) of ``tp`` that belongs to an earlier topic of
+        its name than ``topic_id`` is stopped and its log deleted, as a deleted topic's: the
+        deletion happened while this broker ran. A dict lookup when nothing changed."""
+        hosted = self.replicas.get(tp)
+        old = hosted.log if hosted is not None else self.log_manager.get_log(tp)
+        if old is None or old.topic_id is None or old.topic_id == topic_id:
+            return
+        log.warning("%s: topic id %s was deleted and %r created again as topic id %s; "
+                    "deleting the old log", tp, old.topic_id, tp.topic, topic_id)
+        self._stop_replica(tp)
+        self.log_manager.delete_log(tp)
+
+    def _stop_replica(self, tp: TopicPartition) -> None:
+        """Stop hosting ``tp`` (its tiering task, its fetcher) and delete its log."""
+        if self.tier is not None:
+            self.tier.stop_partition(tp)
+        if self.fetchers is not None:
+            self.fetchers.remove(tp)
+        self.replicas.stop_replica(tp, delete=True)
+
     def _drop_unwanted(self, wanted: set[TopicPartition]) -> None:
         for tp in set(self.replicas.hosted()) - wanted:
-            if self.tier is not None:
-                self.tier.stop_partition(tp)
-            if self.fetchers is not None:
-                self.fetchers.remove(tp)
-            self.replicas.stop_replica(tp, delete=True)
+            self._stop_replica(tp)
         # Logs found at start were checked by _set_aside_strays; what is left here was
         # created while running for a partition since deleted or moved away.
         for tp in set(self.log_manager.all_logs()) - wanted:

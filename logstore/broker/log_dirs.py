@@ -5,7 +5,8 @@ Owns: ``LogDirs``: creating each ``log_dirs`` entry, the exclusive advisory lock
 ``<dir>/.lock`` held while the broker runs (in both modes: a second broker listing a running
 broker's directory, in any position, is refused before it can touch it), ``<dir>/meta.properties``
 (Kafka's file: ``version`` and ``broker.id``, written at a directory's first start; a start with
-another ``broker_id`` is refused, as Kafka does), the partition directories present, and setting
+another ``broker_id`` is refused, as Kafka does), the partition directories present, checking the
+topic id each records (``partition.metadata``) against the one the caller expects, and setting
 stray ones aside (renamed ``<topic>-<partition>.<uuid>-stray``, Kafka's suffix, never deleted
 here: an operator deletes them once sure). Must not: open logs, read the metadata store, or know
 about the network.
@@ -21,7 +22,13 @@ from pathlib import Path
 from typing import IO
 
 from logstore.errors import ConfigError
-from logstore.segments.format import atomic_write, fsync_dir, parse_partition_dir
+from logstore.segments.format import (
+    atomic_write,
+    fsync_dir,
+    parse_partition_dir,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +91,32 @@ class LogDirs:
                 found += [Path(e.path) for e in entries
                           if e.is_dir() and parse_partition_dir(e.name) is not None]
         return sorted(found)
+
+    def check_topic_ids(self, expected: dict[Path, tuple[str, str]]
+                        ) -> tuple[dict[Path, str], list[tuple[Path, str]]]:
+        """Of partition directories and the (topic, topic id) each belongs to by the
+        metadata: those that record that id, or none (written by an earlier version: they adopt
+        it, written here), with their ids; and why each other one is a stray: it records
+        another id (its topic was deleted and created again while the broker was down) or its
+        file cannot be read. One small file read per directory."""
+        kept: dict[Path, str] = {}
+        strays: list[tuple[Path, str]] = []
+        for path, (topic, topic_id) in expected.items():
+            try:
+                recorded = read_partition_metadata(path)
+            except ValueError as e:
+                strays.append((path, f"{e}: which topic it belongs to is not known"))
+                continue
+            if recorded is None:
+                log.info("%s records no topic id; it adopts topic %r's, %s", path, topic,
+                         topic_id)
+                write_partition_metadata(path, topic_id)
+            elif recorded != topic_id:
+                strays.append((path, f"it records topic id {recorded}, but topic {topic!r} is "
+                                     f"now topic id {topic_id} (deleted and created again)"))
+                continue
+            kept[path] = topic_id
+        return kept, strays
 
     def set_aside(self, path: Path, reason: str) -> Path:
         """Rename a partition directory out of the broker's sight (its data is kept)."""
