@@ -183,6 +183,8 @@ class Broker:
         self._sync_begun = 0
         self._sync_done = 0
         self._sync_thread: threading.Thread | None = None
+        # Every topic's id as the previous sync pass saw it (None: no pass yet).
+        self._synced_topic_ids: dict[str, str] | None = None
         self._stopping = threading.Event()
         self.fetchers: FetcherManager | None = None
         self.cluster_controller: ClusterController | None = None
@@ -207,7 +209,7 @@ class Broker:
                         group_min_session_timeout_ms=config.group_min_session_timeout_ms,
                         group_max_session_timeout_ms=config.group_max_session_timeout_ms,
                         offsets_retention_minutes=config.offsets_retention_minutes),
-            self.clock)
+            self.clock, topic_id_of=self.current_topic_id)
         return GroupHandlers(coordinator, self.store, self.controller, config.offsets_partitions,
                              config.offsets_topic_replication_factor,
                              config.offsets_topic_segment_bytes)
@@ -510,7 +512,8 @@ class Broker:
         with self._sync_lock:
             wanted: set[TopicPartition] = set()
             new: list[_PartitionSync] = []
-            for name, record in self.store.topics().items():
+            topics = self.store.topics()
+            for name, record in topics.items():
                 config = self.default_topic_config.updated(record.config)
                 schema = topic_schema(record.value_schema)
                 states = self.store.partition_states(name)
@@ -528,6 +531,21 @@ class Broker:
                         self._sync_guarded(item)
             self._bring_online(new)
             self._drop_unwanted(wanted)
+            self._report_deleted_topics(topics)
+
+    def _report_deleted_topics(self, topics: dict[str, TopicRecord]) -> None:
+        """Tell the group coordinator the topic ids gone since the previous pass (deleted,
+        or created again under a new id), of every topic in the metadata, hosted here or
+        not; the first pass after start has nothing to compare with."""
+        ids = {name: record.topic_id for name, record in topics.items()}
+        previous, self._synced_topic_ids = self._synced_topic_ids, ids
+        if previous is None:
+            return
+        gone = {name: old for name, old in previous.items() if ids.get(name) != old}
+        if gone:
+            log.info("broker %d: %d topic id(s) deleted (of %s)", self.config.broker_id,
+                     len(gone), ", ".join(sorted(gone)[:20]))
+            self.groups.coordinator.on_topics_deleted(gone)
 
     def _bring_online(self, new: list[_PartitionSync]) -> None:
         """Take the roles of new partitions: those whose logs must be created or recovered (an

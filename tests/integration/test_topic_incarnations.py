@@ -314,6 +314,33 @@ def test_a_follower_of_a_recreated_topic_replicates_only_the_new_log(
         assert recorded_topic_id(log.dir) == new_id
 
 
+def test_the_group_coordinator_hears_of_every_topic_id_gone(
+        brokers: Brokers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: the group coordinator learns, once, of each topic incarnation deleted, whether
+    plainly, or recreated between two sync passes, and whether or not this broker hosts a
+    replica of it (its committed offsets live in any coordinator). Method: record what the
+    sync passes hand ``on_topics_deleted``; create three topics (one with its only replica on
+    another broker): nothing; recreate one unsynced, delete the other two: each old id."""
+    broker = brokers.start(1)
+    gone: list[dict[str, str]] = []
+    monkeypatch.setattr(broker.groups.coordinator, "on_topics_deleted",
+                        lambda topics: gone.append(dict(topics)))
+    with Admin(bootstrap(broker)) as admin:
+        admin.create_topics([NewTopic(TOPIC, 1), NewTopic("plain", 1)])
+    broker.store.create_topic(TopicRecord("elsewhere", {0: (7,)}, topic_id=new_topic_id()),
+                              {0: PartitionState(-1, 0, ())})
+    assert broker.await_metadata_sync(SYNC_WAIT_S)
+    old = {name: r.topic_id for name, r in broker.store.topics().items()}
+    assert gone == []
+
+    recreate_unsynced([broker])
+    broker.controller.delete_topic("plain")
+    broker.store.delete_topic("elsewhere")
+    assert broker.await_metadata_sync(SYNC_WAIT_S)
+    reported = [(name, topic_id) for topics in gone for name, topic_id in topics.items()]
+    assert sorted(reported) == sorted((name, old[name]) for name in (TOPIC, "plain", "elsewhere"))
+
+
 def test_partition_metadata_is_written_with_the_log(tmp_path: Path) -> None:
     """Goal: every log a broker creates records its topic's id from the start (a crash right
     after may not leave a directory that a recreated topic would adopt). Method: create two
