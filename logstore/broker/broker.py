@@ -67,7 +67,6 @@ from logstore.model import TopicPartition
 from logstore.records import topic_schema
 from logstore.replication.fetcher import FetcherManager
 from logstore.replication.isr import AlterIsrSender, IsrExpirer
-from logstore.segments.format import parse_partition_dir
 from logstore.segments.log_manager import LogManager
 from logstore.tiering.log_view import local_log_config
 from logstore.tiering.store import ObjectStore
@@ -268,7 +267,10 @@ class Broker:
         self._refresh_topic_ids()
         self.store.add_listener(self._refresh_topic_ids)
         self._check_metadata_present()
-        topic_ids = self._set_aside_strays(first_start=not recorded)
+        # Partition directories the metadata does not give this broker (or another topic id)
+        # are renamed aside before the log manager sees them, never deleted at start.
+        topic_ids = self.log_dirs.set_aside_strays(self.config.broker_id, self.store.topics(),
+                                                   first_start=not recorded)
         self.log_dirs.record_broker_id(self.config.broker_id)
         self.security.start()
         self.log_manager.startup(topic_ids)
@@ -374,48 +376,6 @@ class Broker:
                 f"({METADATA_FILE}) that a broker has used; the broker would not know their "
                 "topics. Restore the log directory holding it, or move the partition "
                 "directories away to start an empty broker")
-
-    def _set_aside_strays(self, first_start: bool) -> dict[TopicPartition, str]:
-        """Partition directories the metadata does not give this broker, or that record
-        another topic id than their topic's (deleted and created again while this broker was
-        down) or one that cannot be read, are renamed aside before the log manager sees them,
-        never deleted at start: a wrong config or a stale view must not cost data. One that
-        records no topic id (an earlier version's) adopts its topic's. On a first start with
-        these directories (no ``meta.properties`` yet: an upgrade, or a copied directory),
-        partitions of known topics that the metadata gives only to other brokers, and none to
-        this one, mean a wrong ``broker_id``: refused, naming the ids, before anything is
-        renamed or written. Returns the topic id of each partition kept."""
-        topics = self.store.topics()
-        strays: list[tuple[Path, str]] = []
-        owners: set[int] = set()
-        mine: dict[Path, TopicRecord] = {}
-        for path in self.log_dirs.partition_dirs():
-            tp = parse_partition_dir(path.name)
-            assert tp is not None
-            record = topics.get(tp.topic)
-            if record is None:
-                strays.append((path, f"topic {tp.topic!r} is not in the metadata"))
-                continue
-            replicas = record.replicas.get(tp.partition, ())
-            if self.config.broker_id in replicas:
-                mine[path] = record
-            else:
-                owners.update(replicas)
-                strays.append((path, f"the metadata does not assign {tp} to broker "
-                                     f"{self.config.broker_id}"))
-        if first_start and owners and not mine:
-            raise ConfigError(
-                f"broker_id={self.config.broker_id}, but the metadata assigns the partitions "
-                f"in log_dirs {[str(d) for d in self.log_dirs.dirs]} to broker(s) "
-                f"{sorted(owners)} and none to {self.config.broker_id}: fix broker_id (nothing "
-                "was changed), or move those directories away to start this broker without "
-                "them")
-        kept, mismatched = self.log_dirs.check_topic_ids(
-            {path: (record.name, record.topic_id) for path, record in mine.items()})
-        for path, why in strays + mismatched:
-            self.log_dirs.set_aside(path, why)
-        return {tp: topic_id for path, topic_id in kept.items()
-                if (tp := parse_partition_dir(path.name)) is not None}
 
     def _controlled_shutdown(self) -> None:
         """Ask the controller to move leadership away, until it has or the time is up."""
@@ -651,7 +611,7 @@ class Broker:
     def _drop_unwanted(self, wanted: set[TopicPartition]) -> None:
         for tp in set(self.replicas.hosted()) - wanted:
             self._stop_replica(tp)
-        # Logs found at start were checked by _set_aside_strays; what is left here was
+        # Logs found at start were checked by set_aside_strays; what is left here was
         # created while running for a partition since deleted or moved away.
         for tp in set(self.log_manager.all_logs()) - wanted:
             log.warning("deleting log %s: no longer assigned to broker %d", tp,

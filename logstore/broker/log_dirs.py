@@ -5,11 +5,11 @@ Owns: ``LogDirs``: creating each ``log_dirs`` entry, the exclusive advisory lock
 ``<dir>/.lock`` held while the broker runs (in both modes: a second broker listing a running
 broker's directory, in any position, is refused before it can touch it), ``<dir>/meta.properties``
 (Kafka's file: ``version`` and ``broker.id``, written at a directory's first start; a start with
-another ``broker_id`` is refused, as Kafka does), the partition directories present, checking the
-topic id each records (``partition.metadata``) against the one the caller expects, and setting
-stray ones aside (renamed ``<topic>-<partition>.<uuid>-stray``, Kafka's suffix, never deleted
-here: an operator deletes them once sure). Must not: open logs, read the metadata store, or know
-about the network.
+another ``broker_id`` is refused, as Kafka does), the partition directories present, and setting
+aside, at start, those the metadata (given by the caller) does not give this broker or that
+record another topic id (``partition.metadata``) than their topic's now (renamed
+``<topic>-<partition>.<uuid>-stray``, Kafka's suffix, never deleted here: an operator deletes them
+once sure). Must not: open logs, read the metadata store itself, or know about the network.
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ import fcntl
 import logging
 import os
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from logstore.controller.store import TopicRecord
 from logstore.errors import ConfigError
+from logstore.model import TopicPartition
 from logstore.segments.format import (
     atomic_write,
     fsync_dir,
@@ -92,31 +95,43 @@ class LogDirs:
                           if e.is_dir() and parse_partition_dir(e.name) is not None]
         return sorted(found)
 
-    def check_topic_ids(self, expected: dict[Path, tuple[str, str]]
-                        ) -> tuple[dict[Path, str], list[tuple[Path, str]]]:
-        """Of partition directories and the (topic, topic id) each belongs to by the
-        metadata: those that record that id, or none (written by an earlier version: they adopt
-        it, written here), with their ids; and why each other one is a stray: it records
-        another id (its topic was deleted and created again while the broker was down) or its
-        file cannot be read. One small file read per directory."""
-        kept: dict[Path, str] = {}
+    def set_aside_strays(self, broker_id: int, topics: Mapping[str, TopicRecord],
+                         first_start: bool) -> dict[TopicPartition, str]:
+        """Partition directories that ``topics`` (the metadata) does not give ``broker_id``,
+        or that record another topic id than their topic's (deleted and created again while
+        this broker was down) or one that cannot be read, are renamed aside before the log
+        manager sees them, never deleted at start: a wrong config or a stale view must not
+        cost data. One that records no topic id (an earlier version's) adopts its topic's. On
+        a first start with these directories (no ``meta.properties`` yet: an upgrade, or a
+        copied directory), partitions of known topics that the metadata gives only to other
+        brokers, and none to this one, mean a wrong ``broker_id``: refused, naming the ids,
+        before anything is renamed or written. Returns the topic id of each partition kept."""
         strays: list[tuple[Path, str]] = []
-        for path, (topic, topic_id) in expected.items():
-            try:
-                recorded = read_partition_metadata(path)
-            except ValueError as e:
-                strays.append((path, f"{e}: which topic it belongs to is not known"))
+        owners: set[int] = set()
+        mine: dict[Path, tuple[TopicPartition, TopicRecord]] = {}
+        for path in self.partition_dirs():
+            tp = parse_partition_dir(path.name)
+            assert tp is not None
+            record = topics.get(tp.topic)
+            if record is None:
+                strays.append((path, f"topic {tp.topic!r} is not in the metadata"))
                 continue
-            if recorded is None:
-                log.info("%s records no topic id; it adopts topic %r's, %s", path, topic,
-                         topic_id)
-                write_partition_metadata(path, topic_id)
-            elif recorded != topic_id:
-                strays.append((path, f"it records topic id {recorded}, but topic {topic!r} is "
-                                     f"now topic id {topic_id} (deleted and created again)"))
-                continue
-            kept[path] = topic_id
-        return kept, strays
+            replicas = record.replicas.get(tp.partition, ())
+            if broker_id in replicas:
+                mine[path] = (tp, record)
+            else:
+                owners.update(replicas)
+                strays.append((path, f"the metadata does not assign {tp} to broker {broker_id}"))
+        if first_start and owners and not mine:
+            raise ConfigError(
+                f"broker_id={broker_id}, but the metadata assigns the partitions in log_dirs "
+                f"{[str(d) for d in self.dirs]} to broker(s) {sorted(owners)} and none to "
+                f"{broker_id}: fix broker_id (nothing was changed), or move those directories "
+                "away to start this broker without them")
+        kept = _check_topic_ids(mine, strays)
+        for path, why in strays:
+            self.set_aside(path, why)
+        return kept
 
     def set_aside(self, path: Path, reason: str) -> Path:
         """Rename a partition directory out of the broker's sight (its data is kept)."""
@@ -126,6 +141,31 @@ class LogDirs:
         log.warning("stray log %s: %s; renamed to %s (delete it once sure it is not needed)",
                     path, reason, target.name)
         return target
+
+
+def _check_topic_ids(mine: dict[Path, tuple[TopicPartition, TopicRecord]],
+                     strays: list[tuple[Path, str]]) -> dict[TopicPartition, str]:
+    """The topic id of each of ``mine`` whose directory records its topic's, or none (written
+    by an earlier version: it adopts it, written here); why each other one is a stray is added
+    to ``strays``. One small file read per directory."""
+    kept: dict[TopicPartition, str] = {}
+    for path, (tp, record) in mine.items():
+        try:
+            recorded = read_partition_metadata(path)
+        except ValueError as e:
+            strays.append((path, f"{e}: which topic it belongs to is not known"))
+            continue
+        if recorded is None:
+            log.info("%s records no topic id; it adopts topic %r's, %s", path, record.name,
+                     record.topic_id)
+            write_partition_metadata(path, record.topic_id)
+        elif recorded != record.topic_id:
+            strays.append((path, f"it records topic id {recorded}, but topic {record.name!r} "
+                                 f"is now topic id {record.topic_id} (deleted and created "
+                                 "again)"))
+            continue
+        kept[tp] = record.topic_id
+    return kept
 
 
 def _lock_dir(d: Path) -> IO[bytes]:
