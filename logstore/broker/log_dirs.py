@@ -99,13 +99,14 @@ class LogDirs:
                          first_start: bool) -> dict[TopicPartition, str]:
         """Partition directories that ``topics`` (the metadata) does not give ``broker_id``,
         or that record another topic id than their topic's (deleted and created again while
-        this broker was down) or one that cannot be read, are renamed aside before the log
-        manager sees them, never deleted at start: a wrong config or a stale view must not
-        cost data. One that records no topic id (an earlier version's) adopts its topic's. On
-        a first start with these directories (no ``meta.properties`` yet: an upgrade, or a
-        copied directory), partitions of known topics that the metadata gives only to other
-        brokers, and none to this one, mean a wrong ``broker_id``: refused, naming the ids,
-        before anything is renamed or written. Returns the topic id of each partition kept."""
+        this broker was down), are renamed aside before the log manager sees them, never
+        deleted at start: a wrong config or a stale view must not cost data. One that records
+        no topic id (an earlier version's) adopts its topic's; one whose record cannot be read
+        is refused. On a first start with these directories (no ``meta.properties`` yet: an
+        upgrade, or a copied directory), partitions of known topics that the metadata gives
+        only to other brokers, and none to this one, mean a wrong ``broker_id``: refused,
+        naming the ids, before anything is renamed or written. Returns the topic id of each
+        partition kept."""
         strays: list[tuple[Path, str]] = []
         owners: set[int] = set()
         mine: dict[Path, tuple[TopicPartition, TopicRecord]] = {}
@@ -147,14 +148,17 @@ def _check_topic_ids(mine: dict[Path, tuple[TopicPartition, TopicRecord]],
                      strays: list[tuple[Path, str]]) -> dict[TopicPartition, str]:
     """The topic id of each of ``mine`` whose directory records its topic's, or none (written
     by an earlier version: it adopts it, written here); why each other one is a stray is added
-    to ``strays``. One small file read per directory."""
+    to ``strays``. A file that cannot be read is refused (ConfigError naming it), as a bad
+    ``meta.properties`` is. One small file read per directory."""
     kept: dict[TopicPartition, str] = {}
     for path, (tp, record) in mine.items():
         try:
             recorded = read_partition_metadata(path)
         except ValueError as e:
-            strays.append((path, f"{e}: which topic it belongs to is not known"))
-            continue
+            raise ConfigError(
+                f"{e}; it records which incarnation of topic {record.name!r} the partition's "
+                f"log belongs to: restore it, or remove it to have the log taken as the "
+                f"topic's now (topic id {record.topic_id})") from None
         if recorded is None:
             log.info("%s records no topic id; it adopts topic %r's, %s", path, record.name,
                      record.topic_id)

@@ -29,7 +29,7 @@ from logstore.main import build_broker, build_metadata_store
 from logstore.model import LATEST
 from logstore.records import topic_schema
 from logstore.segments.log import Log
-from tests.brokers import bounded_producer, free_port
+from tests.brokers import BrokerFactory, bounded_producer, free_port
 from tests.helpers import wait_for
 
 RECORDS = 20
@@ -99,17 +99,17 @@ def produce(broker: Broker, values: list[bytes]) -> None:
         assert all(f.result(10) for f in futures)
 
 
-def latest(broker: Broker) -> int:
-    with Admin(bootstrap(broker)) as admin:
+def latest(address: str) -> int:
+    with Admin(address) as admin:
         return wait_for(lambda: admin.list_offsets({TP: LATEST}), "list_offsets",
                         tolerate=(UnknownTopicIdError,))[TP]
 
 
-def consumed(broker: Broker) -> list[bytes]:
+def consumed(address: str) -> list[bytes]:
     """Every value of orders-0 up to its high watermark, as a consumer reads them."""
-    end = latest(broker)
+    end = latest(address)
     values: list[bytes] = []
-    with Consumer(bootstrap(broker), auto_offset_reset="earliest") as consumer:
+    with Consumer(address, auto_offset_reset="earliest") as consumer:
         consumer.assign([TP])
 
         def all_read() -> bool:
@@ -189,7 +189,7 @@ def test_a_topic_recreated_between_two_sync_passes_starts_from_an_empty_log(
     assert (log.log_start_offset, log.log_end_offset) == (0, 0)
     assert log.schema.equals(topic_schema(TYPED))
     assert recorded_topic_id(log.dir) == new_id
-    assert latest(broker) == 0
+    assert latest(bootstrap(broker)) == 0
 
 
 def test_a_topic_recreated_while_the_broker_was_down_sets_the_old_directory_aside(
@@ -222,10 +222,10 @@ def test_a_topic_recreated_while_the_broker_was_down_sets_the_old_directory_asid
     assert [p.name.endswith("-stray") for p in aside] == [True]
     assert recorded_topic_id(aside[0]) == old_id
     assert any(p.suffix == ".arrow" and p.stat().st_size > 0 for p in aside[0].iterdir())
-    assert latest(broker) == 0
+    assert latest(bootstrap(broker)) == 0
     assert recorded_topic_id(log_dir / f"{TOPIC}-0") == new_id
     produce(broker, [b"new"])
-    assert consumed(broker) == [b"new"]
+    assert consumed(bootstrap(broker)) == [b"new"]
 
 
 def test_a_partition_directory_without_a_topic_id_adopts_its_topics(
@@ -246,12 +246,37 @@ def test_a_partition_directory_without_a_topic_id_adopts_its_topics(
         partition_dir = brokers.log_dir(0) / f"{TOPIC}-0"
         (partition_dir / "partition.metadata").unlink(missing_ok=True)
         broker = brokers.start(0)
-        assert consumed(broker) == values
+        assert consumed(bootstrap(broker)) == values
         assert not [p for p in brokers.log_dir(0).iterdir() if p.name.endswith("-stray")]
         assert recorded_topic_id(partition_dir) == topic_id
     finally:
         for broker_id in list(brokers.running):
             brokers.stop(broker_id)
+
+
+def test_an_unreadable_partition_metadata_file_is_refused_naming_it(
+        broker_factory: BrokerFactory) -> None:
+    """Goal: a partition.metadata that cannot be read neither costs the partition's records
+    nor is guessed: the start is refused naming the file (as a bad meta.properties is), and
+    once an operator removes it the log adopts its topic's id with every record. Method: a
+    broker process; fill orders-0, stop, overwrite the file, start (refused), remove it,
+    start: every record is read and the file records the topic's id."""
+    broker = broker_factory(broker_id=0)
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(TOPIC, 1)])
+    values = [b"v-%d" % i for i in range(RECORDS)]
+    with bounded_producer(broker.bootstrap, acks="all") as producer:
+        assert all(f.result(10) for f in [producer.send(TOPIC, value=v) for v in values])
+    assert broker.stop() == 0
+    record = broker.log_dir / f"{TOPIC}-0" / "partition.metadata"
+    topic_id = recorded_topic_id(record.parent)
+    record.write_bytes(b"version: 0\n")
+    with pytest.raises(RuntimeError, match=rf"{record}.*malformed.*remove it"):
+        broker.start()
+    record.unlink()
+    broker.start()
+    assert consumed(broker.bootstrap) == values
+    assert recorded_topic_id(record.parent) == topic_id
 
 
 def count_refusals(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
