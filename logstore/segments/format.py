@@ -92,8 +92,11 @@ has a new id, and the old directory is not its log):
 | 1    | ``version: 0``                           |
 | 2    | ``topic_id: <id>`` (the metadata's topic id, 32 hex digits) |
 
-Written (temp file, fsync, rename) when a log is created for a topic whose id is known; a
-directory without it (written before the file existed) adopts its topic's current id.
+Written (temp file, rename) when a log is created for a topic whose id is known, without an
+fsync (bringing thousands of partitions online must not wait for one each, as for the first
+leader epoch): the log manager's next checkpoint fsyncs it, the log's first flush its name; a
+crash before may leave it absent or empty, which reads as no record. A directory without one
+(written before the file existed) adopts its topic's current id.
 """
 
 from __future__ import annotations
@@ -184,10 +187,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, durable: bool = True, sync_dir: bool = True) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content.
-    ``sync_dir`` False leaves making the new name durable to a later fsync of the directory
-    (the content is fsynced all the same when ``durable``)."""
+def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     with open(tmp, "wb") as f:
         f.write(data)
@@ -195,8 +196,17 @@ def atomic_write(path: Path, data: bytes, durable: bool = True, sync_dir: bool =
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)
-    if durable and sync_dir:
+    if durable:
         fsync_dir(path.parent)
+
+
+def fsync_file(path: Path) -> None:
+    """Make what was written to ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_partition_dir(dir: Path) -> None:
@@ -242,18 +252,18 @@ def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
         raise ValueError(f"malformed checkpoint file {path}: {e}") from e
 
 
-def write_partition_metadata(dir: Path, topic_id: str, sync_dir: bool = True) -> None:
-    """Record in the partition directory ``dir`` the id of the topic its log belongs to.
-    ``sync_dir`` False: the new log's first flush makes the name durable (with its segment's)."""
+def write_partition_metadata(dir: Path, topic_id: str, durable: bool = True) -> None:
+    """Record in the partition directory ``dir`` the id of the topic its log belongs to
+    (``durable`` False: no fsync, the caller makes it durable later)."""
     atomic_write(dir / PARTITION_METADATA_FILE,
                  f"version: {PARTITION_METADATA_VERSION}\ntopic_id: {topic_id}\n".encode(),
-                 sync_dir=sync_dir)
+                 durable)
 
 
 def read_partition_metadata(dir: Path) -> str | None:
     """The topic id recorded in the partition directory ``dir``; None when it records none (a
-    log written before the file existed). Raises ValueError naming the file when it cannot
-    be read or parsed."""
+    log written before the file existed, or an empty file: a crash before a new log's file was
+    made durable). Raises ValueError naming the file when it cannot be read or parsed."""
     path = dir / PARTITION_METADATA_FILE
     try:
         with open(path, "rb") as f:
@@ -262,6 +272,8 @@ def read_partition_metadata(dir: Path) -> str | None:
         return None
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} cannot be read: {e}") from None
+    if not text:
+        return None
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     version = fields.get("version", "").strip()
     topic_id = fields.get("topic_id", "").strip()

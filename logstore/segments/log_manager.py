@@ -8,7 +8,7 @@ directory with the fewest, the bound on open segment files (``max_open_segment_f
 about replication, leadership or the network.
 
 Topic ids (KIP-516): a log created for a topic whose id is known records it in its directory
-(``partition.metadata``) before it is handed out; at startup the caller gives each found log the
+(``partition.metadata``) before it is handed out, made durable by the next checkpoint; at startup the caller gives each found log the
 id its directory records (the broker reads them while checking them against the metadata, so
 nothing is read twice); a log asked for under another topic id is refused (UNKNOWN_TOPIC_ID:
 it belongs to a deleted incarnation of the topic), and one that records none adopts the id it
@@ -50,9 +50,11 @@ from logstore.segments.format import (
     CLEAN_SHUTDOWN_FILE,
     INCARNATION_FILE,
     LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA_FILE,
     RECOVERY_POINT_CHECKPOINT,
     atomic_write,
     fsync_dir,
+    fsync_file,
     is_deleted_partition_dir,
     parse_partition_dir,
     partition_dir_name,
@@ -90,6 +92,8 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_counts: dict[Path, int] = {d: 0 for d in self.log_dirs}
         self._creating: dict[TopicPartition, threading.Lock] = {}
+        # partition.metadata files written without an fsync (checkpoint() makes them durable)
+        self._unsynced_metadata: list[Path] = []
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self._stop = threading.Event()
@@ -252,6 +256,8 @@ class LogManager:
         with self._lock:
             self._logs[tp] = log
             self._creating.pop(tp, None)
+            if topic_id is not None:
+                self._unsynced_metadata.append(log.dir / PARTITION_METADATA_FILE)
         return log
 
     def delete_log(self, tp: TopicPartition) -> None:
@@ -268,8 +274,10 @@ class LogManager:
     # -- checkpoints and background work -----------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Atomically write the recovery-point and log-start-offset checkpoint of every dir."""
+        """Atomically write the recovery-point and log-start-offset checkpoint of every dir,
+        after making the topic ids recorded since the last one durable."""
         with self._checkpoint_lock:
+            self._sync_metadata()
             logs = self.all_logs()
             for log_dir in self.log_dirs:
                 if not log_dir.exists():
@@ -280,6 +288,21 @@ class LogManager:
                                  {tp: offsets[0] for tp, offsets in mine.items()})
                 write_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT,
                                  {tp: offsets[1] for tp, offsets in mine.items()})
+
+    def _sync_metadata(self) -> None:
+        """fsync the partition.metadata files new logs recorded their topic ids in (one of a
+        log deleted since is gone: nothing to do)."""
+        with self._lock:
+            paths, self._unsynced_metadata = self._unsynced_metadata, []
+        for i, path in enumerate(paths):
+            try:
+                fsync_file(path)
+            except FileNotFoundError:
+                continue
+            except BaseException:
+                with self._lock:
+                    self._unsynced_metadata += paths[i:]
+                raise
 
     def run_retention_once(self) -> int:
         """Apply retention to every log, and forget its idle producers
@@ -324,12 +347,12 @@ class LogManager:
 
 
 def _record_topic_id(log: Log, topic_id: str | None) -> None:
-    """Record a new log's topic id before anyone can append to it (its first flush makes the
-    file's name durable with its first segment's); closed again if that fails."""
+    """Record a new log's topic id before anyone can append to it, without an fsync (see
+    format.py); the log is closed again if that fails."""
     if topic_id is None:
         return
     try:
-        write_partition_metadata(log.dir, topic_id, sync_dir=False)
+        write_partition_metadata(log.dir, topic_id, durable=False)
     except BaseException:
         log.close()
         raise

@@ -20,6 +20,7 @@ from logstore.errors import UnknownTopicIdError
 from logstore.model import TopicPartition
 from logstore.records import DEFAULT_SCHEMA
 from logstore.segments import format as fmt
+from logstore.segments import log_manager
 from logstore.segments.log_manager import LogManager
 
 TP = TopicPartition("orders", 0)
@@ -35,6 +36,8 @@ def test_partition_metadata_round_trips_in_kafkas_format(tmp_path: Path) -> None
     fmt.write_partition_metadata(tmp_path, OLD)
     assert (tmp_path / fmt.PARTITION_METADATA_FILE).read_text() == f"version: 0\ntopic_id: {OLD}\n"
     assert fmt.read_partition_metadata(tmp_path) == OLD
+    (tmp_path / fmt.PARTITION_METADATA_FILE).write_bytes(b"")  # a crash before its fsync
+    assert fmt.read_partition_metadata(tmp_path) is None
     for bad in (b"version: 1\ntopic_id: x\n", b"version: 0\n", b"\xff\xfe"):
         (tmp_path / fmt.PARTITION_METADATA_FILE).write_bytes(bad)
         with pytest.raises(ValueError, match="partition.metadata"):
@@ -61,6 +64,31 @@ def test_a_new_log_records_its_topic_id_and_refuses_another(tmp_path: Path) -> N
     with pytest.raises(UnknownTopicIdError):
         again.get_or_create_log(TP, TopicConfig(), DEFAULT_SCHEMA, NEW)
     again.shutdown()
+
+
+def test_new_logs_topic_ids_are_made_durable_by_the_next_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: creating thousands of logs waits on no fsync of partition.metadata, yet each is
+    durable after the log manager's next checkpoint (every checkpoint_interval_ms, and at
+    shutdown). Method: count the fsyncs of those files: none at creation, one each at the
+    checkpoint (none for a log deleted meanwhile), none at the next."""
+    synced: list[Path] = []
+
+    def fsync_file(path: Path) -> None:
+        fmt.fsync_file(path)
+        synced.append(path)
+    monkeypatch.setattr(log_manager, "fsync_file", fsync_file)
+    logs = manager(tmp_path)
+    logs.startup()
+    other = TopicPartition("orders", 1)
+    for tp in (TP, other):
+        logs.get_or_create_log(tp, TopicConfig(), DEFAULT_SCHEMA, OLD)
+    assert synced == []
+    logs.delete_log(other)  # itself a checkpoint: the deleted log's file is gone
+    assert synced == [tmp_path / "orders-0" / fmt.PARTITION_METADATA_FILE]
+    logs.checkpoint()
+    assert len(synced) == 1
+    logs.shutdown()
 
 
 def test_a_log_that_records_no_topic_id_adopts_the_one_asked_for(tmp_path: Path) -> None:
