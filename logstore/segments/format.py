@@ -265,13 +265,18 @@ def read_partition_metadata(dir: Path) -> str | None:
     log written before the file existed, or an empty file: a crash before a new log's file was
     made durable). Raises ValueError naming the file when it cannot be read or parsed."""
     path = dir / PARTITION_METADATA_FILE
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode()
+    try:  # os.open: a broker reads one per partition at start
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
+    except OSError as e:
+        raise ValueError(f"{path} cannot be read: {e}") from None
+    try:
+        text = os.read(fd, 4096).decode()
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} cannot be read: {e}") from None
+    finally:
+        os.close(fd)
     if not text:
         return None
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
