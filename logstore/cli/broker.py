@@ -7,6 +7,7 @@ Must not: build or run the broker itself; ``logstore.main`` is the composition r
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import sys
@@ -36,6 +37,10 @@ def _cmd_start(args: argparse.Namespace) -> int:
         overrides["log_dirs"] = list(args.log_dir)
     config = load_broker_config(args.config, overrides)
     configure_logging(args.log_level.upper())
+    # A crash in native code (Arrow, gRPC) prints every thread's Python stack to stderr, the
+    # broker's log, before the process dies: the one clue such a crash leaves (a JVM's
+    # hs_err file, for Kafka).
+    faulthandler.enable()
     if config.malloc_tuning:  # this process is the broker's alone
         tune_malloc()
     code = run_broker(config)

@@ -195,3 +195,17 @@ def test_send_to_a_stopped_broker_times_out_and_the_partition_recovers_after_sig
     values = [v for _, v in sorted(_read_back(broker.bootstrap, topic, 1, 21).items())]
     assert [v for v in values if v != b"during"] == \
         [b"before"] + [b"later%d" % i for i in range(20)]
+
+
+def test_a_crash_in_native_code_leaves_every_threads_python_stack_in_the_log(
+        broker_factory) -> None:
+    """Goal: a broker that dies of a fault in native code (Arrow, gRPC: a SIGSEGV) says where
+    its threads were, the one clue such a crash leaves. Method: SIGSEGV sent to a serving
+    broker; its stderr (the broker's log) holds faulthandler's dump of its threads."""
+    broker = broker_factory()
+    with Admin(broker.bootstrap) as admin:
+        admin.list_topics()
+    assert broker.kill(signal.SIGSEGV) == -signal.SIGSEGV
+    log = broker.stderr_path.read_text()
+    assert "Fatal Python error: Segmentation fault" in log
+    assert "Thread 0x" in log and "run_broker" in log  # the main thread, waiting for a signal
