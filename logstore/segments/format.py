@@ -92,7 +92,7 @@ has a new id, and the old directory is not its log):
 | 1    | ``version: 0``                           |
 | 2    | ``topic_id: <id>`` (the metadata's topic id, 32 hex digits) |
 
-Written (temp file, rename) when a log is created for a topic whose id is known, without an
+Written when a log is created for a topic whose id is known (in place when new), without an
 fsync (bringing thousands of partitions online must not wait for one each, as for the first
 leader epoch): the log manager's next checkpoint fsyncs it, the log's first flush its name; a
 crash before may leave it absent or empty, which reads as no record. A directory without one
@@ -253,11 +253,24 @@ def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
 
 
 def write_partition_metadata(dir: Path, topic_id: str, durable: bool = True) -> None:
-    """Record in the partition directory ``dir`` the id of the topic its log belongs to
-    (``durable`` False: no fsync, the caller makes it durable later)."""
-    atomic_write(dir / PARTITION_METADATA_FILE,
-                 f"version: {PARTITION_METADATA_VERSION}\ntopic_id: {topic_id}\n".encode(),
-                 durable)
+    """Record in the partition directory ``dir`` the id of the topic its log belongs to.
+    ``durable`` False (a new log's: the caller makes it durable later) writes a file that does
+    not exist yet in place, without a temporary file to rename (half the time: one is written
+    per partition created)."""
+    path = dir / PARTITION_METADATA_FILE
+    data = f"version: {PARTITION_METADATA_VERSION}\ntopic_id: {topic_id}\n".encode()
+    if durable:
+        atomic_write(path, data)
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        atomic_write(path, data, durable=False)
+        return
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def read_partition_metadata(dir: Path) -> str | None:
