@@ -152,9 +152,21 @@ class Consumer:
     # -- assignment and positions ------------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly ``partitions``, outside any group rebalance. Refused while subscribed
+        (as in Kafka: the group owns the assignment then); ``assign([])`` unsubscribes."""
         tps = [TopicPartition(*tp) for tp in partitions]
+        if not tps:
+            self.unsubscribe()
+            return
+        if self._subscription is not None:
+            raise RuntimeError("assign() is refused while subscribed: subscription to topics, "
+                               "a pattern and manual assignment are mutually exclusive; call "
+                               "unsubscribe() first")
         for tp in tps:
             self._metadata.leader(tp)  # unknown topic or partition fails here, clearly
+        self._set_assignment(tps)
+
+    def _set_assignment(self, tps: list[TopicPartition]) -> None:
         self._assignment = list(dict.fromkeys(tps))
         keep = set(self._assignment)
         self._positions = {tp: o for tp, o in self._positions.items() if tp in keep}
@@ -169,6 +181,10 @@ class Consumer:
             raise ValueError("subscribe() needs a group_id; use assign() without one")
         if (topics is None) == (pattern is None):
             raise ValueError("subscribe() takes either topics or pattern")
+        if self._subscription is None and self._assignment:
+            raise RuntimeError("subscribe() is refused after assign(): manual assignment and "
+                               "subscription are mutually exclusive; call unsubscribe() first "
+                               "(commit the assigned partitions' positions before, if wanted)")
         self._subscription = re.compile(pattern) if pattern is not None else (
             [topics] if isinstance(topics, str) else sorted(set(topics or [])))
         self._listener = listener
@@ -181,7 +197,7 @@ class Consumer:
             failure = self._revoke(set(self._assignment))
             self._group.leave()
         self._subscription = None
-        self.assign([])
+        self._set_assignment([])
         if failure is not None:
             raise failure
 
@@ -404,7 +420,7 @@ class Consumer:
             failure = self._revoke(revoked, commit=False) or failure
             group.need_rejoin.set()  # the revoked partitions go out next round
         added = new - set(self._assignment)
-        self.assign(sorted(new))
+        self._set_assignment(sorted(new))
         log.info("group %s generation %d: assigned %s", group.settings.group_id,
                  outcome.generation_id, sorted(map(str, new)))
         self._awaiting_committed = {tp for tp in (self._awaiting_committed or set()) | added
@@ -454,7 +470,7 @@ class Consumer:
             except Exception as e:  # the user's: raised once the rebalance is complete
                 log.exception("the rebalance listener's %s failed", callback)
                 failure = e
-        self.assign([tp for tp in self._assignment if tp not in partitions])
+        self._set_assignment([tp for tp in self._assignment if tp not in partitions])
         return failure
 
     def _maybe_auto_commit(self) -> None:

@@ -1,0 +1,82 @@
+"""The client API as a Kafka user relies on it: where LogStore once differed from Kafka's
+clients in a way that lost or duplicated records, or failed unclearly.
+
+Goal: a consumer refuses to mix ``assign()`` and ``subscribe()`` (Kafka's
+IllegalStateException), so a manual position is never dropped uncommitted and a group's
+partitions are never replaced behind the group's back; a closed consumer refuses every call.
+Method: one broker shared by the module, a topic per test, every wait a bounded poll.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+
+WAIT_MS = 10_000
+
+
+def _topic(broker, partitions: int = 1, records: int = 10) -> str:
+    name = f"api-{uuid.uuid4().hex[:8]}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(name, partitions)])
+    with Producer(broker.bootstrap, acks=1) as producer:
+        for i in range(records):
+            producer.send(name, value=b"%d" % i, partition=i % partitions)
+        producer.flush(10)
+    return name
+
+
+def _group_consumer(broker) -> Consumer:
+    return Consumer(broker.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}",
+                    auto_offset_reset="earliest", session_timeout_ms=6000,
+                    heartbeat_interval_ms=500)
+
+
+def test_subscribe_after_assign_is_refused_and_keeps_the_manual_position(broker) -> None:
+    """Goal: ``subscribe()`` on a consumer with a manual assignment fails (as in Kafka) instead
+    of dropping the assigned partition's position uncommitted and telling the listener it lost
+    a partition the group never gave. Method: assign, read 4 records, subscribe (refused), the
+    position is still 4 and the assignment unchanged; after ``unsubscribe()`` subscribing
+    works."""
+    topic = _topic(broker)
+    tp = TopicPartition(topic, 0)
+    with _group_consumer(broker) as consumer:
+        consumer.assign([tp])
+        assert len(consumer.poll(WAIT_MS, max_records=4)[tp]) == 4
+        with pytest.raises(RuntimeError, match="assign"):
+            consumer.subscribe([topic])
+        assert consumer.assignment() == {tp}
+        assert consumer.position(tp) == 4
+        consumer.unsubscribe()
+        assert consumer.assignment() == set()
+        consumer.subscribe([topic])
+        records = consumer.poll(WAIT_MS)
+        assert consumer.assignment() == {tp}
+        assert [r.offset for r in records[tp]][0] == 0
+
+
+def test_assign_while_subscribed_is_refused_and_keeps_the_groups_partitions(broker) -> None:
+    """Goal: ``assign()`` on a subscribed consumer fails (as in Kafka) instead of replacing
+    the group's partitions, whose positions were then never committed and which the
+    coordinator refused to take commits for. ``assign([])`` unsubscribes, as Kafka's does.
+    Method: subscribe, read 3 records, assign another partition (refused, assignment and
+    position unchanged); ``assign([])`` leaves the group with the position committed."""
+    topic = _topic(broker, records=10)
+    other = _topic(broker)
+    tp = TopicPartition(topic, 0)
+    with _group_consumer(broker) as consumer:
+        consumer.subscribe([topic])
+        assert len(consumer.poll(WAIT_MS, max_records=3)[tp]) == 3
+        with pytest.raises(RuntimeError, match="subscribe"):
+            consumer.assign([TopicPartition(other, 0)])
+        assert consumer.assignment() == {tp}
+        assert consumer.position(tp) == 3
+        consumer.assign([])
+        assert consumer.assignment() == set()
+        committed = consumer.committed(tp)
+        assert committed is not None and committed.offset == 3
+        consumer.assign([TopicPartition(other, 0)])  # no longer subscribed: allowed
+        assert consumer.assignment() == {TopicPartition(other, 0)}
