@@ -154,6 +154,7 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly ``partitions``, outside any group rebalance. Refused while subscribed
         (as in Kafka: the group owns the assignment then); ``assign([])`` unsubscribes."""
+        self._check_open()
         tps = [TopicPartition(*tp) for tp in partitions]
         if not tps:
             self.unsubscribe()
@@ -181,6 +182,7 @@ class Consumer:
             raise ValueError("subscribe() needs a group_id; use assign() without one")
         if (topics is None) == (pattern is None):
             raise ValueError("subscribe() takes either topics or pattern")
+        self._check_open()
         if self._subscription is None and self._assignment:
             raise RuntimeError("subscribe() is refused after assign(): manual assignment and "
                                "subscription are mutually exclusive; call unsubscribe() first "
@@ -192,6 +194,7 @@ class Consumer:
         self._group.need_rejoin.set()
 
     def unsubscribe(self) -> None:
+        self._check_open()
         failure = None
         if self._group is not None and self._subscription is not None:
             failure = self._revoke(set(self._assignment))
@@ -205,23 +208,27 @@ class Consumer:
         return set(self._assignment)
 
     def position(self, tp: TopicPartition) -> int:
+        self._check_open()
         tp = self._assigned(tp)
         if tp not in self._positions:
             self._initial_positions([tp])
         return self._positions[tp]
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._check_open()
         tp = self._assigned(tp)
         if not isinstance(offset, int) or offset < 0:
             raise ValueError(f"{tp}: seek offset must be a non-negative int, got {offset!r}")
         self._set_position(tp, offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._check_open()
         tps = list(partitions) or self._assignment
         for tp, offset in self.beginning_offsets(tps).items():
             self._set_position(self._assigned(tp), offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._check_open()
         tps = list(partitions) or self._assignment
         for tp, offset in self.end_offsets(tps).items():
             self._set_position(self._assigned(tp), offset)
@@ -231,9 +238,11 @@ class Consumer:
         self._wakeup.set()
 
     def pause(self, *partitions: TopicPartition) -> None:
+        self._check_open()
         self._paused |= {self._assigned(tp) for tp in partitions}
 
     def resume(self, *partitions: TopicPartition) -> None:
+        self._check_open()
         self._paused -= {TopicPartition(*tp) for tp in partitions}
 
     def paused(self) -> set[TopicPartition]:
@@ -242,13 +251,16 @@ class Consumer:
     # -- offsets lookups ---------------------------------------------------------------------
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        self._check_open()
         return {tp: o for tp, (o, _) in self._fetcher.list_offsets(partitions, EARLIEST).items()}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        self._check_open()
         return {tp: o for tp, (o, _) in self._fetcher.list_offsets(partitions, LATEST).items()}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]
                           ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        self._check_open()
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp, ts in timestamps.items():
             if not isinstance(ts, int) or ts < 0:
@@ -482,7 +494,7 @@ class Consumer:
 
     def _commit_quietly(self, positions: dict[TopicPartition, int]) -> None:
         try:
-            self.commit({tp: OffsetAndMetadata(o) for tp, o in positions.items()})
+            self._commit({tp: OffsetAndMetadata(o) for tp, o in positions.items()})
         except ApiError as e:
             log.warning("auto-commit failed: %s", e)
 
@@ -490,6 +502,11 @@ class Consumer:
                ) -> None:
         """Commit ``offsets`` (each the next offset to read, optionally with metadata), or
         the current positions of all assigned partitions; raises the coordinator's error."""
+        self._check_open()
+        self._commit(offsets)
+
+    def _commit(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None) -> None:
+        """``commit``, also while closing (the revocation's and close's auto-commit)."""
         group = self._require_group()
         if offsets is None:
             offsets = dict(self._positions)
@@ -501,7 +518,9 @@ class Consumer:
 
     def commit_async(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None,
                      callback: CommitCallback | None = None) -> Future[None]:
-        """Commit in the background; ``callback(offsets, exception_or_None)`` when done."""
+        """Commit in the background; ``callback(offsets, exception_or_None)`` when done
+        (``close()`` waits for the commits already asked for)."""
+        self._check_open()
         self._require_group()
         chosen: dict[TopicPartition, int | OffsetAndMetadata] = \
             dict(self._positions) if offsets is None else dict(offsets)
@@ -511,7 +530,7 @@ class Consumer:
         def run() -> None:
             error: Exception | None = None
             try:
-                self.commit(chosen)
+                self._commit(chosen)
             except ApiError as e:
                 error = e
             if callback is not None:
@@ -525,6 +544,7 @@ class Consumer:
         """The group's committed offset of ``tp`` (None when there is none). A read_committed
         consumer waits while a transaction's offsets for ``tp`` are pending
         (UNSTABLE_OFFSET_COMMIT, retried)."""
+        self._check_open()
         tp = TopicPartition(*tp)
         return self._require_group().committed([tp], self._require_stable).get(tp)
 

@@ -80,3 +80,39 @@ def test_assign_while_subscribed_is_refused_and_keeps_the_groups_partitions(brok
         assert committed is not None and committed.offset == 3
         consumer.assign([TopicPartition(other, 0)])  # no longer subscribed: allowed
         assert consumer.assignment() == {TopicPartition(other, 0)}
+
+
+def test_a_closed_consumer_refuses_every_call(broker) -> None:
+    """Goal: after ``close()`` every call fails clearly (Kafka's "This consumer has already
+    been closed."), instead of seeks and assigns that silently did nothing and offset lookups
+    and commits sent on connections the close had shut. ``close()`` twice is fine. Method:
+    close a group consumer with an assigned partition, then call each method."""
+    topic = _topic(broker)
+    tp = TopicPartition(topic, 0)
+    consumer = _group_consumer(broker)
+    consumer.assign([tp])
+    consumer.poll(WAIT_MS, max_records=1)
+    consumer.close()
+    consumer.close()
+    calls = {
+        "poll": lambda: consumer.poll(0),
+        "assign": lambda: consumer.assign([tp]),
+        "subscribe": lambda: consumer.subscribe([topic]),
+        "unsubscribe": consumer.unsubscribe,
+        "position": lambda: consumer.position(tp),
+        "seek": lambda: consumer.seek(tp, 0),
+        "seek_to_beginning": lambda: consumer.seek_to_beginning(tp),
+        "seek_to_end": lambda: consumer.seek_to_end(tp),
+        "pause": lambda: consumer.pause(tp),
+        "resume": lambda: consumer.resume(tp),
+        "beginning_offsets": lambda: consumer.beginning_offsets([tp]),
+        "end_offsets": lambda: consumer.end_offsets([tp]),
+        "offsets_for_times": lambda: consumer.offsets_for_times({tp: 0}),
+        "commit": lambda: consumer.commit({tp: 1}),
+        "commit_async": lambda: consumer.commit_async({tp: 1}),
+        "committed": lambda: consumer.committed(tp),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match="closed"):
+            call()
+            pytest.fail(f"{name}() on a closed consumer did not raise")
