@@ -81,6 +81,21 @@ def named(topic: str, error: ApiError) -> ApiError:
         f"topic {topic!r}: {error.message}")
 
 
+def collision_key(name: str) -> str | None:
+    """Kafka's collision rule: '.' and '_' are one character in metric names, so two topics
+    whose names differ only there are refused. None for a name with neither (no collision)."""
+    return name.replace(".", "_") if "." in name or "_" in name else None
+
+
+def check_collision(name: str, taken: dict[str, str]) -> None:
+    """Refuse ``name`` if another topic's name in ``taken`` (collision key -> name) collides."""
+    key = collision_key(name)
+    other = taken.get(key) if key is not None else None
+    if other is not None and other != name:
+        raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r}: "
+                                "names may not differ only in '.' and '_'")
+
+
 def repeated_topic_error(name: str, count: int) -> InvalidRequestError:
     """The error of each copy of a topic name given ``count`` times in one create_topics."""
     return InvalidRequestError(f"topic {name!r} appears {count} times in the request; none "
@@ -99,6 +114,7 @@ class TopicController:
 
     def create_topic(self, req: NewTopic) -> TopicRecord:
         record = self._plan_topic(req, list(self._store.brokers().values()))
+        check_collision(req.name, self._collision_keys([req]))
         self._store.create_topic(record, self._initial_states(record.replicas))
         log.info("created topic %s with %d partition(s), rf %d", req.name, req.num_partitions,
                  req.replication_factor)
@@ -113,11 +129,16 @@ class TopicController:
         brokers = list(self._store.brokers().values())
         planned: list[tuple[int, TopicRecord]] = []
         counts = Counter(req.name for req in reqs)
+        taken = self._collision_keys(reqs)
         for i, req in enumerate(reqs):
             try:
                 if counts[req.name] > 1:
                     raise repeated_topic_error(req.name, counts[req.name])
-                planned.append((i, self._plan_topic(req, brokers)))
+                record = self._plan_topic(req, brokers)  # the name is valid from here
+                check_collision(req.name, taken)
+                planned.append((i, record))
+                if (key := collision_key(req.name)) is not None:
+                    taken.setdefault(key, req.name)  # a later name of the request collides
             except ApiError as e:
                 outcomes[i] = named(req.name, e)
         if not planned:
@@ -135,6 +156,14 @@ class TopicController:
         log.info("created %d topic(s) with %d partition(s) in all", len(created),
                  sum(r.num_partitions for r in created))
         return outcomes
+
+    def _collision_keys(self, reqs: list[NewTopic]) -> dict[str, str]:
+        """The existing topics' names by collision key; the store is read only when a name
+        asked for has a '.' or '_' (a request of plain names costs nothing)."""
+        if not any(isinstance(r.name, str) and collision_key(r.name) for r in reqs):
+            return {}
+        return {key: name for name in self._store.topics()
+                if (key := collision_key(name)) is not None}
 
     def _plan_topic(self, req: NewTopic, brokers: list[BrokerInfo]) -> TopicRecord:
         """The record of a new topic, after every check that needs no write."""
