@@ -61,6 +61,7 @@ from logstore.messages.topics import (
     MetadataRequest,
     PartitionCount,
     TopicConfigChange,
+    TopicResult,
 )
 from logstore.model import NewTopic, OffsetAndMetadata, TopicPartition
 from logstore.records import decode_schema, encode_schema
@@ -208,18 +209,22 @@ class Admin:
         """Create the topics in one request, answered once they exist and the broker asked
         has brought its partitions of them online (other brokers' follow within moments; a
         produce or fetch meanwhile is retried). Per topic: None if it was created, else its
-        error; with ``raise_errors`` the first error is raised instead (the other topics were
-        still created)."""
+        error; with ``raise_errors`` an error is raised instead, naming every topic that failed
+        and those created all the same."""
         response = self._metadata.call(CreateTopicsRequest(topics=[CreatableTopic(
             name=t.name, num_partitions=t.num_partitions,
             replication_factor=t.replication_factor, config=t.config,
             value_schema=encode_schema(t.value_schema)) for t in topics]))
-        if raise_errors:
-            _raise_first(response.topics)
-        return {t.name: t.error() for t in response.topics}
+        return _topic_outcomes(response.topics, "created", raise_errors)
 
-    def delete_topics(self, names: list[str]) -> None:
-        _raise_first(self._metadata.call(DeleteTopicsRequest(topics=list(names))).topics)
+    def delete_topics(self, names: list[str], *, raise_errors: bool = True
+                      ) -> dict[str, ApiError | None]:
+        """Delete the topics, each on its own. Per topic: None if it was deleted, else its
+        error; with ``raise_errors`` an error is raised instead, naming every topic that
+        failed and those deleted all the same. A name given twice is asked for once (the
+        second copy would fail as missing once the first had deleted it)."""
+        response = self._metadata.call(DeleteTopicsRequest(topics=list(dict.fromkeys(names))))
+        return _topic_outcomes(response.topics, "deleted", raise_errors)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         response = self._metadata.call(MetadataRequest(topics=None))
@@ -268,19 +273,26 @@ class Admin:
                         e.copy_lag_bytes)
         return out
 
-    def create_partitions(self, counts: dict[str, int]) -> None:
-        _raise_first(self._metadata.call(CreatePartitionsRequest(topics=[
-            PartitionCount(name=n, count=c) for n, c in counts.items()])).topics)
+    def create_partitions(self, counts: dict[str, int], *, raise_errors: bool = True
+                          ) -> dict[str, ApiError | None]:
+        """Grow each topic to its new partition count, each on its own; the outcome per topic
+        and ``raise_errors`` as ``delete_topics``."""
+        response = self._metadata.call(CreatePartitionsRequest(topics=[
+            PartitionCount(name=n, count=c) for n, c in counts.items()]))
+        return _topic_outcomes(response.topics, "grown", raise_errors)
 
     def describe_configs(self, names: list[str]) -> dict[str, dict[str, Any]]:
         response = self._metadata.call(DescribeConfigsRequest(topics=list(names)))
         _raise_first(response.topics)
         return {t.name: t.config for t in response.topics}
 
-    def alter_configs(self, configs: dict[str, dict[str, Any]], incremental: bool = True
-                      ) -> None:
-        _raise_first(self._metadata.call(AlterConfigsRequest(incremental=incremental, topics=[
-            TopicConfigChange(name=n, config=c) for n, c in configs.items()])).topics)
+    def alter_configs(self, configs: dict[str, dict[str, Any]], incremental: bool = True,
+                      *, raise_errors: bool = True) -> dict[str, ApiError | None]:
+        """Change each topic's config, each on its own; the outcome per topic and
+        ``raise_errors`` as ``delete_topics``."""
+        response = self._metadata.call(AlterConfigsRequest(incremental=incremental, topics=[
+            TopicConfigChange(name=n, config=c) for n, c in configs.items()]))
+        return _topic_outcomes(response.topics, "altered", raise_errors)
 
     def list_offsets(self, partitions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Offsets for EARLIEST (-2), LATEST (-1) or a timestamp, per partition; a retriable
@@ -479,6 +491,25 @@ def _assigned(assignment: Any) -> list[TopicPartition]:
     except msgspec.ValidationError:
         return []
     return [TopicPartition(t, p) for t, p in decoded.partitions]
+
+
+def _topic_outcomes(entries: Iterable[TopicResult], done: str, raise_errors: bool
+                    ) -> dict[str, ApiError | None]:
+    """Per topic, None or its error. With ``raise_errors``, the first error is raised, its
+    message naming every other topic that failed and the topics ``done`` all the same (the
+    broker applies each topic on its own: a caller must not take the call for undone)."""
+    outcomes = {t.name: t.error() for t in entries}
+    failed = [(name, e) for name, e in outcomes.items() if e is not None]
+    if not raise_errors or not failed:
+        return outcomes
+    first = failed[0][1]
+    if len(outcomes) == 1:
+        raise first
+    notes = [f"also failed: {e.message}" for _, e in failed[1:]]
+    succeeded = [name for name, e in outcomes.items() if e is None]
+    notes.append(f"{done} all the same: {', '.join(map(repr, succeeded))}" if succeeded
+                 else f"no topic was {done}")
+    raise type(first)(f"{first.message} ({'; '.join(notes)})")
 
 
 def _raise_first(entries: Iterable[ErrorFields]) -> None:

@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+from logstore.errors import InvalidPartitionsError, UnknownTopicOrPartitionError
 
 WAIT_MS = 10_000
 
@@ -22,6 +23,8 @@ def _topic(broker, partitions: int = 1, records: int = 10) -> str:
     name = f"api-{uuid.uuid4().hex[:8]}"
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([NewTopic(name, partitions)])
+    if not records:
+        return name
     with Producer(broker.bootstrap, acks=1) as producer:
         for i in range(records):
             producer.send(name, value=b"%d" % i, partition=i % partitions)
@@ -116,3 +119,38 @@ def test_a_closed_consumer_refuses_every_call(broker) -> None:
         with pytest.raises(RuntimeError, match="closed"):
             call()
             pytest.fail(f"{name}() on a closed consumer did not raise")
+
+
+def test_a_multi_topic_admin_call_names_every_failure_and_what_was_done(broker) -> None:
+    """Goal: when one topic of a delete_topics, alter_configs or create_partitions fails,
+    the error raised names every topic that failed and every one the call changed all the
+    same (the broker applies each topic on its own, as Kafka's does), instead of the first
+    failure alone while other topics were silently deleted or altered; ``raise_errors=False``
+    gives the outcome per topic, as create_topics does. Method: one existing topic and two
+    missing ones per call; check the message, then the per-topic answers."""
+    kept, gone = _topic(broker, records=0), _topic(broker, records=0)
+    missing = [f"missing-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    with Admin(broker.bootstrap) as admin:
+        with pytest.raises(UnknownTopicOrPartitionError) as raised:
+            admin.alter_configs({missing[0]: {"retention_ms": 1}, kept: {"retention_ms": 1234},
+                                 missing[1]: {"retention_ms": 1}})
+        message = raised.value.message
+        assert all(repr(name) in message for name in [*missing, kept]), message
+        assert admin.describe_configs([kept])[kept]["retention_ms"] == 1234
+        assert admin.alter_configs({kept: {"retention_ms": 99}, missing[0]: {}},
+                                   raise_errors=False).keys() == {kept, missing[0]}
+        with pytest.raises(InvalidPartitionsError) as raised:
+            admin.create_partitions({kept: 1, gone: 2})
+        assert repr(kept) in raised.value.message and repr(gone) in raised.value.message
+        outcomes = admin.create_partitions({kept: 2, missing[0]: 2}, raise_errors=False)
+        assert outcomes[kept] is None
+        assert isinstance(outcomes[missing[0]], UnknownTopicOrPartitionError)
+        with pytest.raises(UnknownTopicOrPartitionError) as raised:
+            admin.delete_topics([*missing, gone])
+        message = raised.value.message
+        assert all(repr(name) in message for name in [*missing, gone]), message
+        assert "deleted" in message
+        assert gone not in admin.list_topics()
+        outcomes = admin.delete_topics([kept, missing[0], kept], raise_errors=False)
+        assert outcomes[kept] is None  # given twice, deleted once: not "does not exist"
+        assert isinstance(outcomes[missing[0]], UnknownTopicOrPartitionError)
