@@ -172,9 +172,14 @@ class ClusterMetadata:
         return self.leader_partition(tp).leader
 
     def leader_partition(self, tp: TopicPartition) -> PartitionInfo:
-        """The partition's metadata (leader and leader epoch); it must have a leader."""
+        """The partition's metadata (leader and leader epoch); it must have a leader. A
+        partition the cached topic lacks is asked for again before it is refused: the topic
+        may have gained it since (as Kafka's clients wait on metadata for it)."""
         info = self.topic(tp.topic)
         part = info.partitions.get(tp.partition)
+        if part is None and tp.partition >= info.num_partitions:
+            info = self.topic(tp.topic, refresh=True)
+            part = info.partitions.get(tp.partition)
         if part is None:
             raise UnknownTopicOrPartitionError(
                 f"topic {tp.topic!r} has no partition {tp.partition} "

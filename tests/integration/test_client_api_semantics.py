@@ -154,3 +154,25 @@ def test_a_multi_topic_admin_call_names_every_failure_and_what_was_done(broker) 
         outcomes = admin.delete_topics([kept, missing[0], kept], raise_errors=False)
         assert outcomes[kept] is None  # given twice, deleted once: not "does not exist"
         assert isinstance(outcomes[missing[0]], UnknownTopicOrPartitionError)
+
+
+def test_a_partition_added_after_the_consumer_looked_at_its_topic_can_be_assigned(
+        broker) -> None:
+    """Goal: ``assign()`` of a partition the topic gained after this consumer cached its
+    metadata asks the broker again instead of failing with "has no partition 3 (it has 2)"
+    until ``metadata_max_age_ms`` (5 minutes) passed. Method: assign partition 1 of a
+    2-partition topic and poll, grow the topic to 4, produce to partition 3, assign it and
+    read the record; a partition that really is missing still fails naming it."""
+    topic = _topic(broker, partitions=2, records=2)
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 1)])
+        assert len(consumer.poll(WAIT_MS)[TopicPartition(topic, 1)]) == 1
+        with Admin(broker.bootstrap) as admin:
+            admin.create_partitions({topic: 4})
+        with Producer(broker.bootstrap, acks=1) as producer:
+            producer.send(topic, value=b"new", partition=3).result(10)
+        tp = TopicPartition(topic, 3)
+        consumer.assign([tp])
+        assert [r.value for r in consumer.poll(WAIT_MS)[tp]] == [b"new"]
+        with pytest.raises(UnknownTopicOrPartitionError, match="no partition 4 .it has 4"):
+            consumer.assign([TopicPartition(topic, 4)])
