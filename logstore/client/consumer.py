@@ -129,6 +129,7 @@ class Consumer:
         self._subscribed_counts: dict[str, int] = {}
         self._listener: Any = None
         self._commit_pool: ThreadPoolExecutor | None = None
+        self._commit_thread: int | None = None  # the commit pool's thread, once it runs
         self._reset = _RESET[auto_offset_reset]
         self.isolation_level = isolation_level
         self._fetcher = Fetcher(self._metadata, FetchConfig(
@@ -506,10 +507,20 @@ class Consumer:
         self._commit(offsets)
 
     def _commit(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None) -> None:
-        """``commit``, also while closing (the revocation's and close's auto-commit)."""
+        """``commit``, also while closing (the revocation's and close's auto-commit). Once
+        ``commit_async`` was used, through its thread, after the commits asked for before
+        (Kafka's commitSync completes earlier commitAsync calls first): else an older
+        offset still waiting there would land after this one and move the group back."""
+        chosen: dict[TopicPartition, int | OffsetAndMetadata] = \
+            dict(self._positions) if offsets is None else offsets
+        pool = self._commit_pool
+        if pool is None or threading.get_ident() == self._commit_thread:
+            self._commit_now(chosen)
+        else:
+            pool.submit(self._commit_now, chosen).result()
+
+    def _commit_now(self, offsets: dict[TopicPartition, int | OffsetAndMetadata]) -> None:
         group = self._require_group()
-        if offsets is None:
-            offsets = dict(self._positions)
         if not offsets:
             return
         group.commit({TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
@@ -525,12 +536,13 @@ class Consumer:
         chosen: dict[TopicPartition, int | OffsetAndMetadata] = \
             dict(self._positions) if offsets is None else dict(offsets)
         if self._commit_pool is None:
-            self._commit_pool = ThreadPoolExecutor(1, thread_name_prefix="logstore-commit")
+            self._commit_pool = ThreadPoolExecutor(1, thread_name_prefix="logstore-commit",
+                                                   initializer=self._mark_commit_thread)
 
         def run() -> None:
             error: Exception | None = None
             try:
-                self._commit(chosen)
+                self._commit_now(chosen)
             except ApiError as e:
                 error = e
             if callback is not None:
@@ -539,6 +551,11 @@ class Consumer:
             if error is not None:
                 raise error
         return self._commit_pool.submit(run)
+
+    def _mark_commit_thread(self) -> None:
+        """The commit pool's one thread: a commit from a commit_async callback runs there
+        directly (waiting on the pool from its own thread would never end)."""
+        self._commit_thread = threading.get_ident()
 
     def committed(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         """The group's committed offset of ``tp`` (None when there is none). A read_committed

@@ -176,3 +176,25 @@ def test_a_partition_added_after_the_consumer_looked_at_its_topic_can_be_assigne
         assert [r.value for r in consumer.poll(WAIT_MS)[tp]] == [b"new"]
         with pytest.raises(UnknownTopicOrPartitionError, match="no partition 4 .it has 4"):
             consumer.assign([TopicPartition(topic, 4)])
+
+
+def test_a_commit_lands_after_the_async_commits_asked_for_before_it(broker) -> None:
+    """Goal: commits take effect in the order they were asked for, as Kafka's commitSync
+    completes the commitAsync calls made before it: a sync commit (or close()'s final
+    auto-commit) once went straight to the coordinator while older commit_async calls still
+    waited in the background, which then landed after it and moved the committed offset back
+    (records read again after a restart). Method: queue 20 commit_async of offset 1, commit
+    offset 5 synchronously, close (which waits for the background commits); a new consumer
+    of the group sees 5."""
+    topic = _topic(broker)
+    tp = TopicPartition(topic, 0)
+    consumer = _group_consumer(broker)
+    group_id = consumer.group_metadata().group_id
+    consumer.assign([tp])
+    futures = [consumer.commit_async({tp: 1}) for _ in range(20)]
+    consumer.commit({tp: 5})
+    assert all(f.done() for f in futures)  # completed before the sync commit returned
+    consumer.close()
+    with Consumer(broker.bootstrap, group_id=group_id, enable_auto_commit=False) as reader:
+        committed = reader.committed(tp)
+    assert committed is not None and committed.offset == 5
