@@ -55,6 +55,7 @@ _RESET = {"earliest": EARLIEST, "latest": LATEST, "none": None}
 _ISOLATION = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
 
 REBALANCE_ATTEMPTS = 10
+MISSING_TOPIC_CHECK_S = 0.5  # how soon a subscribed topic that does not exist is asked again
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], Exception | None], None]
 
 
@@ -377,8 +378,13 @@ class Consumer:
         group.last_poll = time.monotonic()
         group.start_heartbeats()
         if time.monotonic() >= self._next_metadata_check:
-            self._next_metadata_check = time.monotonic() + self._metadata_check_s
-            if self._partition_counts(self._subscribed_topics()) != self._subscribed_counts:
+            topics = self._subscribed_topics()
+            counts = self._partition_counts(topics)
+            # A subscribed topic that does not exist yet is asked for again soon (Kafka's
+            # consumer does too), not only after metadata_max_age_ms.
+            self._next_metadata_check = time.monotonic() + (
+                MISSING_TOPIC_CHECK_S if len(counts) < len(topics) else self._metadata_check_s)
+            if counts != self._subscribed_counts:
                 group.need_rejoin.set()  # a new matching topic or more partitions
         for _ in range(REBALANCE_ATTEMPTS):
             if not group.need_rejoin.is_set():

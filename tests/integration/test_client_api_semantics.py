@@ -15,6 +15,7 @@ import pytest
 
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from logstore.errors import InvalidPartitionsError, UnknownTopicOrPartitionError
+from tests.helpers import wait_for
 
 WAIT_MS = 10_000
 
@@ -198,3 +199,24 @@ def test_a_commit_lands_after_the_async_commits_asked_for_before_it(broker) -> N
     with Consumer(broker.bootstrap, group_id=group_id, enable_auto_commit=False) as reader:
         committed = reader.committed(tp)
     assert committed is not None and committed.offset == 5
+
+
+def test_a_subscribed_topic_created_after_subscribe_is_consumed_soon(broker) -> None:
+    """Goal: a consumer subscribed to a topic that does not exist yet (started before its
+    producer) gets its partitions soon after the topic is created, as Kafka's consumer asks
+    again for an unknown subscribed topic, instead of only at the next
+    ``metadata_max_age_ms`` check (5 minutes). Method: subscribe to a missing topic and poll
+    once (the group forms with nothing), create the topic and produce, then poll until the
+    record arrives, bounded far below 5 minutes."""
+    topic = f"later-{uuid.uuid4().hex[:8]}"
+    with _group_consumer(broker) as consumer:
+        consumer.subscribe([topic])
+        assert consumer.poll(100) == {}
+        with Admin(broker.bootstrap) as admin:
+            admin.create_topics([NewTopic(topic, 1)])
+        with Producer(broker.bootstrap, acks=1) as producer:
+            producer.send(topic, value=b"first").result(10)
+        tp = TopicPartition(topic, 0)
+        values = wait_for(lambda: [r.value for r in consumer.poll(200).get(tp, [])],
+                          f"the record of {topic}, created after subscribe()", timeout_s=30)
+        assert values == [b"first"]
