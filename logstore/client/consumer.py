@@ -179,7 +179,13 @@ class Consumer:
     def subscribe(self, topics: Iterable[str] | str | None = None, pattern: str | None = None,
                   listener: Any = None) -> None:
         """Join the group for ``topics`` (a list) or ``pattern`` (a regular expression
-        matched against whole topic names); partitions arrive from ``poll()``."""
+        matched against whole topic names); partitions arrive from ``poll()``. An empty
+        list unsubscribes, as in Kafka."""
+        if topics is not None and pattern is None and not isinstance(topics, str):
+            topics = list(topics)
+            if not topics:
+                self.unsubscribe()
+                return
         if self._group is None:
             raise ValueError("subscribe() needs a group_id; use assign() without one")
         if (topics is None) == (pattern is None):

@@ -86,6 +86,22 @@ def test_assign_while_subscribed_is_refused_and_keeps_the_groups_partitions(brok
         assert consumer.assignment() == {TopicPartition(other, 0)}
 
 
+def test_subscribe_to_no_topics_unsubscribes(broker) -> None:
+    """Goal: ``subscribe([])`` leaves the group as ``unsubscribe()`` does (Kafka's rule), so
+    ``assign()`` works after it, instead of a membership of nothing that refused
+    ``assign()`` as subscribed. Method: subscribe and read, subscribe([]), then assign."""
+    topic = _topic(broker)
+    tp = TopicPartition(topic, 0)
+    with _group_consumer(broker) as consumer:
+        consumer.subscribe([topic])
+        assert len(consumer.poll(WAIT_MS, max_records=2)[tp]) == 2
+        consumer.subscribe([])
+        assert consumer.assignment() == set()
+        assert consumer.committed(tp).offset == 2
+        consumer.assign([tp])
+        assert consumer.assignment() == {tp}
+
+
 def test_a_closed_consumer_refuses_every_call(broker) -> None:
     """Goal: after ``close()`` every call fails clearly (Kafka's "This consumer has already
     been closed."), instead of seeks and assigns that silently did nothing and offset lookups
