@@ -267,22 +267,35 @@ class RequestHandlers:
                                     for t, e in zip(req.topics, results, strict=True)])
 
     def delete_topics(self, req: DeleteTopicsRequest) -> TopicResults:
+        counts = Counter(req.topics)
         return self._synced("delete_topics", [
-            _topic_result(name, self._delete_topic, name) for name in req.topics])
+            _topic_result(name, self._once, counts[name], "deleted", self._delete_topic, name)
+            for name in req.topics])
 
     def _delete_topic(self, name: str) -> None:
         _refuse_internal(name, "delete_topics")
         self._controller.delete_topic(name)
 
     def create_partitions(self, req: CreatePartitionsRequest) -> TopicResults:
+        counts = Counter(t.name for t in req.topics)
         return self._synced("create_partitions", [_topic_result(
-            t.name, self._create_partitions, t.name, t.count) for t in req.topics])
+            t.name, self._once, counts[t.name], "grown", self._create_partitions, t.name,
+            t.count) for t in req.topics])
 
     def _create_partitions(self, name: str, count: int) -> None:
         # The coordinators hash keys over the partition count: growing it would move groups
         # and transactional ids away from their stored state.
         _refuse_internal(name, "create_partitions")
         self._controller.create_partitions(name, count)
+
+    @staticmethod
+    def _once(count: int, done: str, fn: Callable[..., object], name: str, *args: Any) -> None:
+        """``fn(name, *args)`` for a topic named once in its request; a name given twice is
+        INVALID_REQUEST in every copy and acted on in none (Kafka's "Duplicate topic in
+        request"): which copy would win is not the caller's to guess."""
+        if count > 1:
+            raise repeated_topic_error(name, count, done)
+        fn(name, *args)
 
     def _synced(self, action: str, results: list[TopicResult]) -> TopicResults:
         """``results``, answered once the changes they made are hosted here (bounded)."""
@@ -307,9 +320,10 @@ class RequestHandlers:
         return TopicConfigEntry(name=name, config=config.to_dict(), overrides=sorted(overrides))
 
     def alter_configs(self, req: AlterConfigsRequest) -> TopicResults:
+        counts = Counter(t.name for t in req.topics)
         return self._synced("alter_configs", [_topic_result(
-            t.name, self._alter_config, t.name, dict(t.config), req.incremental)
-            for t in req.topics])
+            t.name, self._once, counts[t.name], "altered", self._alter_config, t.name,
+            dict(t.config), req.incremental) for t in req.topics])
 
     def _alter_config(self, name: str, config: dict[str, Any], incremental: bool) -> None:
         _refuse_internal(name, "alter_configs")

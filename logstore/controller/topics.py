@@ -96,10 +96,12 @@ def check_collision(name: str, taken: dict[str, str]) -> None:
                                 "names may not differ only in '.' and '_'")
 
 
-def repeated_topic_error(name: str, count: int) -> InvalidRequestError:
-    """The error of each copy of a topic name given ``count`` times in one create_topics."""
+def repeated_topic_error(name: str, count: int, done: str = "created"
+                         ) -> InvalidRequestError:
+    """The error of each copy of a topic name given ``count`` times in one request (Kafka's
+    "Duplicate topic in request"): none of them is acted on."""
     return InvalidRequestError(f"topic {name!r} appears {count} times in the request; none "
-                               "of them was created")
+                               f"of them was {done}")
 
 
 class TopicController:

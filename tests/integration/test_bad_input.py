@@ -488,3 +488,31 @@ def test_fuzzed_malformed_requests_get_known_codes_and_the_broker_keeps_serving(
             if len(values) >= 500:
                 break
     assert sorted(values) == list(range(500)), f"seed {seed}"
+
+
+@pytest.mark.parametrize("action, body", [
+    ("delete_topics", lambda t: {"topics": [t, t]}),
+    ("create_partitions", lambda t: {"topics": [{"name": t, "count": 3},
+                                                {"name": t, "count": 2}]}),
+    ("alter_configs", lambda t: {"topics": [{"name": t, "config": {"retention_ms": 1000}},
+                                            {"name": t, "config": {"retention_ms": 2000}}]}),
+], ids=["delete-topics", "create-partitions", "alter-configs"])
+def test_a_topic_named_twice_in_one_request_is_invalid_in_each_copy_and_left_alone(
+        broker, action, body: Callable[[str], Any]) -> None:
+    """Goal: a topic given twice in one delete_topics, create_partitions or alter_configs is
+    INVALID_REQUEST in both copies and left as it was (Kafka's "Duplicate topic in request"):
+    before, the copies were applied one after the other (a delete then "does not exist"; the
+    last config wins). Method: a bare Flight client sends the request; the topic is then
+    described."""
+    topic = f"twice-{uuid.uuid4().hex[:6]}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1)])
+        client = flight.connect(f"grpc://{broker.bootstrap}")
+        try:
+            codes = _action_codes(client, action, body(topic))
+        finally:
+            client.close()
+        assert codes == [INVALID_REQUEST, INVALID_REQUEST], f"{action}: {codes}"
+        assert len(admin.describe_topics([topic])[0].partitions) == 1
+        assert admin.describe_configs([topic])[topic]["retention_ms"] != 1000
+        assert admin.describe_configs([topic])[topic]["retention_ms"] != 2000
