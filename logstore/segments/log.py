@@ -170,8 +170,10 @@ class Log:
                                self._empty_schema)
         self._attach(loaded.schema)
         self._finish_open(loaded, log_start_offset, self._clock.time_ms(), high_watermark)
-        if loaded.created:
-            logger.info("%s: created log at offset %d", self._tp, self._log_end_offset)
+        if loaded.created:  # one line per new partition would be thousands for a big
+            # create_topics (and was a quarter of creating a log: the handler's lock); the
+            # broker logs how many came online
+            logger.debug("%s: created log at offset %d", self._tp, self._log_end_offset)
         else:
             logger.info("%s: opened log with %d segment(s), offsets [%d, %d), clean_shutdown=%s",
                         self._tp, len(loaded.segments), self._state.log_start_offset,
