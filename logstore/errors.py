@@ -86,6 +86,7 @@ class ErrorCode(IntEnum):
     RESOURCE_NOT_FOUND = 91
     UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_TOPIC_ID = 100
+    INCONSISTENT_TOPIC_ID = 103
     OFFSET_MOVED_TO_TIERED_STORAGE = 109
     TRANSACTION_ABORTABLE = 120
 
@@ -562,6 +563,17 @@ class UnknownTopicIdError(ApiError):
     go on under the new one."""
 
     code = ErrorCode.UNKNOWN_TOPIC_ID
+    retriable = True
+    refresh_metadata = True
+
+
+class InconsistentTopicIdError(ApiError):
+    """The topic id a replica request carries is not the id of the log it would read (one
+    side hosts, or its metadata knows, another incarnation of the topic than the other: the
+    topic was deleted and created again under its name). Kafka's INCONSISTENT_TOPIC_ID: the
+    side behind refreshes its metadata and replaces its replica, then the request is retried."""
+
+    code = ErrorCode.INCONSISTENT_TOPIC_ID
     retriable = True
     refresh_metadata = True
 

@@ -1,7 +1,11 @@
 """Messages between brokers and the controller: leader_and_isr, alter_isr,
 controlled_shutdown, offsets_for_leader_epoch, leader_epochs.
 
-Owns: the declaration of these requests and responses. Must not: do I/O.
+Owns: the declaration of these requests and responses. Topic ids (KIP-516): a leader_and_isr
+state carries the id of the topic incarnation it is for, and a follower's epoch requests the id
+of its replica, so that neither side applies or answers for another incarnation of a topic
+deleted and created again under its name (INCONSISTENT_TOPIC_ID). The fields are optional
+(None: unchecked), so peers of either version read each other. Must not: do I/O.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ class LeaderAndIsrPartition(Message, frozen=True, kw_only=True):
     isr: list[int]
     controller_epoch: Int32 = 0
     replicas: list[int]
+    # The topic id the controller decided this state for (None: from a controller that
+    # predates the field, unchecked). A broker whose metadata gives the topic another id
+    # ignores the state (INCONSISTENT_TOPIC_ID): it is of another incarnation of the topic.
+    topic_id: str | None = None
 
 
 class PartitionResult(ErrorFields, frozen=True, kw_only=True):
@@ -93,6 +101,9 @@ class EpochRequestPartition(Message, frozen=True, kw_only=True):
     partition: PartitionId
     leader_epoch: LeaderEpoch
     current_leader_epoch: LeaderEpoch = -1
+    # The follower replica's topic id (None: unchecked): another incarnation's epochs say
+    # nothing of this one's, as both start at epoch 0 (INCONSISTENT_TOPIC_ID).
+    topic_id: str | None = None
 
 
 class EpochEndOffset(ErrorFields, frozen=True, kw_only=True):
@@ -122,6 +133,7 @@ class OffsetsForLeaderEpochRequest(Request[OffsetsForLeaderEpochResponse], froze
 class LeaderEpochsPartition(Message, frozen=True, kw_only=True):
     partition: PartitionId
     current_leader_epoch: LeaderEpoch = -1
+    topic_id: str | None = None  # the follower replica's, as in EpochRequestPartition
 
 
 class EpochStart(Message, frozen=True, kw_only=True):

@@ -5,8 +5,9 @@ batches carry binary batch metadata (``rpc/codec.py``), then one empty batch car
 ``FetchSummary`` (per-partition error, high watermark, log start and end offsets, the last stable offset,
 for read_committed the aborted transactions overlapping the batches sent, and a
 ``stream_error`` when the broker could not send everything it read). The same request serves
-consumers (``replica_id`` -1), followers (``replica_id`` = their broker id) and Spark tasks
-(``end_offset`` bounds a range). Must not: do I/O.
+consumers (``replica_id`` -1), followers (``replica_id`` = their broker id, and per partition
+the ``topic_id`` of their replica) and Spark tasks (``end_offset`` bounds a range). Must not: do
+I/O.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class FetchPartition(Message, frozen=True, kw_only=True):
     max_bytes: int | None = None  # None: the request's max_bytes
     current_leader_epoch: LeaderEpoch = -1  # the epoch the fetcher saw (-1: unchecked)
     end_offset: Int64 | None = None  # a range reader's end: no batch starting at or after it
+    # The topic id of the fetcher's copy (a follower's replica; None: unchecked, as from a peer
+    # that predates the field). The leader answers INCONSISTENT_TOPIC_ID when its replica's log
+    # is of another incarnation of the topic (deleted and created again under its name).
+    topic_id: str | None = None
 
 
 class FetchRequest(Request[FetchSummary], frozen=True, kw_only=True, tag=0):

@@ -4,7 +4,8 @@ pushes batches as the log grows, instead of a fetch request per round trip.
 Owns: the declaration of the session's typed messages (``rpc/session_codec.py`` has the table
 of frames that carry them). A client opens a session with a ``FetchSessionRequest`` (the
 DoExchange descriptor): one topic, the partitions and positions to start from, its isolation
-level, a follower's replica id, and the bytes of credit it grants. Then, on the same stream:
+level, a follower's replica id (and in each ``FetchPartition`` its replica's topic id), and the
+bytes of credit it grants. Then, on the same stream:
 
 - client -> broker: ``FetchSessionCredit``, more bytes the broker may push (the client grants
   what it consumed, so the broker never has more than the granted window outstanding), with a
@@ -16,7 +17,9 @@ level, a follower's replica id, and the bytes of credit it grants. Then, on the 
   overlap), then those batches; ``FetchSessionUpdated`` once an update is applied (what
   follows for its partitions starts at their new positions); ``FetchSessionPartitionEnd`` when
   a partition leaves the session on an error (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
-  OFFSET_OUT_OF_RANGE, ...), which the client handles as after a fetch and adds it again.
+  OFFSET_OUT_OF_RANGE, a follower's INCONSISTENT_TOPIC_ID or, once the leader replaced its
+  replica of a recreated topic, UNKNOWN_TOPIC_ID, ...), which the client handles as after a
+  fetch and adds it again.
 
 The session itself ends with a ``FetchSessionEnd`` frame carrying the code (a refused update,
 a broker stopping), after which the client cancels the call, or with the connection (a broker

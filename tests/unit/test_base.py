@@ -108,6 +108,7 @@ WIRE_ERRORS: list[tuple[type[errors.ApiError], int, bool, bool]] = [
     (errors.FencedInstanceIdError, 82, False, False),
     (errors.InvalidRecordError, 87, False, False),
     (errors.UnknownTopicIdError, 100, True, True),
+    (errors.InconsistentTopicIdError, 103, True, True),
     (errors.OffsetMovedToTieredStorageError, 109, False, False),
     (errors.ResourceNotFoundError, 91, False, False),
     (errors.UnacceptableCredentialError, 93, False, False),

@@ -13,6 +13,11 @@ from hypothesis import strategies as st
 
 from logstore.errors import InvalidRequestError, UnknownServerError, UnsupportedVersionError
 from logstore.messages import REQUEST_TYPES, Message, Request, decode_request, encode
+from logstore.messages.cluster import (
+    EpochRequestPartition,
+    LeaderAndIsrPartition,
+    LeaderEpochsPartition,
+)
 from logstore.messages.fetch import FetchPartition, FetchRequest
 from logstore.messages.fetch_session import (
     FetchSessionCredit,
@@ -113,6 +118,36 @@ def test_fetch_requests_round_trip(partition: int, offset: int, end: int | None,
     request = FetchRequest(topic="t", partitions=[FetchPartition(
         partition=partition, offset=offset, end_offset=end, current_leader_epoch=epoch)])
     assert decode_request(FetchRequest, encode(request)) == request
+
+
+class _OldEpochRequestPartition(msgspec.Struct, frozen=True, kw_only=True):
+    """EpochRequestPartition as a peer that predates topic ids declares it."""
+
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = -1
+
+
+@pytest.mark.parametrize("cls, fields", [
+    (FetchPartition, {"partition": 0, "offset": 5}),
+    (EpochRequestPartition, {"partition": 0, "leader_epoch": 3}),
+    (LeaderEpochsPartition, {"partition": 0}),
+    (LeaderAndIsrPartition, {"topic": "t", "partition": 0, "leader": 1, "leader_epoch": 0,
+                             "isr": [1], "replicas": [1, 2]}),
+])
+def test_replication_messages_carry_an_optional_topic_id(cls: type[Message],
+                                                         fields: dict[str, Any]) -> None:
+    """Goal: the topic ids of replication messages (KIP-516) keep the wire compatible both
+    ways: a body from an older peer (no ``topic_id``) decodes as unchecked (None), one with
+    it round-trips, and an older peer reads the new body, ignoring the field. Method: decode
+    bodies with and without the field, and the new one with the old declaration."""
+    old_body = msgspec.json.encode(fields)
+    assert msgspec.json.decode(old_body, type=cls).topic_id is None  # type: ignore[attr-defined]
+    new = cls(**fields, topic_id="ab" * 16)
+    assert msgspec.json.decode(encode(new), type=cls) == new
+    if cls is EpochRequestPartition:
+        old = msgspec.json.decode(encode(new), type=_OldEpochRequestPartition)
+        assert (old.partition, old.leader_epoch) == (0, 3)
 
 
 @pytest.mark.parametrize("fields", [{"producer_epoch": 2**15}, {"base_sequence": 2**31},
