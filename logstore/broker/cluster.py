@@ -171,7 +171,7 @@ class ClusterHandlers:
             try:
                 epoch, end = self._replicas.offsets_for_leader_epoch(
                     TopicPartition(req.topic, p.partition), p.leader_epoch,
-                    p.current_leader_epoch)
+                    p.current_leader_epoch, p.topic_id)
                 out.append(EpochEndOffset(partition=p.partition, leader_epoch=epoch,
                                           end_offset=end))
             except ApiError as e:
@@ -185,7 +185,7 @@ class ClusterHandlers:
         for p in req.partitions:
             try:
                 entries = self._replicas.leader_epochs(TopicPartition(req.topic, p.partition),
-                                                       p.current_leader_epoch)
+                                                       p.current_leader_epoch, p.topic_id)
                 out.append(LeaderEpochsResult(partition=p.partition, entries=[
                     EpochStart(leader_epoch=e, start_offset=s) for e, s in entries]))
             except ApiError as e:

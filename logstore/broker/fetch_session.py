@@ -9,8 +9,9 @@ waiting (below the high watermark, the last stable offset for read_committed, th
 offset for a follower), waking when a subscribed partition's log, watermarks or role move;
 applying updates in order; a follower's acknowledgements (its log end offsets, which advance
 the leader's high watermark as a fetch at that offset would, counted only for a partition it
-holds subscribed and only at the leader epoch it subscribed with); ending a partition on its
-error; ending a consumer's session whose topic was deleted or recreated (a subscribed
+holds subscribed and only at the leader epoch and topic id it subscribed with: a follower's
+replica of another topic id than the leader's is INCONSISTENT_TOPIC_ID); ending a partition on
+its error; ending a consumer's session whose topic was deleted or recreated (a subscribed
 partition's hosted replica is no longer the one it subscribed to, or its log's schema is not
 the one the session decodes with: UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_TOPIC_ID, so the client
 refreshes and opens a new session, which decodes with the new topic's schema); and the registry
@@ -106,10 +107,10 @@ class FetchSession:
         self.pushed_bytes = 0
         self.granted_bytes = 0  # granted after the open
         self._pending_adds = request.partitions
-        # A follower's subscribed partitions and the leader epoch it follows each at: its
-        # acknowledgements count only for these (written by the writing thread, read by the
-        # reading thread, under _cond).
-        self._acked_epochs: dict[int, int] = {}
+        # A follower's subscribed partitions, the leader epoch it follows each at and its
+        # replica's topic id: its acknowledgements count only for these (written by the
+        # writing thread, read by the reading thread, under _cond).
+        self._acked_epochs: dict[int, tuple[int, str | None]] = {}
 
     @property
     def is_replica(self) -> bool:
@@ -130,10 +131,10 @@ class FetchSession:
         with self._cond:
             epochs = [(ack, self._acked_epochs.get(ack.partition))
                       for ack in credit.log_end_offsets]
-        for ack, epoch in epochs:
-            if epoch is not None:  # not a partition the session ended or never had
+        for ack, subscribed in epochs:
+            if subscribed is not None:  # not a partition the session ended or never had
                 self._replicas.acknowledge_follower(TopicPartition(self.topic, ack.partition),
-                                                    self.replica_id, ack.offset, epoch)
+                                                    self.replica_id, ack.offset, *subscribed)
         with self._cond:
             self._credit += credit.credit_bytes
             self.granted_bytes += credit.credit_bytes
@@ -200,14 +201,14 @@ class FetchSession:
                 self._replicas.watch(tp, self._wake)
             self._subs[fp.partition] = _Subscription(FetchPartition(
                 tp, fp.offset, self.request.partition_max_bytes if fp.max_bytes is None
-                else fp.max_bytes, fp.current_leader_epoch, fp.end_offset), hosted)
+                else fp.max_bytes, fp.current_leader_epoch, fp.end_offset, fp.topic_id), hosted)
             if self.is_replica:  # a follower (re)starts at its log end offset
                 self._replicas.acknowledge_follower(tp, self.replica_id, fp.offset,
-                                                    fp.current_leader_epoch)
+                                                    fp.current_leader_epoch, fp.topic_id)
             with self._cond:
                 self._dirty.add(fp.partition)
                 if self.is_replica:
-                    self._acked_epochs[fp.partition] = fp.current_leader_epoch
+                    self._acked_epochs[fp.partition] = (fp.current_leader_epoch, fp.topic_id)
 
     def _drop(self, partition: int) -> None:
         with self._cond:
@@ -323,7 +324,7 @@ class FetchSession:
         if r.batches:
             f = sub.fetch
             sub.fetch = FetchPartition(f.tp, r.batches[-1].header.next_offset, f.max_bytes,
-                                       f.current_leader_epoch, f.end_offset)
+                                       f.current_leader_epoch, f.end_offset, f.topic_id)
         push.partitions.append(PartitionPush(_state(r), r.batches))
         return r.size_bytes
 

@@ -551,7 +551,7 @@ class RequestHandlers:
         parts = [FetchPartition(
             TopicPartition(req.topic, p.partition), p.offset,
             req.max_bytes if p.max_bytes is None else p.max_bytes, p.current_leader_epoch,
-            p.end_offset) for p in req.partitions]
+            p.end_offset, p.topic_id) for p in req.partitions]
         try:
             schema = self.topic_schema(req.topic)
         except UnknownTopicOrPartitionError:

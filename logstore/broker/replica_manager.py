@@ -11,7 +11,11 @@ Topic incarnations: each hosted partition knows the topic id its log belongs to
 and created again under its name, the old replica answers nothing (UNKNOWN_TOPIC_ID, retriable)
 once the broker's metadata knows the topic's new id (``topic_id_of``): a producer's batch for
 the new topic must not be acknowledged into the old log (the sync deletes it), and a follower
-or consumer of the new topic must not read the old records.
+or consumer of the new topic must not read the old records. A follower's requests also carry
+its replica's topic id (fetch, offsets_for_leader_epoch, leader_epochs, its acknowledgements):
+one of another id than this replica's log is INCONSISTENT_TOPIC_ID whatever the metadata of
+either broker says, since the two may learn of a recreated topic in either order and both
+incarnations start at leader epoch 0 (Kafka's check of a fetch's topic id against its log's).
 
 Tiered partitions (``remote_tier.py``): a consumer's fetch below the local log start offset is
 read from the remote tier, every such partition of the fetch at once on the remote reader's
@@ -35,6 +39,7 @@ from logstore.clock import Clock
 from logstore.config import TopicConfig
 from logstore.errors import (
     ApiError,
+    InconsistentTopicIdError,
     InvalidRequiredAcksError,
     NotLeaderOrFollowerError,
     OffsetMovedToTieredStorageError,
@@ -76,6 +81,7 @@ class FetchPartition:
     max_bytes: int
     current_leader_epoch: int = -1
     end_offset: int | None = None  # a range reader's end: no batch starting at or after it
+    topic_id: str | None = None  # the fetcher's replica's (None: unchecked)
 
 
 @dataclass
@@ -324,16 +330,19 @@ class ReplicaManager:
         return results
 
     def acknowledge_follower(self, tp: TopicPartition, replica_id: int, log_end_offset: int,
-                             leader_epoch: int) -> None:
+                             leader_epoch: int, topic_id: str | None = None) -> None:
         """A session's follower has everything below ``log_end_offset`` on its disk, as of
         ``leader_epoch``, the epoch it follows. Ignored when this broker no longer leads
         ``tp``, when the follower's epoch is not the leader's (a follower on another epoch
         may hold a divergent tail it has not truncated yet: counting it could acknowledge
         acks=all records, or readmit it to the ISR, on the word of a replica without them),
-        or when the offset is past the leader's log end offset, which no follower can have."""
+        or when the offset is past the leader's log end offset, which no follower can have, or
+        when the follower's replica is of another topic id than ``p``'s (``topic_id``; None:
+        unchecked), whose offsets say nothing of this log's."""
         p = self._partitions.get(tp)
         if p is None or leader_epoch != p.leader_epoch or \
-                log_end_offset > p.log.log_end_offset:
+                log_end_offset > p.log.log_end_offset or \
+                not consistent_topic_id(topic_id, p.topic_id):
             return
         p.update_follower_fetch(replica_id, log_end_offset)
 
@@ -375,7 +384,7 @@ class ReplicaManager:
                         track_follower: bool = True) -> RemoteFetchRequest | None:
         """Fill ``result`` from the local log, or return the remote read it needs."""
         try:
-            p = self._leader(req.tp)
+            p = self._leader(req.tp, req.topic_id)
             p.check_leader_epoch(req.current_leader_epoch)
             log_ = p.log
             self._describe_result(result, log_)
@@ -476,8 +485,16 @@ class ReplicaManager:
         tiered = self.tier.log_start_offset(tp) if self.tier is not None else None
         return log_.log_start_offset if tiered is None else min(tiered, log_.log_start_offset)
 
-    def _leader(self, tp: TopicPartition) -> Partition:
+    def _leader(self, tp: TopicPartition, topic_id: str | None = None) -> Partition:
+        """The partition ``tp`` if this broker leads it, and (``topic_id`` not None) its log
+        is of that topic id: INCONSISTENT_TOPIC_ID otherwise, checked before leadership, as
+        a replica of another incarnation says nothing of this one's leader."""
         p = self.partition(tp)
+        if not consistent_topic_id(topic_id, p.topic_id):
+            raise InconsistentTopicIdError(
+                f"{tp}: the request is for topic id {topic_id}, but broker {self.broker_id}'s "
+                f"replica is of topic id {p.topic_id} ({tp.topic!r} was deleted and created "
+                "again): retry once both brokers have the topic's current incarnation")
         if not p.is_leader:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {tp}")
         return p
@@ -490,16 +507,18 @@ class ReplicaManager:
             watcher(tp)
 
     def offsets_for_leader_epoch(self, tp: TopicPartition, leader_epoch: int,
-                                 current_leader_epoch: int = -1) -> tuple[int, int]:
-        """(epoch, end offset) of ``leader_epoch`` on this leader (see epoch_cache.py)."""
-        p = self._leader(tp)
+                                 current_leader_epoch: int = -1, topic_id: str | None = None
+                                 ) -> tuple[int, int]:
+        """(epoch, end offset) of ``leader_epoch`` on this leader (see epoch_cache.py), for a
+        follower whose replica is of ``topic_id`` (None: unchecked)."""
+        p = self._leader(tp, topic_id)
         p.check_leader_epoch(current_leader_epoch)
         return p.end_offset_for_epoch(leader_epoch)
 
-    def leader_epochs(self, tp: TopicPartition, current_leader_epoch: int = -1
-                      ) -> list[tuple[int, int]]:
+    def leader_epochs(self, tp: TopicPartition, current_leader_epoch: int = -1,
+                      topic_id: str | None = None) -> list[tuple[int, int]]:
         """This leader's whole leader-epoch cache: (epoch, start offset), ascending."""
-        p = self._leader(tp)
+        p = self._leader(tp, topic_id)
         p.check_leader_epoch(current_leader_epoch)
         return [(e.epoch, e.start_offset) for e in p.epochs.entries]
 
@@ -551,6 +570,13 @@ class ReplicaManager:
             p.check_end_known()
             return -1, -1
         return found
+
+
+def consistent_topic_id(requested: str | None, hosted: str | None) -> bool:
+    """Whether a request for topic id ``requested`` may be answered from a replica of
+    ``hosted``: equal, or either unknown (a peer or a log from before topic ids), as Kafka's
+    ``hasConsistentTopicId``."""
+    return requested is None or hosted is None or requested == hosted
 
 
 def _trim(results: list[PartitionFetchResult], max_bytes: int) -> None:

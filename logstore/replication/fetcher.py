@@ -29,7 +29,13 @@ Topic incarnations: a replica whose topic this broker's metadata already gives a
 (deleted and created again; the metadata sync stops the replica and deletes its log soon) is
 not positioned, its pushes are dropped and its log end offset is not acknowledged: the new
 topic's records must not go into the old log, nor the old log's end count for the new topic's
-leader (``topic_id_of``).
+leader (``topic_id_of``). And whatever this broker's metadata says, every request to the
+leader carries the replica's topic id (``offsets_for_leader_epoch``, ``leader_epochs``, each
+partition of the session): a leader whose replica is of another incarnation (it learns of the
+recreated topic later than this broker, or earlier) answers INCONSISTENT_TOPIC_ID (or
+UNKNOWN_TOPIC_ID), and the partition is positioned again after ``BACKOFF_S``, nothing
+appended, until the two converge; both incarnations start at leader epoch 0, so truncation by
+epoch alone would keep the old records as the new topic's.
 Must not: import the transport (connections come from the injected ``connect``), decide
 leadership, or touch ZooKeeper.
 """
@@ -261,7 +267,8 @@ class ReplicaFetcher:
             return None
         return FetchPartition(partition=f.partition.tp.partition,
                               offset=f.partition.log.log_end_offset,
-                              current_leader_epoch=f.leader_epoch)
+                              current_leader_epoch=f.leader_epoch,
+                              topic_id=f.partition.topic_id)
 
     def _open(self, conn: LeaderConnection, ready: dict[int, _Fetching],
               positions: dict[int, FetchPartition]) -> None:
@@ -422,7 +429,7 @@ class ReplicaFetcher:
         p = f.partition
         resp = conn.call(LeaderEpochsRequest(topic=self.topic, partitions=[
             LeaderEpochsPartition(partition=p.tp.partition,
-                                  current_leader_epoch=f.leader_epoch)]))
+                                  current_leader_epoch=f.leader_epoch, topic_id=p.topic_id)]))
         (entry,) = resp.partitions
         entry.raise_error(f"{p.tp}: leader_epochs on leader {self.leader_id}")
         epochs = [(e.leader_epoch, e.start_offset) for e in entry.entries]
@@ -439,7 +446,7 @@ class ReplicaFetcher:
         epoch = p.epochs.latest_epoch
         resp = conn.call(OffsetsForLeaderEpochRequest(topic=self.topic, partitions=[
             EpochRequestPartition(partition=p.tp.partition, leader_epoch=epoch,
-                                  current_leader_epoch=f.leader_epoch)]))
+                                  current_leader_epoch=f.leader_epoch, topic_id=p.topic_id)]))
         (entry,) = resp.partitions
         entry.raise_error(f"{p.tp}: offsets_for_leader_epoch {epoch} on leader {self.leader_id}")
         if entry.leader_epoch == UNDEFINED_EPOCH:

@@ -24,7 +24,7 @@ from logstore.broker.broker import Broker
 from logstore.config import BrokerConfig
 from logstore.controller.local import LocalMetadataStore, metadata_path
 from logstore.controller.store import MetadataStore, PartitionState, TopicRecord, new_topic_id
-from logstore.errors import UnknownTopicIdError
+from logstore.errors import InconsistentTopicIdError, UnknownTopicIdError
 from logstore.main import build_broker, build_metadata_store
 from logstore.model import LATEST
 from logstore.records import topic_schema
@@ -329,6 +329,73 @@ def test_a_follower_of_a_recreated_topic_replicates_only_the_new_log(
         leader._sync_lock.release()
     assert leader.await_metadata_sync(SYNC_WAIT_S)
     assert leader.store.partition_states(TOPIC)[0].leader == leader.config.broker_id
+    new = [b"new-%d" % i for i in range(RECORDS // 2)]
+    produce(leader, new)
+    for broker in (leader, follower):
+        log = broker.replicas.get(TP).log  # type: ignore[union-attr]
+        wait_for(lambda log=log: log.log_end_offset == len(new),  # type: ignore[misc]
+                 f"broker {broker.config.broker_id}'s log end at {len(new)}")
+        assert log_values(log) == new
+        assert recorded_topic_id(log.dir) == new_id
+
+
+def count_inconsistent(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Count the INCONSISTENT_TOPIC_ID answers of ``broker``'s offsets_for_leader_epoch (a
+    follower's first request for a partition it positions; the count, read)."""
+    answer = broker.replicas.offsets_for_leader_epoch
+    refused: list[TopicPartition] = []
+    lock = threading.Lock()
+
+    def counted(tp: TopicPartition, *args: Any) -> Any:
+        try:
+            return answer(tp, *args)
+        except InconsistentTopicIdError:
+            with lock:
+                refused.append(tp)
+            raise
+    monkeypatch.setattr(broker.replicas, "offsets_for_leader_epoch", counted)
+    return lambda: len(refused)
+
+
+def test_a_follower_ahead_of_its_leader_on_a_recreated_topic_replicates_nothing_old(
+        cluster: Brokers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: when the follower brings a recreated topic up while the leader's metadata has
+    not heard of the deletion yet (its ZooKeeper watch has not fired), the leader's old
+    replica still answers as the topic's, at leader epoch 0 as the new topic's; no old
+    record may go into the follower's new log. The follower's requests carry its replica's
+    topic id, and the leader answers INCONSISTENT_TOPIC_ID (KIP-516). Method: two ZooKeeper
+    brokers, orders-0 on both, filled; the leader's metadata listener (its map of topic ids)
+    and its sync are held on their locks while orders-0 is deleted and created again with the
+    same leader and replicas; the follower syncs its new, empty log, and the leader, still
+    taking its old replica for the topic's, refuses it, so the follower's log stays empty
+    (before, it held the 20 old records at once); then the leader catches up, and new records
+    produced with acks=all are the only ones on either broker."""
+    first, second = cluster.start(1), cluster.start(2)
+    with Admin(bootstrap(first)) as admin:
+        admin.create_topics([NewTopic(TOPIC, 1, 2)])
+    wait_for(lambda: len(first.store.partition_states(TOPIC)[0].isr) == 2, "an ISR of 2")
+    produce(first, [b"old-%d" % i for i in range(RECORDS)])
+    leader_id = first.store.partition_states(TOPIC)[0].leader
+    leader, follower = (first, second) if leader_id == 1 else (second, first)
+    wait_for(lambda: (p := follower.replicas.get(TP)) is not None
+             and p.log.log_end_offset == RECORDS, "the follower's copy of the old records")
+    old_id = leader.current_topic_id(TOPIC)
+    replicas = leader.store.topics()[TOPIC].replicas[0]
+    refused = count_inconsistent(leader, monkeypatch)
+
+    new_id = new_topic_id()
+    with leader._sync_lock, leader._topic_ids_lock:  # the leader hears of nothing meanwhile
+        follower.controller.delete_topic(TOPIC)
+        follower.store.create_topic(TopicRecord(TOPIC, {0: replicas}, topic_id=new_id),
+                                    {0: PartitionState(leader_id, 0, replicas)})
+        wait_for(lambda: (p := follower.replicas.get(TP)) is not None and p.topic_id == new_id,
+                 "the follower's replica of the new topic")
+        new_log = follower.replicas.get(TP).log  # type: ignore[union-attr]
+        wait_for(lambda: refused() > 0 or new_log.log_end_offset > 0,
+                 "the leader's answer to the new topic's follower")
+        assert leader.current_topic_id(TOPIC) == old_id
+        assert log_values(new_log) == []
+    assert leader.await_metadata_sync(SYNC_WAIT_S)
     new = [b"new-%d" % i for i in range(RECORDS // 2)]
     produce(leader, new)
     for broker in (leader, follower):
