@@ -96,7 +96,9 @@ def test_expired_records_call_their_errbacks_with_the_exception_result_raises(br
 
     Method: a topic whose min_insync_replicas (2) the single broker cannot meet, an acks=all
     producer with a 3 s delivery timeout, 5 records; after flush each record's errback was
-    called once with its future's exception, REQUEST_TIMED_OUT naming the expiry."""
+    called once with its future's exception: REQUEST_TIMED_OUT naming the expiry, or, when
+    the attempt refused last was answered after the deadline, NOT_ENOUGH_REPLICAS (as
+    Kafka's producer fails a batch it may not retry with the refusal itself)."""
     with Admin(broker.bootstrap) as admin:
         topic = new_topic(admin, 1, prefix="cb-expire", min_insync_replicas=2)
     outcomes: dict[int, list[Outcome]] = {}
@@ -112,7 +114,8 @@ def test_expired_records_call_their_errbacks_with_the_exception_result_raises(br
     for i, future in enumerate(futures):
         [(kind, error, _)] = outcomes[i]
         assert kind == "error" and error is future.exception(0)
-        assert error.code == ErrorCode.REQUEST_TIMED_OUT and "expired" in str(error)
+        assert error.code == ErrorCode.NOT_ENOUGH_REPLICAS or \
+            error.code == ErrorCode.REQUEST_TIMED_OUT and "expired" in str(error)
 
 
 def test_a_transaction_abort_calls_the_errbacks_of_its_unacknowledged_records(broker) -> None:
