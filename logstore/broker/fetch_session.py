@@ -14,9 +14,11 @@ replica of another topic id than the leader's is INCONSISTENT_TOPIC_ID); ending 
 its error; ending a consumer's session whose topic was deleted or recreated (a subscribed
 partition's hosted replica is no longer the one it subscribed to, or its log's schema is not
 the one the session decodes with: UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_TOPIC_ID, so the client
-refreshes and opens a new session, which decodes with the new topic's schema); and the registry
-of open sessions (ended when the broker stops, counted for broker_stats). Must not: know about Arrow Flight (``rpc/session_stream.py`` writes what a
-push holds), or loop over records.
+refreshes and opens a new session, which decodes with the new topic's schema), and likewise
+ending a follower's partition (UNKNOWN_TOPIC_ID) whose replica here was replaced since it
+subscribed; and the registry of open sessions (ended when the broker stops, counted for
+broker_stats). Must not: know about Arrow Flight (``rpc/session_stream.py`` writes what a push
+holds), or loop over records.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from logstore.errors import (
     ApiError,
     BrokerNotAvailableError,
     InvalidRequestError,
+    NotLeaderOrFollowerError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
@@ -74,6 +77,17 @@ class Push:
     partitions: list[PartitionPush] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class _Acked:
+    """What a follower's acknowledgements of a partition count for: the leader epoch it
+    follows, its replica's topic id, and the replica here it subscribed to (None: none was
+    hosted then)."""
+
+    leader_epoch: int
+    topic_id: str | None
+    replica: Partition | None
+
+
 @dataclass(slots=True)
 class _Subscription:
     fetch: FetchPartition
@@ -107,10 +121,9 @@ class FetchSession:
         self.pushed_bytes = 0
         self.granted_bytes = 0  # granted after the open
         self._pending_adds = request.partitions
-        # A follower's subscribed partitions, the leader epoch it follows each at and its
-        # replica's topic id: its acknowledgements count only for these (written by the
-        # writing thread, read by the reading thread, under _cond).
-        self._acked_epochs: dict[int, tuple[int, str | None]] = {}
+        # A follower's subscribed partitions and what its acknowledgements of each count for
+        # (written by the writing thread, read by the reading thread, under _cond).
+        self._acked: dict[int, _Acked] = {}
 
     @property
     def is_replica(self) -> bool:
@@ -129,12 +142,12 @@ class FetchSession:
             raise InvalidRequestError(f"fetch session on {self.topic!r}: only a replica "
                                       "acknowledges log end offsets")
         with self._cond:
-            epochs = [(ack, self._acked_epochs.get(ack.partition))
-                      for ack in credit.log_end_offsets]
-        for ack, subscribed in epochs:
-            if subscribed is not None:  # not a partition the session ended or never had
-                self._replicas.acknowledge_follower(TopicPartition(self.topic, ack.partition),
-                                                    self.replica_id, ack.offset, *subscribed)
+            acks = [(ack, self._acked.get(ack.partition)) for ack in credit.log_end_offsets]
+        for ack, acked in acks:
+            if acked is not None:  # not a partition the session ended or never had
+                self._replicas.acknowledge_follower(
+                    TopicPartition(self.topic, ack.partition), self.replica_id, ack.offset,
+                    acked.leader_epoch, acked.topic_id, acked.replica)
         with self._cond:
             self._credit += credit.credit_bytes
             self.granted_bytes += credit.credit_bytes
@@ -202,17 +215,18 @@ class FetchSession:
             self._subs[fp.partition] = _Subscription(FetchPartition(
                 tp, fp.offset, self.request.partition_max_bytes if fp.max_bytes is None
                 else fp.max_bytes, fp.current_leader_epoch, fp.end_offset, fp.topic_id), hosted)
+            acked = _Acked(fp.current_leader_epoch, fp.topic_id, hosted)
             if self.is_replica:  # a follower (re)starts at its log end offset
                 self._replicas.acknowledge_follower(tp, self.replica_id, fp.offset,
-                                                    fp.current_leader_epoch, fp.topic_id)
+                                                    acked.leader_epoch, fp.topic_id, hosted)
             with self._cond:
                 self._dirty.add(fp.partition)
                 if self.is_replica:
-                    self._acked_epochs[fp.partition] = (fp.current_leader_epoch, fp.topic_id)
+                    self._acked[fp.partition] = acked
 
     def _drop(self, partition: int) -> None:
         with self._cond:
-            self._acked_epochs.pop(partition, None)
+            self._acked.pop(partition, None)
         if self._subs.pop(partition, None) is not None:
             self._replicas.unwatch(TopicPartition(self.topic, partition), self._wake)
 
@@ -235,9 +249,12 @@ class FetchSession:
         budget = min(credit, self.request.max_bytes)
         results = self._replicas.read([self._subs[p].fetch for p in order], budget,
                                       self.request.isolation_level, self.replica_id)
-        self._check_hosted(order)  # after the read: what it read came from these replicas
+        # After the read: what it read came from these replicas.
+        replaced = self._check_hosted(order)
         pushed, again, skipped = 0, set(), set()
         for result in results:
+            if (error := replaced.get(result.tp.partition)) is not None:
+                result.error, result.batches = error, []
             unread = self._unread(result)
             sent = self._take(push, result)
             pushed += sent
@@ -264,13 +281,16 @@ class FetchSession:
                 f"fetch session on {self.topic!r}: {tp} was recreated with another value "
                 "schema since the session opened; open a new session")
 
-    def _check_hosted(self, partitions: list[int]) -> None:
-        """End a consumer's session (raise) when a subscribed partition's replica is no
-        longer the one it subscribed to: the topic was deleted (UNKNOWN_TOPIC_OR_PARTITION)
-        or recreated (UNKNOWN_TOPIC_ID) under it. A replica is never hosted again once
-        dropped, so one identity check per partition and push covers every such change."""
-        if self.schema is None:
-            return
+    def _check_hosted(self, partitions: list[int]) -> dict[int, ApiError]:
+        """Whether each subscribed partition's replica is still the one it subscribed to;
+        if not, the topic was deleted (UNKNOWN_TOPIC_OR_PARTITION) or recreated
+        (UNKNOWN_TOPIC_ID) under it. A consumer's session ends (raise). A follower's
+        partitions whose replica was replaced end (returned with their errors; their reads
+        are dropped): a follower of the old topic must not fetch, nor acknowledge, the new
+        one's log, even one that predates topic ids in requests; it adds the partition again
+        once it has the new topic too. A replica is never hosted again once dropped, so one
+        identity check per partition and push covers every such change."""
+        replaced: dict[int, ApiError] = {}
         for p in partitions:
             sub = self._subs[p]
             now = self._replicas.get(sub.fetch.tp)
@@ -278,15 +298,41 @@ class FetchSession:
                 continue
             if sub.hosted is None and now is not None:  # hosted here since it subscribed
                 self._check_schema(sub.fetch.tp, now)
-                sub.hosted = now
+                self._adopt(sub, now)
                 continue
-            if now is None:
-                raise UnknownTopicOrPartitionError(
-                    f"fetch session on {self.topic!r}: {sub.fetch.tp} was deleted, or left "
-                    "this broker, since the session subscribed to it")
-            raise UnknownTopicIdError(
-                f"fetch session on {self.topic!r}: {sub.fetch.tp} was deleted and "
-                "recreated since the session subscribed to it; open a new session")
+            error = self._replaced(sub, now)
+            if self.schema is not None:
+                raise error
+            if now is not None:  # a follower's read of no replica answered that already
+                replaced[p] = error
+        return replaced
+
+    def _replaced(self, sub: _Subscription, now: Partition | None) -> ApiError:
+        """Why ``sub``'s replica, now ``now``, is not the one it subscribed to."""
+        tp, was = sub.fetch.tp, _id(sub.hosted)
+        if now is None:
+            return UnknownTopicOrPartitionError(
+                f"fetch session on {self.topic!r}: {tp} was deleted, or left this broker, "
+                "since the session subscribed to it")
+        if self.is_replica and now.topic_id is not None and now.topic_id == was:
+            return NotLeaderOrFollowerError(
+                f"fetch session on {self.topic!r}: {tp} was stopped and hosted again on this "
+                "broker since the follower subscribed to it; subscribe again")
+        return UnknownTopicIdError(
+            f"fetch session on {self.topic!r}: {tp} was deleted and recreated since the "
+            f"session subscribed to it (topic id {was}, now {now.topic_id}); "
+            + ("the follower subscribes again once it has the new topic" if self.is_replica
+               else "open a new session"))
+
+    def _adopt(self, sub: _Subscription, hosted: Partition) -> None:
+        """``hosted`` is the replica a subscription made before this broker hosted its
+        partition reads, and that a follower's acknowledgements count for."""
+        sub.hosted = hosted
+        with self._cond:
+            acked = self._acked.get(sub.fetch.tp.partition)
+            if acked is not None:
+                self._acked[sub.fetch.tp.partition] = _Acked(
+                    acked.leader_epoch, acked.topic_id, hosted)
 
     def _unread(self, r: PartitionFetchResult) -> bool:
         """Whether ``r`` (read, not yet taken) left records below what this session may read:
@@ -327,6 +373,10 @@ class FetchSession:
                                        f.current_leader_epoch, f.end_offset, f.topic_id)
         push.partitions.append(PartitionPush(_state(r), r.batches))
         return r.size_bytes
+
+
+def _id(replica: Partition | None) -> str | None:
+    return None if replica is None else replica.topic_id
 
 
 def _state(r: PartitionFetchResult) -> FetchSessionPartitionState:

@@ -330,7 +330,8 @@ class ReplicaManager:
         return results
 
     def acknowledge_follower(self, tp: TopicPartition, replica_id: int, log_end_offset: int,
-                             leader_epoch: int, topic_id: str | None = None) -> None:
+                             leader_epoch: int, topic_id: str | None = None,
+                             replica: Partition | None = None) -> None:
         """A session's follower has everything below ``log_end_offset`` on its disk, as of
         ``leader_epoch``, the epoch it follows. Ignored when this broker no longer leads
         ``tp``, when the follower's epoch is not the leader's (a follower on another epoch
@@ -338,9 +339,11 @@ class ReplicaManager:
         acks=all records, or readmit it to the ISR, on the word of a replica without them),
         or when the offset is past the leader's log end offset, which no follower can have, or
         when the follower's replica is of another topic id than ``p``'s (``topic_id``; None:
-        unchecked), whose offsets say nothing of this log's."""
+        unchecked), whose offsets say nothing of this log's, or when ``p`` is not ``replica``
+        (not None: the replica the follower subscribed to, since replaced)."""
         p = self._partitions.get(tp)
-        if p is None or leader_epoch != p.leader_epoch or \
+        if p is None or (replica is not None and p is not replica) or \
+                leader_epoch != p.leader_epoch or \
                 log_end_offset > p.log.log_end_offset or \
                 not consistent_topic_id(topic_id, p.topic_id):
             return

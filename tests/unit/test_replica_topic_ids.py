@@ -73,11 +73,12 @@ def test_a_fetch_of_another_topic_id_reads_nothing(replicas: ReplicaManager) -> 
     assert result.error is None and result.batches[-1].header.next_offset == RECORDS
 
 
-def _session(replicas: ReplicaManager, topic_id: str | None) -> FetchSession:
-    """Follower 2's session on t-0 from offset 0 at epoch 0, for a replica of ``topic_id``."""
+def _session(replicas: ReplicaManager, topic_id: str | None, offset: int = 0) -> FetchSession:
+    """Follower 2's session on t-0 from ``offset`` at epoch 0, for a replica of
+    ``topic_id``."""
     return FetchSession(replicas, FetchSessionRequest(
         topic="t", replica_id=2, credit_bytes=1 << 20, partitions=[FetchPartitionMessage(
-            partition=0, offset=0, current_leader_epoch=0, topic_id=topic_id)]))
+            partition=0, offset=offset, current_leader_epoch=0, topic_id=topic_id)]))
 
 
 def test_a_session_partition_of_another_topic_id_ends_and_is_not_acknowledged(
@@ -105,3 +106,29 @@ def test_a_session_partition_of_another_topic_id_ends_and_is_not_acknowledged(
     right.grant(FetchSessionCredit(log_end_offsets=[PartitionOffset(partition=0,
                                                                     offset=RECORDS)]))
     assert p.log.high_watermark == RECORDS
+
+
+@pytest.mark.parametrize("topic_id", [OLD, None], ids=["with-id", "older-peer"])
+def test_a_follower_partition_ends_when_the_leader_replaces_its_replica(
+        replicas: ReplicaManager, topic_id: str | None) -> None:
+    """Follower 2, caught up on OLD's 10 records, holds t-0 subscribed when the leader's
+    sync replaces its replica by NEW's (deleted, created again, 20 records produced, and
+    follower 3 has them): at the next push the partition ends with UNKNOWN_TOPIC_ID, as a
+    consumer's session does, and nothing of NEW's log is pushed to it or counted of its
+    acknowledgements, whether its subscription carries its replica's topic id or, from a
+    peer that predates the field, none (before, such a follower went on from offset 10 in
+    the new log, and its acknowledgement of 20 moved the high watermark)."""
+    session = _session(replicas, topic_id, offset=RECORDS)  # caught up
+    push = session.next_push()
+    assert push is not None and push.ended == []
+
+    replicas.stop_replica(TP, delete=True)
+    replicas.make_leader(TP, CONFIG, DEFAULT_SCHEMA, 0, (1, 2, 3), (1, 2, 3), NEW)
+    replicas.append_records(TP, keyed(0, 2 * RECORDS), 1)
+    replicas.acknowledge_follower(TP, 3, 2 * RECORDS, 0, NEW)
+    push = session.next_push()
+    assert push is not None and [p.batches for p in push.partitions if p.batches] == []
+    assert [end.error_code for end in push.ended] == [ErrorCode.UNKNOWN_TOPIC_ID]
+    session.grant(FetchSessionCredit(log_end_offsets=[PartitionOffset(partition=0,
+                                                                      offset=2 * RECORDS)]))
+    assert replicas.partition(TP).log.high_watermark == 0
