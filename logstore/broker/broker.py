@@ -60,7 +60,7 @@ from logstore.controller.cluster_controller import ClusterController
 from logstore.controller.local import METADATA_FILE, LocalMetadataStore, metadata_path
 from logstore.controller.store import BrokerInfo, MetadataStore, PartitionState, TopicRecord
 from logstore.controller.topics import TopicController
-from logstore.errors import ApiError, ConfigError
+from logstore.errors import ApiError, ConfigError, InconsistentTopicIdError
 from logstore.groups.coordinator import GroupConfig
 from logstore.messages.cluster import ControlledShutdownRequest
 from logstore.model import TopicPartition
@@ -473,24 +473,28 @@ class Broker:
             wanted: set[TopicPartition] = set()
             new: list[_PartitionSync] = []
             topics = self.store.topics()
-            for name, record in topics.items():
-                config = self.default_topic_config.updated(record.config)
-                schema = topic_schema(record.value_schema)
-                states = self.store.partition_states(name)
-                for p, replicas in record.replicas.items():
-                    if self.config.broker_id not in replicas:
-                        continue
-                    tp = TopicPartition(name, p)
-                    wanted.add(tp)
-                    item = _PartitionSync(tp, states.get(p), replicas, config, schema,
-                                          record.topic_id)
-                    self._delete_old_incarnation(tp, record.topic_id)
-                    if self.replicas.get(tp) is None:
-                        new.append(item)
-                    else:
-                        self._sync_guarded(item)
+            # Old incarnations' logs deleted here rewrite the checkpoints once, before their
+            # partitions' new logs are created (_bring_online)
+            with self.log_manager.checkpoint_once():
+                for name, record in topics.items():
+                    config = self.default_topic_config.updated(record.config)
+                    schema = topic_schema(record.value_schema)
+                    states = self.store.partition_states(name)
+                    for p, replicas in record.replicas.items():
+                        if self.config.broker_id not in replicas:
+                            continue
+                        tp = TopicPartition(name, p)
+                        wanted.add(tp)
+                        item = _PartitionSync(tp, states.get(p), replicas, config, schema,
+                                              record.topic_id)
+                        self._delete_old_incarnation(tp, record.topic_id)
+                        if self.replicas.get(tp) is None:
+                            new.append(item)
+                        else:
+                            self._sync_guarded(item)
             self._bring_online(new)
-            self._drop_unwanted(wanted)
+            with self.log_manager.checkpoint_once():  # a deleted topic's logs: one rewrite
+                self._drop_unwanted(wanted)
             self._report_deleted_topics(topics)
 
     def _report_deleted_topics(self, topics: dict[str, TopicRecord]) -> None:
@@ -541,14 +545,22 @@ class Broker:
             return False
         return True
 
-    def _apply_state(self, tp: TopicPartition, st: PartitionState,
-                     replicas: tuple[int, ...]) -> None:
-        """A state the controller sent (leader_and_isr); a topic this broker does not know
-        yet is brought online when its metadata watch fires."""
-        record = self.store.topics().get(tp.topic)
-        if record is None or self.config.broker_id not in replicas:
+    def _apply_state(self, tp: TopicPartition, st: PartitionState, replicas: tuple[int, ...],
+                     topic_id: str | None = None) -> None:
+        """A state the controller sent (leader_and_isr) for topic id ``topic_id`` (None:
+        unchecked); a topic this broker does not know yet is brought online when its metadata
+        watch fires, and a state of another incarnation of the topic than the metadata's is
+        refused (INCONSISTENT_TOPIC_ID), not applied to this one's replica."""
+        if self.config.broker_id not in replicas:
             return
         with self._sync_lock:
+            record = self.store.topics().get(tp.topic)
+            if record is None:
+                return
+            if topic_id is not None and topic_id != record.topic_id:
+                raise InconsistentTopicIdError(
+                    f"{tp}: the state (leader {st.leader}, epoch {st.leader_epoch}) is for "
+                    f"topic id {topic_id}, but the metadata has {record.topic_id}")
             self._delete_old_incarnation(tp, record.topic_id)
             self._sync_partition(tp, st, replicas, self.default_topic_config.updated(
                 record.config), topic_schema(record.value_schema), record.topic_id)

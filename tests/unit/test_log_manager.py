@@ -5,6 +5,7 @@ flush of rolled segments with the recovery point it earns across a crash."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,39 @@ def test_checkpoint_files_round_trip_and_partition_dir_names(tmp_path: Path) -> 
     path.write_text("0\n5\nbad\n")
     with pytest.raises(ValueError, match=str(path)):
         fmt.read_checkpoint(path)
+
+
+def test_deletions_inside_checkpoint_once_rewrite_the_checkpoints_once_at_its_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: deleting many logs (a big topic deleted, or recreated) rewrites the checkpoints
+    once, not once per log (50 ms each at 10k partitions: 10 s for 200), and still before the
+    block ends, with none of the deleted logs in them; a deletion outside a block, or by
+    another thread during one, checkpoints at once as before. Method: count checkpoint()
+    calls around deletions in and out of the block."""
+    manager = LogManager([tmp_path], FakeClock(), lambda topic: TopicConfig())
+    manager.startup()
+    tps = [TopicPartition("big", p) for p in range(6)]
+    for tp in tps:
+        manager.get_or_create_log(tp, TopicConfig(), DEFAULT_SCHEMA).append_as_leader(
+            keyed(0, 3))
+    manager.checkpoint()
+    calls: list[int] = []
+    real = manager.checkpoint
+    monkeypatch.setattr(manager, "checkpoint", lambda: (calls.append(1), real())[1])
+    with manager.checkpoint_once():
+        for tp in tps[:4]:
+            manager.delete_log(tp)
+        assert calls == []
+        with manager.checkpoint_once():  # nested: still one, at the outer end
+            manager.delete_log(tps[4])
+        assert calls == []
+        other = threading.Thread(target=manager.delete_log, args=(tps[5],))
+        other.start()
+        other.join()
+        assert calls == [1]  # another thread's deletion is not deferred
+    assert calls == [1, 1]
+    assert fmt.read_checkpoint(tmp_path / fmt.RECOVERY_POINT_CHECKPOINT) == {}
+    with manager.checkpoint_once():
+        pass
+    assert calls == [1, 1]  # nothing deleted, nothing owed
+    manager.shutdown()
