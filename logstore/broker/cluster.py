@@ -3,7 +3,8 @@
 Owns: connections to other brokers by id (addresses from the metadata store), delivering the
 controller's ``leader_and_isr`` notices asynchronously, sending requests to the current
 controller, and the cluster actions this broker answers: ``leader_and_isr`` (refused from a
-stale controller epoch), ``alter_isr`` and ``controlled_shutdown`` (answered when this broker is
+stale controller epoch; a partition's state for another topic id than this broker's metadata
+has is refused with INCONSISTENT_TOPIC_ID, as Kafka's), ``alter_isr`` and ``controlled_shutdown`` (answered when this broker is
 the controller), ``offsets_for_leader_epoch`` and ``leader_epochs`` (answered by leaders).
 Must not: contain replication or election logic (that is ``replication/`` and ``controller/``) or import the
 transport (connections come from the injected factory).
@@ -56,8 +57,10 @@ CONTROLLER_TIMEOUT_S = 10.0
 R = TypeVar("R", bound=Message)
 # "host:port" -> a connection to that broker (rpc.client.BrokerConnection).
 ConnectionFactory = Callable[[str], LeaderConnection]
-# (topic, partition, state, replicas): make this broker leader or follower as the state says.
-ApplyState = Callable[[TopicPartition, PartitionState, tuple[int, ...]], None]
+# (topic-partition, state, replicas, the topic id the state is for (None: unchecked)): make
+# this broker leader or follower as the state says; INCONSISTENT_TOPIC_ID when this broker's
+# metadata has another id for the topic (the state is of another incarnation of it).
+ApplyState = Callable[[TopicPartition, PartitionState, tuple[int, ...], str | None], None]
 
 
 class Peers:
@@ -142,13 +145,17 @@ class ClusterHandlers:
                     f"controller epoch {req.controller_epoch} is older than "
                     f"{self._controller_epoch}")
             self._controller_epoch = req.controller_epoch
-        return LeaderAndIsrResponse(partitions=[self._apply(p) for p in req.partitions])
+        return LeaderAndIsrResponse(partitions=[self._apply(p, req.controller_id)
+                                                for p in req.partitions])
 
-    def _apply(self, p: LeaderAndIsrPartition) -> PartitionResult:
+    def _apply(self, p: LeaderAndIsrPartition, controller_id: int) -> PartitionResult:
         state = PartitionState(p.leader, p.leader_epoch, tuple(p.isr), p.controller_epoch)
         try:
-            self._apply_state(TopicPartition(p.topic, p.partition), state, tuple(p.replicas))
+            self._apply_state(TopicPartition(p.topic, p.partition), state, tuple(p.replicas),
+                              p.topic_id)
         except ApiError as e:
+            log.warning("broker %d: leader_and_isr for %s-%d from controller %d not applied: "
+                        "%s", self._broker_id, p.topic, p.partition, controller_id, e)
             return PartitionResult(topic=p.topic, partition=p.partition, **error_kw(e))
         return PartitionResult(topic=p.topic, partition=p.partition)
 

@@ -4,7 +4,8 @@ Owns: reacting (on its own thread) to metadata changes while this broker is the 
 electing leaders when brokers die, shrinking the ISR, moving leadership back to preferred
 replicas and away from brokers in controlled shutdown; answering ``alter_isr`` from leaders
 and ``controlled_shutdown`` from brokers; and telling brokers about every partition state they
-have not been told yet (``leader_and_isr`` carrying the controller epoch). Every write is the
+have not been told yet (``leader_and_isr`` carrying the controller epoch, and per partition
+the id of the topic incarnation its state is for). Every write is the
 store's conditional ``set_partition_state``, fenced by the controller epoch.
 Must not: touch logs, or reach the network but through the injected ``notify``.
 """
@@ -41,7 +42,8 @@ class ClusterController:
         self._lock = threading.RLock()
         self._epoch = 0
         self._active = False
-        self._told: dict[Key, PartitionState] = {}
+        # What each partition's brokers were last told: its topic id and state.
+        self._told: dict[Key, tuple[str, PartitionState]] = {}
         self._live_told: frozenset[int] = frozenset()
         self._shutting_down: set[int] = set()
         self._wake = threading.Event()
@@ -124,19 +126,21 @@ class ClusterController:
         them to a broker that just came back)."""
         returned = live - self._live_told
         per_broker: dict[int, list[LeaderAndIsrPartition]] = {}
-        told: dict[Key, PartitionState] = {}
+        told: dict[Key, tuple[str, PartitionState]] = {}
         for name, record in self._store.topics().items():
             states = self._store.partition_states(name)
             for p, replicas in record.replicas.items():
                 st = states.get(p)
                 if st is None:
                     continue
-                told[(name, p)] = st
-                fresh = self._told.get((name, p)) != st
+                # A topic created again under its name starts with its first state, maybe
+                # the old one's: it is news all the same.
+                told[(name, p)] = (record.topic_id, st)
+                fresh = self._told.get((name, p)) != (record.topic_id, st)
                 entry = LeaderAndIsrPartition(
                     topic=name, partition=p, leader=st.leader, leader_epoch=st.leader_epoch,
                     isr=list(st.isr), controller_epoch=st.controller_epoch,
-                    replicas=list(replicas))
+                    replicas=list(replicas), topic_id=record.topic_id)
                 for b in replicas:
                     if b in live and (fresh or b in returned):
                         per_broker.setdefault(b, []).append(entry)

@@ -24,8 +24,14 @@ from logstore.broker.broker import Broker
 from logstore.config import BrokerConfig
 from logstore.controller.local import LocalMetadataStore, metadata_path
 from logstore.controller.store import MetadataStore, PartitionState, TopicRecord, new_topic_id
-from logstore.errors import InconsistentTopicIdError, UnknownTopicIdError
+from logstore.errors import ErrorCode, InconsistentTopicIdError, UnknownTopicIdError
 from logstore.main import build_broker, build_metadata_store
+from logstore.messages import Route, decode_response, encode
+from logstore.messages.cluster import (
+    LeaderAndIsrPartition,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+)
 from logstore.model import LATEST
 from logstore.records import topic_schema
 from logstore.segments.log import Log
@@ -404,6 +410,64 @@ def test_a_follower_ahead_of_its_leader_on_a_recreated_topic_replicates_nothing_
                  f"broker {broker.config.broker_id}'s log end at {len(new)}")
         assert log_values(log) == new
         assert recorded_topic_id(log.dir) == new_id
+
+
+def record_leader_and_isr(broker: Broker, monkeypatch: pytest.MonkeyPatch
+                          ) -> list[LeaderAndIsrRequest]:
+    """Record the leader_and_isr requests ``broker`` is sent (as they are sent; the list)."""
+    route = broker.handlers.routes[LeaderAndIsrRequest.ACTION]
+    received: list[LeaderAndIsrRequest] = []
+
+    def handle(req: LeaderAndIsrRequest) -> Any:
+        received.append(req)
+        return route.handle(req)
+    monkeypatch.setitem(broker.handlers.routes, LeaderAndIsrRequest.ACTION,
+                        Route(route.request_type, handle, route.access))
+    return received
+
+
+def told(received: list[LeaderAndIsrRequest], topic_id: str) -> bool:
+    return any(p.topic == TOPIC and p.topic_id == topic_id
+               for req in received for p in req.partitions)
+
+
+def test_a_late_leader_and_isr_of_a_deleted_topic_is_not_applied_to_its_successor(
+        cluster: Brokers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: the controller's leader_and_isr states carry the topic id they were decided for
+    (a recreated topic's first state is sent even where it equals the old one's), and a
+    broker refuses (INCONSISTENT_TOPIC_ID, logged) a state of another incarnation than its
+    metadata's: a late notice for a deleted topic must not move the leadership or the epoch
+    of the topic created again under its name. Method: one ZooKeeper broker (its own
+    controller), the leader_and_isr requests it is sent recorded; orders-0 created (told with
+    its id), deleted and created again while the controller waits on its lock (so that one
+    pass sees both, and the new state equals the old one's), and told with the new id; then
+    the old incarnation's
+    state with broker 2 leading at epoch 3, as a late notice would carry it, is refused:
+    the broker still leads the new orders-0 at epoch 0, and takes records."""
+    broker = cluster.start(1)
+    received = record_leader_and_isr(broker, monkeypatch)
+    controller = broker.cluster_controller
+    assert controller is not None
+    with Admin(bootstrap(broker)) as admin:
+        admin.create_topics([NewTopic(TOPIC, 1)])
+    old_id = broker.store.topics()[TOPIC].topic_id
+    wait_for(lambda: told(received, old_id), "the controller's notice of orders-0")
+    with controller._lock:
+        broker.controller.delete_topic(TOPIC)
+        new_id = broker.controller.create_topic(NewTopic(TOPIC, 1)).topic_id
+    wait_for(lambda: told(received, new_id), "the controller's notice of the new orders-0")
+    assert broker.await_metadata_sync(SYNC_WAIT_S)
+    late = LeaderAndIsrRequest(
+        controller_id=1, controller_epoch=controller.epoch, partitions=[
+            LeaderAndIsrPartition(topic=TOPIC, partition=0, leader=2, leader_epoch=3,
+                                  isr=[2], replicas=[1, 2], topic_id=old_id)])
+    answer = broker.handlers.routes[late.ACTION](encode(late))
+    response = decode_response(LeaderAndIsrResponse, answer, late.ACTION)
+    assert [r.error_code for r in response.partitions] == [ErrorCode.INCONSISTENT_TOPIC_ID]
+    p = broker.replicas.partition(TP)
+    assert (p.topic_id, p.is_leader, p.leader_epoch) == (new_id, True, 0)
+    produce(broker, [b"new"])
+    assert consumed(bootstrap(broker)) == [b"new"]
 
 
 def test_the_group_coordinator_hears_of_every_topic_id_gone(
