@@ -24,6 +24,7 @@ import msgspec
 from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
+    ErrorCode,
     FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -291,6 +292,14 @@ class GroupMember:
         except REJOIN_CODES:
             self.need_rejoin.set()
             raise
+        stale = sorted({e.topic for e in response.offsets
+                        if e.error_code == ErrorCode.UNKNOWN_TOPIC_ID})
+        if stale:  # the topic was recreated: the next commit must name its new id
+            try:
+                self._metadata.refresh(stale)
+            except (ApiError, OSError) as e:  # the commit's own error is the one to raise
+                log.info("group %s: metadata refresh of %s failed: %s",
+                         self.settings.group_id, stale, e)
         for entry in response.offsets:
             entry.raise_error(f"commit of {entry.topic}-{entry.partition}")
 

@@ -23,6 +23,7 @@ from logstore.errors import (
     InvalidCommitOffsetSizeError,
     NonEmptyGroupError,
     OffsetOutOfRangeError,
+    UnknownTopicIdError,
     UnstableOffsetCommitError,
 )
 from logstore.groups.assignors import COOPERATIVE, REBALANCE_PROTOCOL
@@ -51,10 +52,11 @@ def offset_commit(shard: GroupCoordinatorShard, req: OffsetCommitRequest, now_ms
     member = group.check_commit(req.member_id, req.generation_id, req.group_instance_id)
     owned = committable(group, member)
     entries = {TopicPartition(e.topic, e.partition): e for e in req.offsets}
-    ids = shard.topic_ids(tp.topic for tp, e in entries.items() if e.topic_id is None)
+    ids = shard.topic_ids(tp.topic for tp in entries)
     results, valid = [], []
     for tp, e in entries.items():
-        error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id)
+        error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id,
+                             e.topic_id, ids[tp.topic])
         results.append(OffsetCommitResult(topic=e.topic, partition=e.partition,
                                           **error_kw(error)))
         if error is None:
@@ -89,9 +91,18 @@ def committable(group: Group, member: Member | None) -> set[TopicPartition] | No
 
 
 def commit_error(shard: GroupCoordinatorShard, group: Group, offset: int, metadata: str,
-                 tp: TopicPartition, owned: set[TopicPartition] | None, generation_id: int
+                 tp: TopicPartition, owned: set[TopicPartition] | None, generation_id: int,
+                 topic_id: str | None = None, current_id: str | None = None
                  ) -> ApiError | None:
-    """Why one partition's offset cannot be committed, None if it can."""
+    """Why one partition's offset cannot be committed, None if it can. ``topic_id``: the id
+    the client committed for; ``current_id``: the topic's id here now (None: unknown)."""
+    if topic_id is not None and current_id is not None and topic_id != current_id:
+        # Stored, the offset would be hidden at once (offset fetch shows only the current
+        # id's): acknowledging it would lose the commit silently.
+        return UnknownTopicIdError(
+            f"group {group.group_id}: {tp}: the offset was committed for topic id {topic_id}, "
+            f"but {tp.topic!r} is now topic id {current_id} (deleted and created again); "
+            "refresh the metadata")
     if offset < 0:
         return OffsetOutOfRangeError(f"group {group.group_id}: {tp}: a committed offset "
                                      f"must be >= 0, got {offset}")

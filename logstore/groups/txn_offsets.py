@@ -37,10 +37,11 @@ def txn_offset_commit(shard: GroupCoordinatorShard, req: TxnOffsetCommitRequest,
     member = group.check_commit(req.member_id, req.generation_id)
     owned = committable(group, member)
     entries = {TopicPartition(e.topic, e.partition): e for e in req.offsets}
-    ids = shard.topic_ids(tp.topic for tp, e in entries.items() if e.topic_id is None)
+    ids = shard.topic_ids(tp.topic for tp in entries)
     results, valid = [], []
     for tp, e in entries.items():
-        error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id)
+        error = commit_error(shard, group, e.offset, e.metadata, tp, owned, req.generation_id,
+                             e.topic_id, ids[tp.topic])
         results.append(TxnPartitionResult(topic=e.topic, partition=e.partition,
                                           **error_kw(error)))
         if error is None:

@@ -21,6 +21,7 @@ import pytest
 
 from logstore import Admin, Consumer, TopicPartition
 from logstore.client.admin import NewTopic
+from logstore.errors import UnknownTopicIdError
 from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer
 from tests.helpers import wait_for
 
@@ -75,3 +76,25 @@ def test_a_group_reads_a_recreated_topic_from_its_reset_not_from_the_old_offsets
         assert consume_all(broker.bootstrap, group, topic, 15) == \
             [b"new-%d" % i for i in range(15)]
         assert admin.list_group_offsets(group)[tp].offset == 15
+
+
+def test_a_commit_with_the_deleted_topics_id_fails_naming_it_and_the_next_one_lands(
+        broker: BrokerProcess) -> None:
+    """Goal: a consumer whose metadata still has a deleted topic's id commits to the topic
+    recreated under its name: the commit fails with UNKNOWN_TOPIC_ID naming the topic (before,
+    it was acknowledged and then hidden: lost without a word), and the consumer's metadata is
+    refreshed so that its next commit names the new id and lands. Method: a manually
+    assigned consumer caches t's id; t is deleted and recreated; commit, then commit again."""
+    topic, group = f"stale-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    tp = TopicPartition(topic, 0)
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1)])
+        with Consumer(broker.bootstrap, group_id=group, **FAST) as consumer:
+            consumer.assign([tp])
+            consumer.commit({tp: 3})  # caches t's id
+            admin.delete_topics([topic])
+            admin.create_topics([NewTopic(topic, 1)])
+            with pytest.raises(UnknownTopicIdError, match=topic):
+                consumer.commit({tp: 7})
+            consumer.commit({tp: 5})
+        assert admin.list_group_offsets(group)[tp].offset == 5

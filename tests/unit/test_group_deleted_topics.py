@@ -28,6 +28,7 @@ from logstore.broker.group_coordinator import GroupCoordinatorService
 from logstore.broker.lag import GroupLag
 from logstore.clock import FakeClock
 from logstore.coordinator import CoordinatorResult, LoggedBatch, encode_rows
+from logstore.errors import ErrorCode
 from logstore.groups import commits, membership, txn_offsets
 from logstore.groups.coordinator import (
     GroupConfig,
@@ -249,8 +250,9 @@ def test_a_transactions_offsets_for_the_new_id_survive_the_deletion_of_the_old_i
     group's, live and replayed; meanwhile the old one is hidden once the new id is known.
     Method: g committed t-0 for OLD; a transaction stages t-0 for NEW; t (OLD) is deleted
     late; then the COMMIT marker."""
-    h = Harness({"t": NEW})
+    h = Harness({"t": OLD})
     h.commit({T0: 5}, OLD)
+    h.ids["t"] = NEW  # t deleted and created again; the deletion is reported late
     h.txn_commit({T0: 2}, NEW)
     assert h.delete("t", OLD) == 0
     assert h.fetch() == {}
@@ -406,3 +408,26 @@ def test_lag_reports_the_offsets_the_fetch_shows() -> None:
     fetched = coord.offset_fetch(OffsetFetchRequest(group_id="g")).offsets
     assert [(e.topic, e.partition, e.offset) for e in fetched] == [("u", 0, 6)]
     assert lag.group_committed("g") == lag.committed() == [("g", U0, 6)]
+
+
+def test_a_commit_for_a_replaced_topic_id_is_refused_not_acknowledged_and_hidden() -> None:
+    """Goal: a client whose cached metadata still has the deleted topic's id commits (plain
+    or in a transaction): UNKNOWN_TOPIC_ID for that partition (retriable: refresh the
+    metadata), never an acknowledgement of an offset offset fetch would hide at once (a
+    commit lost silently); a commit for the current id, or with no id, is stored.
+    Method: t is NEW here; commits for OLD, NEW and none."""
+    h = Harness({"t": NEW})
+    for run, entry in ((lambda e: commits.offset_commit(h.shard, OffsetCommitRequest(
+            group_id="g", offsets=[e]), NOW), OffsetCommitEntry),
+                       (lambda e: txn_offsets.txn_offset_commit(h.shard, TxnOffsetCommitRequest(
+                           transactional_id="tx", group_id="g", producer_id=PID,
+                           producer_epoch=0, offsets=[e]), NOW), TxnOffsetCommitEntry)):
+        response = h.run(run(entry(topic="t", partition=0, offset=7, topic_id=OLD)))
+        results = getattr(response, "offsets", None) or response.results
+        assert [r.error_code for r in results] == [ErrorCode.UNKNOWN_TOPIC_ID], results
+        assert "topic id" in (results[0].error_message or "")
+    assert h.fetch() == {}
+    h.commit({T0: 8}, NEW)
+    assert h.fetch() == {T0: 8}
+    h.commit({T0: 9}, None)
+    assert h.fetch() == {T0: 9}
