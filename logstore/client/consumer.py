@@ -150,6 +150,7 @@ class Consumer:
         self._wakeup = threading.Event()
         self._rotation = 0
         self._closed = False
+        self._closing = False  # close() under way: its revocation's calls still work
 
     # -- assignment and positions ------------------------------------------------------------
 
@@ -606,17 +607,24 @@ class Consumer:
             raise RuntimeError("the consumer is closed")
 
     def close(self) -> None:
-        if self._closed:
+        """Commit what auto-commit owes, give the partitions up (the rebalance listener's
+        on_partitions_revoked runs, and may still commit, as in Kafka), let every pending
+        commit_async land, leave the group, then close the connections."""
+        if self._closed or self._closing:
             return
-        self._closed = True
-        if self._group is not None:
-            if self._subscription is not None and self._assignment:
-                self._revoke(set(self._assignment))  # a listener's failure is logged
-            elif self._auto_commit_s is not None and self._positions:
-                self._commit_quietly(dict(self._positions))  # assign(): positions too
-            self._group.close(leave=self._subscription is not None)
-        if self._commit_pool is not None:
-            self._commit_pool.shutdown(wait=True)
+        self._closing = True
+        try:
+            if self._group is not None:
+                if self._subscription is not None and self._assignment:
+                    self._revoke(set(self._assignment))  # a listener's failure is logged
+                elif self._auto_commit_s is not None and self._positions:
+                    self._commit_quietly(dict(self._positions))  # assign(): positions too
+            if self._commit_pool is not None:  # before leaving: a member's commits
+                self._commit_pool.shutdown(wait=True)
+            if self._group is not None:
+                self._group.close(leave=self._subscription is not None)
+        finally:
+            self._closed = True
         self._fetcher.close()
         self._metadata.close()
         if self._endpoint is not None:

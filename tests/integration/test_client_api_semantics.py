@@ -9,6 +9,7 @@ Method: one broker shared by the module, a topic per test, every wait a bounded 
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -236,3 +237,69 @@ def test_a_subscribed_topic_created_after_subscribe_is_consumed_soon(broker) -> 
         values = wait_for(lambda: [r.value for r in consumer.poll(200).get(tp, [])],
                           f"the record of {topic}, created after subscribe()", timeout_s=30)
         assert values == [b"first"]
+
+
+def test_a_listener_commit_during_close_lands(broker) -> None:
+    """Goal: Kafka's common pattern, a commit in on_partitions_revoked, works when close()
+    revokes (before, close() marked the consumer closed first, so the listener's commit
+    raised 'the consumer is closed' and the final commit was lost). Method: a group member
+    without auto-commit reads records, closes; its listener commits; a reader checks."""
+    topic = _topic(broker)
+    tp = TopicPartition(topic, 0)
+    consumer = Consumer(broker.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}",
+                        auto_offset_reset="earliest", enable_auto_commit=False,
+                        session_timeout_ms=6000, heartbeat_interval_ms=500)
+    errors: list[Exception] = []
+
+    class CommitOnRevoke:
+        def on_partitions_assigned(self, tps: set[TopicPartition]) -> None:
+            pass
+
+        def on_partitions_revoked(self, tps: set[TopicPartition]) -> None:
+            try:
+                consumer.commit()
+            except Exception as e:
+                errors.append(e)
+                raise
+
+    consumer.subscribe([topic], listener=CommitOnRevoke())
+    got = wait_for(lambda: consumer.poll(200).get(tp), "records")
+    consumer.close()
+    assert errors == []
+    with Consumer(broker.bootstrap, group_id=consumer.group_metadata().group_id,
+                  enable_auto_commit=False) as reader:
+        committed = reader.committed(tp)
+    assert committed is not None and committed.offset == got[-1].offset + 1
+
+
+def test_close_lets_pending_commit_async_calls_land_before_leaving_the_group(broker) -> None:
+    """Goal: commit_async calls still queued when close() runs are sent as the member's,
+    before it leaves the group (Kafka waits for them): before, the group was left first, so
+    in a group with other members they failed (UNKNOWN_MEMBER_ID, NON_EMPTY_GROUP). Method:
+    the member's group client (auto-commit off: close() commits nothing itself) records each
+    commit (and whether it is the member's) and the leave, in order; 20 commit_async then
+    close(), the first one's callback holding the
+    commit thread until the group is left (or 1 s: the order this test wants never sets
+    it), so that the rest are still queued when close() starts."""
+    topic = _topic(broker)
+    tp = TopicPartition(topic, 0)
+    consumer = Consumer(broker.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}",
+                        auto_offset_reset="earliest", enable_auto_commit=False,
+                        session_timeout_ms=6000, heartbeat_interval_ms=500)
+    consumer.subscribe([topic])
+    wait_for(lambda: consumer.poll(200).get(tp), "records")
+    group = consumer._group
+    assert group is not None
+    order: list[object] = []
+    leave, commit = group.close, group.commit
+    left = threading.Event()
+    group.close = lambda **kw: (order.append("leave"), left.set(), leave(**kw))[2]  # type: ignore
+    group.commit = lambda offsets, as_member: (  # type: ignore
+        order.append(as_member), commit(offsets, as_member))[1]
+    results: list[Exception | None] = []
+    consumer.commit_async({tp: 1}, callback=lambda _o, e: (left.wait(1), results.append(e)))
+    for i in range(1, 20):
+        consumer.commit_async({tp: i + 1}, callback=lambda _o, e: results.append(e))
+    consumer.close()
+    assert results == [None] * 20
+    assert order[-1] == "leave" and order[:20] == [True] * 20, order
