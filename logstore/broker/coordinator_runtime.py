@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -61,6 +62,8 @@ Handler = Callable[[S, int], CoordinatorResult[R]]
 
 # An update waits at most this long for its key's write (which the log bounds itself).
 UPDATE_WAIT_S = 60.0
+# How long a write on every partition (write_each) waits for a replay under way elsewhere.
+LOAD_WAIT_S = 120.0
 
 _AS_NOT_AVAILABLE = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
                      ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT}
@@ -103,6 +106,7 @@ class CoordinatorRuntime(Generic[S]):
         self._lock = threading.Lock()  # a leaf: guards the two fields below, nothing else
         self._partitions: dict[int, _Partition[S]] = {}
         self._loading: set[int] = set()
+        self._replay_ended = threading.Condition(self._lock)  # a replay ended (_loading shrank)
 
     def num_partitions(self) -> int:
         return self._log.num_partitions()
@@ -154,10 +158,23 @@ class CoordinatorRuntime(Generic[S]):
             led = []
         for partition in led:
             try:
-                out[partition] = self.write(partition, what, handler, exclusive=False)
+                out[partition] = self._write_once_loaded(partition, what, handler)
             except Exception as e:  # boundary: one partition's failure must not stop the rest
                 log.warning("%s-%d: %s failed: %s", self.topic, partition, what, e)
         done.set_result(out)
+
+    def _write_once_loaded(self, partition: int, what: str, handler: Handler[S, R]) -> R:
+        """``write``, waiting out a replay another thread has under way (a request's, up to
+        LOAD_WAIT_S): a change nobody asks for again must not be skipped for it."""
+        deadline = time.monotonic() + LOAD_WAIT_S
+        while True:
+            try:
+                return self.write(partition, what, handler, exclusive=False)
+            except CoordinatorLoadInProgressError:
+                with self._replay_ended:
+                    if not self._replay_ended.wait_for(lambda: partition not in self._loading,
+                                                 deadline - time.monotonic()):
+                        raise
 
     def update(self, partition: int, key: Hashable, handler: Handler[S, R]) -> R:
         """Run a handler that never appends (it changes memory only), once no write of ``key``
@@ -308,6 +325,7 @@ class CoordinatorRuntime(Generic[S]):
         finally:
             with self._lock:
                 self._loading.discard(partition)
+                self._replay_ended.notify_all()
 
     def _check_current(self, partition: int, part: _Partition[S]) -> None:
         """After a wait: the shard may have been given up meanwhile."""

@@ -17,6 +17,7 @@ runtime's part: the deletion runs on a thread of its own, on every led partition
 
 from __future__ import annotations
 
+import threading
 from typing import TypeVar
 
 import orjson
@@ -431,3 +432,45 @@ def test_a_commit_for_a_replaced_topic_id_is_refused_not_acknowledged_and_hidden
     assert h.fetch() == {T0: 8}
     h.commit({T0: 9}, None)
     assert h.fetch() == {T0: 9}
+
+
+class _HeldReadLog(MemoryOffsetsLog):
+    """Reads of partition 0 wait for ``release`` once ``held`` is set (a replay under way)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held, self.release = threading.Event(), threading.Event()
+        self.hold = False
+
+    def read(self, partition: int) -> list[LoggedBatch]:
+        if self.hold and partition == 0:
+            self.held.set()
+            assert self.release.wait(WAIT_S)
+        return super().read(partition)
+
+
+def test_a_deletion_reported_while_a_request_replays_the_partition_waits_for_it() -> None:
+    """Goal: a topic deletion reported while a request's thread replays an offsets
+    partition (a new leader's first request) is applied once the replay ends, not skipped:
+    nothing asks for it again, and an offset recorded with no id (before ids, or by a
+    coordinator that knew none) would be served for the topic recreated under its name.
+    Method: an offset of t without id; a fresh coordinator whose partition-0 replay a fetch
+    holds; the deletion is reported meanwhile; the replay is released; t is recreated."""
+    log = _HeldReadLog()
+    group = group_on(0, log.num_partitions(), "g-")
+    GroupCoordinatorService(log, CONFIG, FakeClock()).offset_commit(OffsetCommitRequest(
+        group_id=group, offsets=[OffsetCommitEntry(topic="t", partition=0, offset=4)]))
+    ids = {"t": OLD}
+    coordinator = GroupCoordinatorService(log, CONFIG, FakeClock(), topic_id_of=ids.get)
+    log.hold = True
+    replay = threading.Thread(target=coordinator.offset_fetch,
+                              args=(OffsetFetchRequest(group_id=group),))
+    replay.start()
+    assert log.held.wait(WAIT_S)
+    del ids["t"]
+    deleted = coordinator.delete_topics_offsets({"t": OLD})
+    log.release.set()
+    replay.join(WAIT_S)
+    assert deleted.result(WAIT_S).get(0) == 1
+    ids["t"] = NEW
+    assert coordinator.offset_fetch(OffsetFetchRequest(group_id=group)).offsets == []
