@@ -487,7 +487,8 @@ class Broker:
                         wanted.add(tp)
                         item = _PartitionSync(tp, states.get(p), replicas, config, schema,
                                               record.topic_id)
-                        self._delete_old_incarnation(tp, record.topic_id)
+                        if not self._old_incarnation_gone(tp, record.topic_id):
+                            continue  # the next pass tries again; the old replica refuses
                         if self.replicas.get(tp) is None:
                             new.append(item)
                         else:
@@ -598,6 +599,16 @@ class Broker:
                 self.fetchers.remove(tp)
         else:
             self.replicas.update_config(tp, config)
+
+    def _old_incarnation_gone(self, tp: TopicPartition, topic_id: str) -> bool:
+        """``_delete_old_incarnation``, False if it failed (logged): one partition's disk
+        trouble must not stop the pass for the others."""
+        try:
+            self._delete_old_incarnation(tp, topic_id)
+        except Exception:  # boundary: as _sync_guarded
+            log.exception("%s: the log of its deleted topic could not be deleted", tp)
+            return False
+        return True
 
     def _delete_old_incarnation(self, tp: TopicPartition, topic_id: str) -> None:
         """A replica (or a log found at start) of ``tp`` that belongs to an earlier topic of

@@ -516,3 +516,32 @@ def test_partition_metadata_is_written_with_the_log(tmp_path: Path) -> None:
     finally:
         for broker_id in list(brokers.running):
             brokers.stop(broker_id)
+
+
+def test_an_old_incarnation_that_cannot_be_deleted_stops_no_other_partition(
+        brokers: Brokers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: a recreated topic's old log that cannot be deleted (a disk error) is that
+    partition's trouble only: the sync pass goes on for the others (before, the error ended
+    the pass), the old replica serves nothing, and a pass once the disk is back deletes it.
+    Method: the log manager's deletes fail; another topic is created in the same pass."""
+    broker = brokers.start(1)
+    with Admin(bootstrap(broker)) as admin:
+        admin.create_topics([NewTopic(TOPIC, 1)])
+    produce(broker, [b"old-%d" % i for i in range(RECORDS)])
+    real, failures, disk_ok = broker.log_manager.delete_log, [], threading.Event()
+
+    def failing(tp: TopicPartition) -> None:
+        if not disk_ok.is_set():
+            failures.append(tp)
+            raise OSError(5, "Input/output error")
+        real(tp)
+    monkeypatch.setattr(broker.log_manager, "delete_log", failing)
+    with broker._sync_lock:  # one pass sees the recreate and the other topic together
+        recreate_unsynced([broker], TYPED)
+        broker.controller.create_topic(NewTopic("bystander", 1, 1))
+    wait_for(lambda: broker.replicas.get(TopicPartition("bystander", 0)) is not None,
+             "the other topic's partition online")
+    assert set(failures) == {TP} and broker.replicas.get(TP) is None  # serving nothing
+    disk_ok.set()
+    broker.sync_partitions()  # the next pass
+    assert broker.replicas.partition(TP).log.log_end_offset == 0
