@@ -5,14 +5,7 @@ A ``RecordChunk`` collects per-record sends for one topic as two growing lists, 
 fields (partition, timestamp, headers) go to a side table keyed by row, only for the records
 that set them. The drainer turns a whole chunk into Arrow arrays at once (``record_arrays.py``)
 and cuts it into ``ProducerBatch`` es, each one partition's records encoded as the message sent
-(``pieces.py``). A future is a two-slot object pointing into its chunk.
-
-A record's future completes when its piece does (the chunk's other partitions may still be on
-their way). Delivery callbacks (``callbacks.py``) are kept on the chunk, in a dict made by the
-first one registered (``send()`` pays nothing for them), and run on the thread completing the
-piece, row by row: a partition's pieces complete in order, so its records' callbacks run in
-send order. The chunk's ``done`` is set after the callbacks ran, so a flush returns only once
-they have. Must not: do I/O.
+(``pieces.py``). A future is a two-slot object pointing into its chunk. Must not: do I/O.
 """
 
 from __future__ import annotations
@@ -20,12 +13,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from logstore.client.callbacks import CallbackFuture, DeliveryCallback, run_callbacks
 from logstore.errors import ApiError, RequestTimedOutError
 from logstore.model import RecordMetadata, TopicPartition
 
@@ -39,8 +31,7 @@ class RecordChunk:
 
     __slots__ = ("topic", "keys", "values", "nbytes", "max_bytes", "extras", "generation",
                  "created", "done", "partitions", "offsets", "timestamps", "_own_timestamps",
-                 "error", "errors", "error_index", "settled", "callbacks", "_pending",
-                 "_lock")
+                 "error", "errors", "error_index", "_pending", "_lock")
 
     def __init__(self, topic: str, generation: int = 0, max_bytes: int = 1 << 20) -> None:
         self.topic = topic
@@ -63,9 +54,6 @@ class RecordChunk:
         self.error: ApiError | None = None  # the whole chunk failed before it was split
         self.errors: list[ApiError] = []  # failures of single pieces ...
         self.error_index: np.ndarray | None = None  # ... and which rows each one hit
-        self.settled: np.ndarray | None = None  # rows whose piece is done (acked or failed)
-        # row -> its future and the callbacks registered on it; None until the first one
-        self.callbacks: dict[int, _Registered] | None = None
         self._pending = 0
         self._lock = threading.Lock()
 
@@ -75,7 +63,6 @@ class RecordChunk:
         self.timestamps = timestamps
         self.offsets = np.full(len(partitions), -1, dtype=np.int64)
         self.error_index = np.full(len(partitions), -1, dtype=np.int32)
-        self.settled = np.zeros(len(partitions), dtype=np.bool_)
 
     def batch_done(self, rows: np.ndarray, base_offset: int, error: ApiError | None,
                    log_append_time: int = -1) -> None:
@@ -93,59 +80,17 @@ class RecordChunk:
                         self.timestamps = self.timestamps.copy()
                         self._own_timestamps = True
                     self.timestamps[rows] = log_append_time
-            if self.settled is not None:
-                self.settled[rows] = True
             self._pending -= 1
-            finished = self._pending <= 0
-            due = self._take_callbacks(rows) if self.callbacks else None
-        if due:
-            _run_registered(due)
-        if finished:
-            self.done.set()
+            if self._pending <= 0:
+                self.done.set()
 
     def fail(self, error: ApiError) -> None:
-        """The whole chunk failed before it was sent: every record not failed alone yet."""
-        with self._lock:
-            self.error = error
-            due = [self.callbacks[row] for row in sorted(self.callbacks)] \
-                if self.callbacks else None
-            self.callbacks = None
-        if due:
-            _run_registered(due)
+        self.error = error
         self.done.set()
 
-    def register(self, index: int, future: FutureRecordMetadata,
-                 callback: DeliveryCallback) -> bool:
-        """Keep ``callback`` until row ``index`` completes; False if it has already."""
-        with self._lock:
-            if self.error is not None or self.done.is_set() or \
-                    self.settled is not None and self.settled[index]:
-                return False
-            if self.callbacks is None:
-                self.callbacks = {}
-            entry = self.callbacks.get(index)
-            if entry is None:
-                self.callbacks[index] = (future, [callback])
-            else:
-                entry[1].append(callback)
-            return True
 
-    def _take_callbacks(self, rows: np.ndarray) -> list[_Registered]:
-        """The callbacks of ``rows``, just settled, in row order (caller holds the lock):
-        looked up from the smaller side, the rows or the rows with callbacks."""
-        callbacks = self.callbacks
-        assert callbacks is not None and self.settled is not None
-        if len(callbacks) < len(rows):
-            settled = self.settled  # rows of earlier pieces had theirs taken already
-            hits = sorted(row for row in callbacks if settled[row])
-        else:
-            hits = [row for row in rows.tolist() if row in callbacks]
-        return [callbacks.pop(row) for row in hits]
-
-
-class FutureRecordMetadata(CallbackFuture[RecordMetadata]):
-    """The outcome of one ``send()``: ``result(timeout)`` returns RecordMetadata or raises;
-    delivery callbacks as in kafka-python (``callbacks.py``)."""
+class FutureRecordMetadata:
+    """The outcome of one ``send()``: ``result(timeout)`` returns RecordMetadata or raises."""
 
     __slots__ = ("_chunk", "_index")
 
@@ -154,43 +99,22 @@ class FutureRecordMetadata(CallbackFuture[RecordMetadata]):
         self._index = index
 
     def done(self) -> bool:
-        chunk = self._chunk
-        if chunk.done.is_set() or chunk.error is not None:
-            return True
-        settled = chunk.settled
-        return settled is not None and bool(settled[self._index])
+        return self._chunk.done.is_set()
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         chunk = self._chunk
-        if not self.done() and not chunk.done.wait(timeout):
+        if not chunk.done.wait(timeout):
             raise RequestTimedOutError(f"record {self._index} to {chunk.topic!r} not "
                                        f"acknowledged within {timeout} s")
-        metadata, error = self._outcome()
-        if error is not None:
-            raise error
-        assert metadata is not None
-        return metadata
-
-    def _outcome(self) -> tuple[RecordMetadata | None, ApiError | None]:
-        """A failure of the record alone first (say, too large), then the chunk's."""
-        chunk, i = self._chunk, self._index
-        if chunk.error_index is not None and chunk.error_index[i] >= 0:
-            return None, chunk.errors[chunk.error_index[i]]
         if chunk.error is not None:
-            return None, chunk.error
+            raise chunk.error
+        if chunk.error_index is not None and chunk.error_index[self._index] >= 0:
+            raise chunk.errors[chunk.error_index[self._index]]
         assert chunk.partitions is not None and chunk.offsets is not None
         assert chunk.timestamps is not None
+        i = self._index
         return RecordMetadata(chunk.topic, int(chunk.partitions[i]), int(chunk.offsets[i]),
-                              int(chunk.timestamps[i])), None
-
-    def _register(self, callback: DeliveryCallback) -> bool:
-        return self._chunk.register(self._index, self, callback)
-
-    def _where(self) -> str:
-        chunk = self._chunk
-        if chunk.partitions is None:
-            return f"topic {chunk.topic!r} (record {self._index}, before partitioning)"
-        return f"{chunk.topic}-{int(chunk.partitions[self._index])}"
+                              int(chunk.timestamps[i]))
 
     def exception(self, timeout: float | None = None) -> ApiError | None:
         try:
@@ -200,15 +124,6 @@ class FutureRecordMetadata(CallbackFuture[RecordMetadata]):
         return None
 
     get = result
-
-
-_Registered: TypeAlias = tuple[FutureRecordMetadata, list[DeliveryCallback]]
-
-
-def _run_registered(due: list[_Registered]) -> None:
-    for future, callbacks in due:
-        metadata, error = future._outcome()
-        run_callbacks(callbacks, future, metadata, error, future._where())
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,14 +136,9 @@ class BatchRecordMetadata:
     record_count: int
 
 
-class FutureBatchMetadata(CallbackFuture[list[BatchRecordMetadata]]):
+class FutureBatchMetadata:
     """The outcome of one ``send_batch()``: a list of BatchRecordMetadata, one per piece. Pieces
-    are added while the batch is cut (``add_piece``); ``seal`` says there are no more. Delivery
-    callbacks run once every piece is done (the first failure is the batch's), on the thread
-    completing the last one, before ``done`` is set."""
-
-    __slots__ = ("topic", "pieces", "_pending", "_sealed", "_results", "_error", "_finished",
-                 "_callbacks", "_done", "_lock")
+    are added while the batch is cut (``add_piece``); ``seal`` says there are no more."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
@@ -237,9 +147,7 @@ class FutureBatchMetadata(CallbackFuture[list[BatchRecordMetadata]]):
         self._sealed = False
         self._results: list[BatchRecordMetadata] = []
         self._error: ApiError | None = None
-        self._finished = False  # every piece done: the outcome is final
-        self._callbacks: list[DeliveryCallback] | None = None
-        self._done = threading.Event()  # set once the callbacks ran
+        self._done = threading.Event()
         self._lock = threading.Lock()
 
     def add_piece(self) -> None:
@@ -250,9 +158,8 @@ class FutureBatchMetadata(CallbackFuture[list[BatchRecordMetadata]]):
     def seal(self) -> None:
         with self._lock:
             self._sealed = True
-            due = self._finish() if self._pending <= 0 else None
-        if due is not None:
-            self._complete(due)
+            if self._pending <= 0:
+                self._done.set()
 
     def piece_done(self, partition: int, base_offset: int, count: int,
                    error: ApiError | None) -> None:
@@ -263,51 +170,19 @@ class FutureBatchMetadata(CallbackFuture[list[BatchRecordMetadata]]):
                 self._results.append(BatchRecordMetadata(self.topic, partition, base_offset,
                                                          count))
             self._pending -= 1
-            due = self._finish() if self._sealed and self._pending <= 0 else None
-        if due is not None:
-            self._complete(due)
-
-    def _finish(self) -> list[DeliveryCallback]:
-        """Mark the outcome final and take the callbacks (caller holds the lock)."""
-        self._finished = True
-        due, self._callbacks = self._callbacks or [], None
-        return due
-
-    def _complete(self, due: list[DeliveryCallback]) -> None:
-        if due:
-            value, error = self._outcome()
-            run_callbacks(due, self, value, error, self._where())
-        self._done.set()
+            if self._sealed and self._pending <= 0:
+                self._done.set()
 
     def done(self) -> bool:
-        return self._finished
+        return self._done.is_set()
 
     def result(self, timeout: float | None = None) -> list[BatchRecordMetadata]:
-        if not self._finished and not self._done.wait(timeout):
+        if not self._done.wait(timeout):
             raise RequestTimedOutError(f"batch to {self.topic!r} not acknowledged within "
                                        f"{timeout} s")
-        value, error = self._outcome()
-        if error is not None:
-            raise error
-        assert value is not None
-        return value
-
-    def _outcome(self) -> tuple[list[BatchRecordMetadata] | None, ApiError | None]:
         if self._error is not None:
-            return None, self._error
-        return sorted(self._results, key=lambda r: (r.partition, r.base_offset)), None
-
-    def _register(self, callback: DeliveryCallback) -> bool:
-        with self._lock:
-            if self._finished:
-                return False
-            if self._callbacks is None:
-                self._callbacks = []
-            self._callbacks.append(callback)
-            return True
-
-    def _where(self) -> str:
-        return f"send_batch to {self.topic!r}"
+            raise self._error
+        return sorted(self._results, key=lambda r: (r.partition, r.base_offset))
 
 
 @dataclass(eq=False)

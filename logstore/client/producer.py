@@ -267,10 +267,8 @@ class Producer:
     def send(self, topic: str, value: Any = None, key: bytes | None = None,
              partition: int | None = None, timestamp_ms: int | None = None,
              headers: list[tuple[str, bytes | None]] | None = None) -> FutureRecordMetadata:
-        """Queue one record; the future's ``result(timeout)`` is its RecordMetadata, and
-        ``add_callback``/``add_errback``/``add_both``/``add_done_callback`` register delivery
-        callbacks (``callbacks.py``: run on the producer's I/O threads, a partition's in send
-        order). Blocks while ``buffer_memory`` is full, up to ``max_block_ms``."""
+        """Queue one record; the future's ``result(timeout)`` is its RecordMetadata. Blocks
+        while ``buffer_memory`` is full, up to ``max_block_ms``."""
         # The common record (bytes value, bytes or no key, nothing else) costs two list
         # appends under the lock; everything else takes _send_any. The lock is taken with
         # acquire/release, not ``with``: a tenth of a microsecond less, a tenth of this call.

@@ -21,11 +21,7 @@ refused at ``enqueue``, never sent or retried, and its failure does not touch th
 transaction. A batch carries the topic id it was encoded for, and so does its stream's
 descriptor: a leader whose topic has another id (deleted and recreated) refuses it with
 UNKNOWN_TOPIC_ID; after the refresh it goes on to the new topic only if that has the schema
-it was encoded with, else it fails with INVALID_RECORD naming the topic. A batch is completed
-(its futures resolved, their delivery callbacks run) on the thread that learnt its outcome (an
-acknowledgement reader, the sender thread for an expiry or a refusal before sending, the
-caller of an abort or close) and never under the sender's lock. Must not: build batches
-(``producer.py`` does that).
+it was encoded with, else it fails with INVALID_RECORD naming the topic. Must not: build batches (``producer.py`` does that).
 """
 
 from __future__ import annotations
@@ -163,7 +159,6 @@ class Sender:
         self._queued_bytes = 0
         self._reserved_bytes = 0  # records handed to the drainer, not yet queued (reserve)
         self._outstanding: set[int] = set()  # orders of batches not yet done
-        self._expired: list[ProducerBatch] = []  # taken off their queues, to fail unlocked
         self._generation = 0  # moved on by each abort_pending
         self._aborted: ApiError | None = None  # the error of the last abort
         self._refresh: set[str] = set()
@@ -322,13 +317,10 @@ class Sender:
                 if self._closed:
                     return
                 batch = self._next_sendable()
-                expired, self._expired = self._expired, []
-                if batch is None and not expired:
+                if batch is None:
                     # Woken by news; at least every 50 ms for the watchdog and retries'
                     # backoff (never a busy loop: retry_backoff_ms may be 0).
                     self._work.wait(min(self._backoff_s / 2, 0.05) or 0.05)
-            for head in expired:  # out of the lock: their futures run delivery callbacks
-                self._expire(head)
             self._watchdog()
             self._fetch_ids()
             if batch is not None:
@@ -336,8 +328,7 @@ class Sender:
                 self._send(batch)
 
     def _next_sendable(self) -> ProducerBatch | None:
-        """The oldest head-of-partition batch that may go now (caller holds the lock); heads
-        out of delivery time are taken off their queue into ``_expired``, for ``_expire``."""
+        """The oldest head-of-partition batch that may go now (caller holds the lock)."""
         now = time.monotonic()
         best: ProducerBatch | None = None
         for tp, queue in list(self._ready.items()):
@@ -345,7 +336,7 @@ class Sender:
             if now >= head.deadline:
                 queue.pop(0)
                 self._drop_empty(tp)
-                self._expired.append(head)
+                self._expire(head)
                 continue
             if tp in self._resetting and not self._reset_when_drained(tp):
                 continue
@@ -608,8 +599,7 @@ class Sender:
         self._complete(batch, -1, error)
 
     def _expire(self, batch: ProducerBatch) -> None:
-        """A batch taken off its queue out of delivery time fails (called without the lock:
-        its futures' callbacks run here; it stays outstanding until they have)."""
+        """A queued batch ran out of delivery time (caller holds the lock)."""
         last = "" if batch.last_error is None else \
             f"; the last attempt failed with {batch.last_error}"
         error: ApiError = RequestTimedOutError(
@@ -617,8 +607,11 @@ class Sender:
             f"{batch.attempts} attempt(s) (delivery_timeout_ms){last}")
         if batch.producer_id >= 0:
             error = self._failed_for_good(batch, error)
+        self._queued_bytes -= batch.nbytes
+        self._outstanding.discard(batch.order)
         self.metrics.failed(batch.tp.topic, batch.record_count)
-        self._finish(batch, -1, error)
+        batch.complete(-1, error)
+        self._changed()
 
     def _failed_for_good(self, batch: ProducerBatch, error: ApiError) -> ApiError:
         """Its partition's sequence has a hole; the error its futures get (a transactional
