@@ -411,12 +411,23 @@ class Consumer:
         return list(self._subscription or [])
 
     def _partition_counts(self, topics: list[str]) -> dict[str, int]:
+        """The subscribed topics' partition counts, from one metadata request for all of
+        them (it runs every MISSING_TOPIC_CHECK_S while one is missing); a topic that does
+        not exist is left out. A failed request changes nothing (no rebalance for it)."""
+        if not topics:
+            return {}
+        try:
+            self._metadata.refresh(topics)
+        except (ApiError, OSError) as e:
+            log.info("subscribed topics %s: metadata refresh failed: %s", topics, e)
+            return dict(self._subscribed_counts)
         counts = {}
         for topic in topics:
-            try:
-                counts[topic] = self._metadata.topic(topic, refresh=True).num_partitions
-            except ApiError as e:
-                log.info("subscribed topic %s: %s", topic, e)
+            info = self._metadata.known(topic)
+            if info is None:
+                log.info("subscribed topic %s does not exist (yet)", topic)
+            else:
+                counts[topic] = info.num_partitions
         return counts
 
     def _rebalance(self, group: GroupMember) -> None:

@@ -161,6 +161,12 @@ class ClusterMetadata:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         return info
 
+    def known(self, name: str) -> TopicInfo | None:
+        """The topic's metadata as the last refresh saw it, without asking a broker (None:
+        not known here)."""
+        with self._lock:
+            return self._topics.get(name)
+
     def known_topic_id(self, name: str) -> str | None:
         """The topic's id as the last refresh saw it, without asking a broker (None: not
         known here, or from a broker that sends none)."""

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Any
 
 import pytest
 
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
 from logstore.errors import InvalidPartitionsError, UnknownTopicOrPartitionError
+from logstore.messages.topics import MetadataRequest
 from tests.helpers import wait_for
 
 WAIT_MS = 10_000
@@ -237,6 +239,30 @@ def test_a_subscribed_topic_created_after_subscribe_is_consumed_soon(broker) -> 
         values = wait_for(lambda: [r.value for r in consumer.poll(200).get(tp, [])],
                           f"the record of {topic}, created after subscribe()", timeout_s=30)
         assert values == [b"first"]
+
+
+def test_a_missing_subscribed_topic_is_asked_for_with_the_others_in_one_request(
+        broker) -> None:
+    """Goal: the frequent check for a subscribed topic that does not exist yet asks for all
+    the subscribed topics in one metadata request (before: one request per topic, twice a
+    second, for as long as one was missing). Method: subscribe to three existing topics and
+    a missing one; poll until three checks asked for the missing one; each asked for all."""
+    topics = [_topic(broker, records=0) for _ in range(3)] + [f"none-{uuid.uuid4().hex[:8]}"]
+    with _group_consumer(broker) as consumer:
+        asked: list[list[str] | None] = []
+        call = consumer._metadata.call
+
+        def counting(request: Any, *args: Any) -> Any:
+            if isinstance(request, MetadataRequest):
+                asked.append(request.topics)
+            return call(request, *args)
+        consumer._metadata.call = counting  # type: ignore[method-assign]
+        consumer.subscribe(topics)
+        wait_for(lambda: consumer.poll(50) == {} and
+                 sum(topics[-1] in (t or []) for t in asked) >= 3,
+                 "three checks for the missing topic")
+    checks = [t for t in asked if t and topics[-1] in t]
+    assert all(sorted(t) == sorted(topics) for t in checks), checks
 
 
 def test_a_listener_commit_during_close_lands(broker) -> None:
