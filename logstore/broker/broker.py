@@ -274,6 +274,7 @@ class Broker:
         self.log_dirs.record_broker_id(self.config.broker_id)
         self.security.start()
         self.log_manager.startup(topic_ids)
+        self.log_manager.sync_metadata_later(self.log_dirs.unsynced_metadata)
         if self.tier is not None:
             self.tier.start()
             self.store.add_listener(self.tier.on_metadata_change)

@@ -26,6 +26,7 @@ from logstore.controller.store import TopicRecord
 from logstore.errors import ConfigError
 from logstore.model import TopicPartition
 from logstore.segments.format import (
+    PARTITION_METADATA_FILE,
     atomic_write,
     fsync_dir,
     parse_partition_dir,
@@ -47,6 +48,10 @@ class LogDirs:
     def __init__(self, dirs: list[Path]) -> None:
         self.dirs = [Path(d) for d in dirs]
         self._locks: list[IO[bytes]] = []
+        # partition.metadata files set_aside_strays wrote for directories that recorded no
+        # topic id, not fsynced yet: the log manager's next checkpoint makes them durable
+        # (a crash before leaves them empty or absent, so the next start adopts again).
+        self.unsynced_metadata: list[Path] = []
 
     def lock(self) -> None:
         """Create each directory and take its lock; ConfigError naming the directory when it
@@ -129,7 +134,7 @@ class LogDirs:
                 f"{[str(d) for d in self.dirs]} to broker(s) {sorted(owners)} and none to "
                 f"{broker_id}: fix broker_id (nothing was changed), or move those directories "
                 "away to start this broker without them")
-        kept = _check_topic_ids(mine, strays)
+        kept = _check_topic_ids(mine, strays, self.unsynced_metadata)
         for path, why in strays:
             self.set_aside(path, why)
         return kept
@@ -145,11 +150,13 @@ class LogDirs:
 
 
 def _check_topic_ids(mine: dict[Path, tuple[TopicPartition, TopicRecord]],
-                     strays: list[tuple[Path, str]]) -> dict[TopicPartition, str]:
+                     strays: list[tuple[Path, str]], written: list[Path]
+                     ) -> dict[TopicPartition, str]:
     """The topic id of each of ``mine`` whose directory records its topic's, or none (written
-    by an earlier version: it adopts it, written here); why each other one is a stray is added
-    to ``strays``. A file that cannot be read is refused (ConfigError naming it), as a bad
-    ``meta.properties`` is. One small file read per directory."""
+    by an earlier version: it adopts it, written here without an fsync, its path added to
+    ``written``: the first start after an upgrade writes one per partition); why each other
+    one is a stray is added to ``strays``. A file that cannot be read is refused (ConfigError
+    naming it), as a bad ``meta.properties`` is. One small file read per directory."""
     kept: dict[TopicPartition, str] = {}
     for path, (tp, record) in mine.items():
         try:
@@ -162,7 +169,8 @@ def _check_topic_ids(mine: dict[Path, tuple[TopicPartition, TopicRecord]],
         if recorded is None:
             log.info("%s records no topic id; it adopts topic %r's, %s", path, record.name,
                      record.topic_id)
-            write_partition_metadata(path, record.topic_id)
+            write_partition_metadata(path, record.topic_id, durable=False)
+            written.append(path / PARTITION_METADATA_FILE)
         elif recorded != record.topic_id:
             strays.append((path, f"it records topic id {recorded}, but topic {record.name!r} "
                                  f"is now topic id {record.topic_id} (deleted and created "

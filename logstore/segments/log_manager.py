@@ -106,6 +106,12 @@ class LogManager:
 
     # -- startup and shutdown ------------------------------------------------------------------
 
+    def sync_metadata_later(self, paths: list[Path]) -> None:
+        """partition.metadata files written without an fsync, for the next checkpoint to make
+        durable (as a new log's)."""
+        with self._lock:
+            self._unsynced_metadata += paths
+
     def startup(self, topic_ids: Mapping[TopicPartition, str] | None = None) -> None:
         """Find every partition directory (opening none), then start the threads.
         ``topic_ids``: the topic id each found partition's directory records (none read

@@ -255,6 +255,11 @@ def test_a_partition_directory_without_a_topic_id_adopts_its_topics(
         assert consumed(bootstrap(broker)) == values
         assert not [p for p in brokers.log_dir(0).iterdir() if p.name.endswith("-stray")]
         assert recorded_topic_id(partition_dir) == topic_id
+        # written without an fsync at start (one per partition of an upgraded broker): the
+        # log manager's next checkpoint makes it durable
+        assert broker.log_manager._unsynced_metadata == [partition_dir / "partition.metadata"]
+        broker.log_manager.checkpoint()
+        assert broker.log_manager._unsynced_metadata == []
     finally:
         for broker_id in list(brokers.running):
             brokers.stop(broker_id)
