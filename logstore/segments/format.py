@@ -180,11 +180,7 @@ def is_deleted_partition_dir(name: str) -> bool:
 
 def fsync_dir(path: Path) -> None:
     """Make file creations, renames and deletions in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_file(path)  # the same call: fsync of a descriptor opened read-only
 
 
 def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:

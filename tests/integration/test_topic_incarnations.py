@@ -290,21 +290,56 @@ def test_an_unreadable_partition_metadata_file_is_refused_naming_it(
     assert recorded_topic_id(record.parent) == topic_id
 
 
-def count_refusals(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
-    """Count the UNKNOWN_TOPIC_ID answers ``broker``'s replicas give (the count, read)."""
-    partition = broker.replicas.partition
-    refused: list[TopicPartition] = []
+def replicated_old_records(cluster: Brokers) -> tuple[Broker, Broker]:
+    """Brokers 1 and 2 started, orders-0 on both (an ISR of 2) holding RECORDS old records:
+    (its leader, its follower)."""
+    first, second = cluster.start(1), cluster.start(2)
+    with Admin(bootstrap(first)) as admin:
+        admin.create_topics([NewTopic(TOPIC, 1, 2)])
+    wait_for(lambda: len(first.store.partition_states(TOPIC)[0].isr) == 2, "an ISR of 2")
+    produce(first, [b"old-%d" % i for i in range(RECORDS)])
+    leader_id = first.store.partition_states(TOPIC)[0].leader
+    leader, follower = (first, second) if leader_id == 1 else (second, first)
+    wait_for(lambda: (p := follower.replicas.get(TP)) is not None
+             and p.log.log_end_offset == RECORDS, "the follower's copy of the old records")
+    return leader, follower
+
+
+def assert_only_new_records(leader: Broker, follower: Broker, new_id: str) -> None:
+    """New records produced (acks=all) through ``leader`` are the only ones in either
+    replica's log of orders-0, which records ``new_id``."""
+    new = [b"new-%d" % i for i in range(RECORDS // 2)]
+    produce(leader, new)
+    for broker in (leader, follower):
+        log = broker.replicas.get(TP).log  # type: ignore[union-attr]
+        wait_for(lambda log=log: log.log_end_offset == len(new),  # type: ignore[misc]
+                 f"broker {broker.config.broker_id}'s log end at {len(new)}")
+        assert log_values(log) == new
+        assert recorded_topic_id(log.dir) == new_id
+
+
+def count_raised(broker: Broker, method: str, error: type[Exception],
+                 monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Count the ``error``s ``broker``'s replica manager's ``method`` raises (the count,
+    read)."""
+    answer = getattr(broker.replicas, method)
+    raised: list[object] = []
     lock = threading.Lock()
 
-    def counted(tp: TopicPartition) -> Any:
+    def counted(*args: Any) -> Any:
         try:
-            return partition(tp)
-        except UnknownTopicIdError:
+            return answer(*args)
+        except error:
             with lock:
-                refused.append(tp)
+                raised.append(args)
             raise
-    monkeypatch.setattr(broker.replicas, "partition", counted)
-    return lambda: len(refused)
+    monkeypatch.setattr(broker.replicas, method, counted)
+    return lambda: len(raised)
+
+
+def count_refusals(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """The UNKNOWN_TOPIC_ID answers ``broker``'s replicas give."""
+    return count_raised(broker, "partition", UnknownTopicIdError, monkeypatch)
 
 
 def test_a_follower_of_a_recreated_topic_replicates_only_the_new_log(
@@ -317,15 +352,7 @@ def test_a_follower_of_a_recreated_topic_replicates_only_the_new_log(
     still holding the old replica, refuses it (UNKNOWN_TOPIC_ID) instead of serving old
     records; then the leader syncs; new records produced with acks=all are the only ones in
     either replica's log."""
-    first, second = cluster.start(1), cluster.start(2)
-    with Admin(bootstrap(first)) as admin:
-        admin.create_topics([NewTopic(TOPIC, 1, 2)])
-    wait_for(lambda: len(first.store.partition_states(TOPIC)[0].isr) == 2, "an ISR of 2")
-    produce(first, [b"old-%d" % i for i in range(RECORDS)])
-    leader_id = first.store.partition_states(TOPIC)[0].leader
-    leader, follower = (first, second) if leader_id == 1 else (second, first)
-    wait_for(lambda: (p := follower.replicas.get(TP)) is not None
-             and p.log.log_end_offset == RECORDS, "the follower's copy of the old records")
+    leader, follower = replicated_old_records(cluster)
 
     leader._sync_lock.acquire()  # held past recreate_unsynced: the follower syncs first
     try:
@@ -340,32 +367,14 @@ def test_a_follower_of_a_recreated_topic_replicates_only_the_new_log(
         leader._sync_lock.release()
     assert leader.await_metadata_sync(SYNC_WAIT_S)
     assert leader.store.partition_states(TOPIC)[0].leader == leader.config.broker_id
-    new = [b"new-%d" % i for i in range(RECORDS // 2)]
-    produce(leader, new)
-    for broker in (leader, follower):
-        log = broker.replicas.get(TP).log  # type: ignore[union-attr]
-        wait_for(lambda log=log: log.log_end_offset == len(new),  # type: ignore[misc]
-                 f"broker {broker.config.broker_id}'s log end at {len(new)}")
-        assert log_values(log) == new
-        assert recorded_topic_id(log.dir) == new_id
+    assert_only_new_records(leader, follower, new_id)
 
 
 def count_inconsistent(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
-    """Count the INCONSISTENT_TOPIC_ID answers of ``broker``'s offsets_for_leader_epoch (a
-    follower's first request for a partition it positions; the count, read)."""
-    answer = broker.replicas.offsets_for_leader_epoch
-    refused: list[TopicPartition] = []
-    lock = threading.Lock()
-
-    def counted(tp: TopicPartition, *args: Any) -> Any:
-        try:
-            return answer(tp, *args)
-        except InconsistentTopicIdError:
-            with lock:
-                refused.append(tp)
-            raise
-    monkeypatch.setattr(broker.replicas, "offsets_for_leader_epoch", counted)
-    return lambda: len(refused)
+    """The INCONSISTENT_TOPIC_ID answers of ``broker``'s offsets_for_leader_epoch (a
+    follower's first request for a partition it positions)."""
+    return count_raised(broker, "offsets_for_leader_epoch", InconsistentTopicIdError,
+                        monkeypatch)
 
 
 def test_a_follower_ahead_of_its_leader_on_a_recreated_topic_replicates_nothing_old(
@@ -381,15 +390,7 @@ def test_a_follower_ahead_of_its_leader_on_a_recreated_topic_replicates_nothing_
     taking its old replica for the topic's, refuses it, so the follower's log stays empty
     (before, it held the 20 old records at once); then the leader catches up, and new records
     produced with acks=all are the only ones on either broker."""
-    first, second = cluster.start(1), cluster.start(2)
-    with Admin(bootstrap(first)) as admin:
-        admin.create_topics([NewTopic(TOPIC, 1, 2)])
-    wait_for(lambda: len(first.store.partition_states(TOPIC)[0].isr) == 2, "an ISR of 2")
-    produce(first, [b"old-%d" % i for i in range(RECORDS)])
-    leader_id = first.store.partition_states(TOPIC)[0].leader
-    leader, follower = (first, second) if leader_id == 1 else (second, first)
-    wait_for(lambda: (p := follower.replicas.get(TP)) is not None
-             and p.log.log_end_offset == RECORDS, "the follower's copy of the old records")
+    leader, follower = replicated_old_records(cluster)
     old_id = leader.current_topic_id(TOPIC)
     replicas = leader.store.topics()[TOPIC].replicas[0]
     refused = count_inconsistent(leader, monkeypatch)
@@ -398,7 +399,7 @@ def test_a_follower_ahead_of_its_leader_on_a_recreated_topic_replicates_nothing_
     with leader._sync_lock, leader._topic_ids_lock:  # the leader hears of nothing meanwhile
         follower.controller.delete_topic(TOPIC)
         follower.store.create_topic(TopicRecord(TOPIC, {0: replicas}, topic_id=new_id),
-                                    {0: PartitionState(leader_id, 0, replicas)})
+                                    {0: PartitionState(leader.config.broker_id, 0, replicas)})
         wait_for(lambda: (p := follower.replicas.get(TP)) is not None and p.topic_id == new_id,
                  "the follower's replica of the new topic")
         new_log = follower.replicas.get(TP).log  # type: ignore[union-attr]
@@ -407,14 +408,7 @@ def test_a_follower_ahead_of_its_leader_on_a_recreated_topic_replicates_nothing_
         assert leader.current_topic_id(TOPIC) == old_id
         assert log_values(new_log) == []
     assert leader.await_metadata_sync(SYNC_WAIT_S)
-    new = [b"new-%d" % i for i in range(RECORDS // 2)]
-    produce(leader, new)
-    for broker in (leader, follower):
-        log = broker.replicas.get(TP).log  # type: ignore[union-attr]
-        wait_for(lambda log=log: log.log_end_offset == len(new),  # type: ignore[misc]
-                 f"broker {broker.config.broker_id}'s log end at {len(new)}")
-        assert log_values(log) == new
-        assert recorded_topic_id(log.dir) == new_id
+    assert_only_new_records(leader, follower, new_id)
 
 
 def record_leader_and_isr(broker: Broker, monkeypatch: pytest.MonkeyPatch
