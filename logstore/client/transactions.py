@@ -27,6 +27,7 @@ from logstore.client.metadata import ClusterMetadata
 from logstore.coordinator import key_partition
 from logstore.errors import (
     ApiError,
+    ErrorCode,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidTxnStateError,
@@ -169,7 +170,14 @@ class TransactionManager:
         except ApiError as e:
             # The coordinator names a with_prepared entry it refuses after "with_prepared:".
             raise self.fail(e, about_others=WITH_PREPARED in e.message) from None
-        for entry in getattr(response, "results", []):
+        results = getattr(response, "results", [])
+        stale = sorted({e.topic for e in results if e.error_code == ErrorCode.UNKNOWN_TOPIC_ID})
+        if stale:  # offsets for a topic recreated since it was cached: the next ones name
+            try:   # its new id
+                self._metadata.refresh(stale)
+            except (ApiError, OSError) as e:  # the entry's own error is the one to raise
+                log.info("%s: metadata refresh of %s failed: %s", self._what(), stale, e)
+        for entry in results:
             error = entry.error()
             if error is not None:
                 raise self.fail(type(error)(f"{self._what()}: {entry.topic}-{entry.partition}"

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from logstore import Admin, Consumer, TopicPartition
+from logstore import Admin, Consumer, Producer, TopicPartition
 from logstore.client.admin import NewTopic
 from logstore.errors import UnknownTopicIdError
 from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer
@@ -98,3 +98,39 @@ def test_a_commit_with_the_deleted_topics_id_fails_naming_it_and_the_next_one_la
                 consumer.commit({tp: 7})
             consumer.commit({tp: 5})
         assert admin.list_group_offsets(group)[tp].offset == 5
+
+
+def test_a_transactions_offsets_for_a_recreated_topic_are_refused_once_then_land(
+        broker: BrokerProcess) -> None:
+    """Goal: a transactional producer whose metadata still has a deleted topic's id sends
+    offsets of the topic recreated under its name: that transaction fails (UNKNOWN_TOPIC_ID,
+    abortable) and the producer refreshes the topic, so the next transaction's offsets land;
+    before, every later transaction failed the same way until the producer happened to send
+    to that topic. Method: the producer writes to a (caching its id); a is deleted and
+    recreated; two transactions write to b and send offsets of a-0."""
+    a, b, group = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("a", "b", "g"))
+    tp = TopicPartition(a, 0)
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(a, 1), NewTopic(b, 1)])
+        with Producer(broker.bootstrap, transactional_id=f"tx-{group}") as producer, \
+                Consumer(broker.bootstrap, group_id=group, **FAST) as consumer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(a, value=b"x", partition=0)
+            producer.commit_transaction()
+            admin.delete_topics([a])
+            admin.create_topics([NewTopic(a, 1)])
+            outcomes: list[str | None] = []
+            for offset in (1, 2):
+                producer.begin_transaction()
+                producer.send(b, value=b"y", partition=0)
+                try:
+                    producer.send_offsets_to_transaction({tp: offset},
+                                                         consumer.group_metadata())
+                    producer.commit_transaction()
+                    outcomes.append(None)
+                except UnknownTopicIdError:
+                    outcomes.append("UNKNOWN_TOPIC_ID")
+                    producer.abort_transaction()
+        assert outcomes == ["UNKNOWN_TOPIC_ID", None]
+        assert admin.list_group_offsets(group)[tp].offset == 2
