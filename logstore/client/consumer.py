@@ -625,21 +625,26 @@ class Consumer:
             return
         self._closing = True
         try:
-            if self._group is not None:
-                if self._subscription is not None and self._assignment:
-                    self._revoke(set(self._assignment))  # a listener's failure is logged
-                elif self._auto_commit_s is not None and self._positions:
-                    self._commit_quietly(dict(self._positions))  # assign(): positions too
-            if self._commit_pool is not None:  # before leaving: a member's commits
-                self._commit_pool.shutdown(wait=True)
-            if self._group is not None:
-                self._group.close(leave=self._subscription is not None)
+            try:
+                if self._group is not None:
+                    if self._subscription is not None and self._assignment:
+                        self._revoke(set(self._assignment))  # a listener's failure is logged
+                    elif self._auto_commit_s is not None and self._positions:
+                        self._commit_quietly(dict(self._positions))  # assign(): too
+                if self._commit_pool is not None:  # before leaving: a member's commits
+                    # (from a commit_async callback, on the pool's thread: the calls queued
+                    # behind it still run, but this thread cannot wait for them)
+                    self._commit_pool.shutdown(
+                        wait=threading.get_ident() != self._commit_thread)
+            finally:
+                if self._group is not None:
+                    self._group.close(leave=self._subscription is not None)
         finally:
             self._closed = True
-        self._fetcher.close()
-        self._metadata.close()
-        if self._endpoint is not None:
-            self._endpoint.close()
+            self._fetcher.close()
+            self._metadata.close()
+            if self._endpoint is not None:
+                self._endpoint.close()
 
     def metrics(self) -> Layout:
         """kafka-python's ``metrics()``: ``{group: {name: value}}``, e.g.

@@ -329,3 +329,29 @@ def test_close_lets_pending_commit_async_calls_land_before_leaving_the_group(bro
     consumer.close()
     assert results == [None] * 20
     assert order[-1] == "leave" and order[:20] == [True] * 20, order
+
+
+def test_close_from_a_commit_async_callback_leaves_the_group(broker) -> None:
+    """Goal: close() called from a commit_async callback (on the commit thread, which cannot
+    wait for itself) still leaves the group and closes the consumer (before, it raised
+    'cannot join current thread' and left the member in the group, its heartbeats running).
+    Method: a member's commit_async callback closes it; the group becomes empty."""
+    topic = _topic(broker)
+    tp = TopicPartition(topic, 0)
+    consumer = Consumer(broker.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}",
+                        auto_offset_reset="earliest", enable_auto_commit=False,
+                        session_timeout_ms=6000, heartbeat_interval_ms=500)
+    consumer.subscribe([topic])
+    wait_for(lambda: consumer.poll(200).get(tp), "records")
+    errors: list[Exception] = []
+
+    def close_here(_offsets: object, _error: object) -> None:
+        try:
+            consumer.close()
+        except Exception as e:
+            errors.append(e)
+    assert consumer.commit_async({tp: 1}, callback=close_here).exception(WAIT_MS / 1000) is None
+    assert errors == []
+    with Admin(broker.bootstrap) as admin:
+        group = consumer.group_metadata().group_id
+        wait_for(lambda: not admin.describe_groups([group])[0].members, "the member to leave")
