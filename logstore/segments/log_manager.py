@@ -271,13 +271,22 @@ class LogManager:
 
     def delete_log(self, tp: TopicPartition) -> None:
         """Delete the log of ``tp`` and its directory (no-op if absent)."""
+        key = TopicPartition(tp.topic, tp.partition)
         with self._lock:
-            log = self._logs.pop(TopicPartition(tp.topic, tp.partition), None)
+            log = self._logs.pop(key, None)
             if log is not None:
                 parent = log.dir.parent
                 self._dir_counts[parent] = self._dir_counts.get(parent, 1) - 1
         if log is not None:
-            log.delete()
+            try:
+                log.delete()
+            except BaseException:
+                # Still on disk (a failed rename): known again, closed, so that a later
+                # delete tries again and no new log of the name adopts its directory.
+                with self._lock:
+                    if self._logs.setdefault(key, log) is log:
+                        self._dir_counts[parent] = self._dir_counts.get(parent, 0) + 1
+                raise
             if getattr(self._deferring, "depth", 0):
                 self._deferring.owed = True
             else:

@@ -34,6 +34,8 @@ from logstore.messages.cluster import (
 )
 from logstore.model import LATEST
 from logstore.records import topic_schema
+from logstore.segments import log as segment_log
+from logstore.segments.format import parse_partition_dir
 from logstore.segments.log import Log
 from tests.brokers import BrokerFactory, bounded_producer, free_port
 from tests.helpers import wait_for
@@ -522,19 +524,21 @@ def test_an_old_incarnation_that_cannot_be_deleted_stops_no_other_partition(
     """Goal: a recreated topic's old log that cannot be deleted (a disk error) is that
     partition's trouble only: the sync pass goes on for the others (before, the error ended
     the pass), the old replica serves nothing, and a pass once the disk is back deletes it.
-    Method: the log manager's deletes fail; another topic is created in the same pass."""
+    Method: renaming the old partition directory aside fails (the log manager must keep
+    knowing the log, or the next pass would adopt its directory for the new topic); another
+    topic is created in the same pass."""
     broker = brokers.start(1)
     with Admin(bootstrap(broker)) as admin:
         admin.create_topics([NewTopic(TOPIC, 1)])
     produce(broker, [b"old-%d" % i for i in range(RECORDS)])
-    real, failures, disk_ok = broker.log_manager.delete_log, [], threading.Event()
+    real, failures, disk_ok = segment_log.remove_partition_dir, [], threading.Event()
 
-    def failing(tp: TopicPartition) -> None:
+    def failing(partition_dir: Path) -> None:
         if not disk_ok.is_set():
-            failures.append(tp)
+            failures.append(parse_partition_dir(partition_dir.name))
             raise OSError(5, "Input/output error")
-        real(tp)
-    monkeypatch.setattr(broker.log_manager, "delete_log", failing)
+        real(partition_dir)
+    monkeypatch.setattr(segment_log, "remove_partition_dir", failing)
     with broker._sync_lock:  # one pass sees the recreate and the other topic together
         recreate_unsynced([broker], TYPED)
         broker.controller.create_topic(NewTopic("bystander", 1, 1))
