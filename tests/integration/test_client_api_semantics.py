@@ -298,15 +298,9 @@ def test_a_listener_commit_during_close_lands(broker) -> None:
     assert committed is not None and committed.offset == got[-1].offset + 1
 
 
-def test_close_lets_pending_commit_async_calls_land_before_leaving_the_group(broker) -> None:
-    """Goal: commit_async calls still queued when close() runs are sent as the member's,
-    before it leaves the group (Kafka waits for them): before, the group was left first, so
-    in a group with other members they failed (UNKNOWN_MEMBER_ID, NON_EMPTY_GROUP). Method:
-    the member's group client (auto-commit off: close() commits nothing itself) records each
-    commit (and whether it is the member's) and the leave, in order; 20 commit_async then
-    close(), the first one's callback holding the
-    commit thread until the group is left (or 1 s: the order this test wants never sets
-    it), so that the rest are still queued when close() starts."""
+def _member_with_records(broker) -> tuple[Consumer, TopicPartition]:
+    """A group member without auto-commit, subscribed to a new topic's one partition, that
+    has read records of it."""
     topic = _topic(broker)
     tp = TopicPartition(topic, 0)
     consumer = Consumer(broker.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}",
@@ -314,6 +308,19 @@ def test_close_lets_pending_commit_async_calls_land_before_leaving_the_group(bro
                         session_timeout_ms=6000, heartbeat_interval_ms=500)
     consumer.subscribe([topic])
     wait_for(lambda: consumer.poll(200).get(tp), "records")
+    return consumer, tp
+
+
+def test_close_lets_pending_commit_async_calls_land_before_leaving_the_group(broker) -> None:
+    """Goal: commit_async calls still queued when close() runs are sent as the member's,
+    before it leaves the group (Kafka waits for them): before, the group was left first, so
+    in a group with other members they failed (UNKNOWN_MEMBER_ID, NON_EMPTY_GROUP). Method:
+    the member's group client (auto-commit off: close() commits nothing itself) records each
+    commit (and whether it is the member's) and the leave, in order; 20 commit_async then
+    close(), the first one's callback holding the commit thread until the group is left (or
+    1 s: the order this test wants never sets it), so that the rest are still queued when
+    close() starts."""
+    consumer, tp = _member_with_records(broker)
     group = consumer._group
     assert group is not None
     order: list[object] = []
@@ -336,13 +343,7 @@ def test_close_from_a_commit_async_callback_leaves_the_group(broker) -> None:
     wait for itself) still leaves the group and closes the consumer (before, it raised
     'cannot join current thread' and left the member in the group, its heartbeats running).
     Method: a member's commit_async callback closes it; the group becomes empty."""
-    topic = _topic(broker)
-    tp = TopicPartition(topic, 0)
-    consumer = Consumer(broker.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}",
-                        auto_offset_reset="earliest", enable_auto_commit=False,
-                        session_timeout_ms=6000, heartbeat_interval_ms=500)
-    consumer.subscribe([topic])
-    wait_for(lambda: consumer.poll(200).get(tp), "records")
+    consumer, tp = _member_with_records(broker)
     errors: list[Exception] = []
 
     def close_here(_offsets: object, _error: object) -> None:
