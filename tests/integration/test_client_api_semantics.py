@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from logstore import Admin, Consumer, NewTopic, Producer, TopicPartition
+from logstore.client.consumer import ConsumerRebalanceListener
 from logstore.errors import InvalidPartitionsError, UnknownTopicOrPartitionError
 from logstore.messages.topics import MetadataRequest
 from tests.helpers import wait_for
@@ -277,10 +278,7 @@ def test_a_listener_commit_during_close_lands(broker) -> None:
                         session_timeout_ms=6000, heartbeat_interval_ms=500)
     errors: list[Exception] = []
 
-    class CommitOnRevoke:
-        def on_partitions_assigned(self, tps: set[TopicPartition]) -> None:
-            pass
-
+    class CommitOnRevoke(ConsumerRebalanceListener):
         def on_partitions_revoked(self, tps: set[TopicPartition]) -> None:
             try:
                 consumer.commit()
