@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import queue
+import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -104,6 +106,9 @@ class BrokerProcess:
             "broker_id": broker_id, "listener": f"127.0.0.1:{self.port}",
             "log_dirs": [str(self.log_dir)], **settings})
         self.stderr_path = root / f"broker-{broker_id}.stderr"
+        # Its own working directory: where the kernel writes its core ("core", no pid) after
+        # a crash in native code, for stderr_tail's native backtrace.
+        self.cwd = root / f"broker-{broker_id}.cwd"
         self.process: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
 
@@ -125,12 +130,14 @@ class BrokerProcess:
 
     def start(self) -> BrokerProcess:
         assert not self.running, "broker already running"
+        self.cwd.mkdir(parents=True, exist_ok=True)
         with open(self.stderr_path, "a") as stderr:
             stderr.write(f"--- starting: {' '.join(self.command())}\n")
             stderr.flush()
             self.process = subprocess.Popen(
                 self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True,
-                env=self.environment(), cwd=self.root)
+                env=self.environment(), cwd=self.cwd)
+        _allow_core_dump(self.process.pid)
         self._lines = queue.Queue()
         threading.Thread(target=self._pump, args=(self.process, self._lines),
                          name=f"broker-{self.broker_id}-stdout", daemon=True).start()
@@ -161,10 +168,15 @@ class BrokerProcess:
                                f"{START_TIMEOUT_S:.0f}s\n{self.stderr_tail()}") from None
 
     def stderr_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the broker's stderr (its log). After a crash in native
+        code, faulthandler's header and the crashing thread's stack come first: its dump lists
+        every thread, newest first, so a tail alone would cut the one that crashed."""
         try:
-            return "\n".join(self.stderr_path.read_text().splitlines()[-lines:])
+            text = self.stderr_path.read_text().splitlines()
         except FileNotFoundError:
             return "(no stderr)"
+        crash = _crash_report(text) + _native_backtrace(self.cwd / "core")
+        return "\n".join(([*crash, "..."] if crash else []) + text[-lines:])
 
     def kill(self, sig: int = signal.SIGKILL) -> int | None:
         """Send ``sig``; for a signal that ends the process, wait and return its exit code
@@ -192,6 +204,57 @@ class BrokerProcess:
             code = self.stop()
             assert code == 0, f"broker {self.broker_id} exited {code}\n{self.stderr_tail()}"
         return self.start()
+
+
+def _crash_report(lines: list[str]) -> list[str]:
+    """faulthandler's 'Fatal Python error' line of the last crash in ``lines`` and the stack
+    of the thread it marks 'Current thread' (none when the thread that crashed runs no Python
+    code, as a gRPC thread outside a callback: then its first lines say so)."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Fatal Python error")]
+    if not starts:
+        return []
+    dump = lines[starts[-1]:]
+    current = next((i for i, line in enumerate(dump) if line.startswith("Current thread")), None)
+    if current is None:
+        return [*dump[:3], "(no thread is marked 'Current thread': it ran no Python code)"]
+    end = next((i for i in range(current + 1, len(dump)) if not dump[i].strip()), len(dump))
+    return [dump[0], *dump[current:end]]
+
+
+def _allow_core_dump(pid: int) -> None:
+    """Let broker ``pid`` dump a core if it crashes in native code, where the kernel writes
+    cores to a plain file (core_pattern without a pipe): faulthandler shows only Python
+    stacks, and a crash in Arrow or gRPC needs the native one."""
+    try:
+        pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+        _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+        if pattern and not pattern.startswith("|") and hard != 0:
+            resource.prlimit(pid, resource.RLIMIT_CORE, (hard, hard))
+    except (OSError, AttributeError):  # not Linux, or the process is already gone
+        pass
+
+
+def _native_backtrace(core: Path, timeout_s: float = 120.0) -> list[str]:
+    """The native stack of the thread that crashed, from ``core`` with gdb (the core is
+    removed after: hundreds of megabytes each); nothing when there is no core or no gdb."""
+    if not core.exists():
+        return []
+    gdb = shutil.which("gdb")
+    try:
+        if gdb is None:
+            return [f"(a core was dumped at {core}, but gdb is not installed)"]
+        result = subprocess.run([gdb, "-batch", "-nx", "-ex", "bt 60", sys.executable,
+                                 str(core)], capture_output=True, text=True, timeout=timeout_s,
+                                check=False)
+        frames: list[str] = []  # gdb prints frame #0 on loading the core, then in bt
+        for line in result.stdout.splitlines():
+            if line.startswith("#") and line[:200] not in frames[-1:]:
+                frames.append(line[:200])
+        return ["native stack of the crashing thread (gdb):", *frames]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return [f"(gdb could not read the core at {core}: {e})"]
+    finally:
+        core.unlink(missing_ok=True)
 
 
 class BrokerFactory:

@@ -9,6 +9,7 @@ flush() returns, and after SIGCONT the partition takes records again.
 from __future__ import annotations
 
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -201,7 +202,9 @@ def test_a_crash_in_native_code_leaves_every_threads_python_stack_in_the_log(
         broker_factory) -> None:
     """Goal: a broker that dies of a fault in native code (Arrow, gRPC: a SIGSEGV) says where
     its threads were, the one clue such a crash leaves. Method: SIGSEGV sent to a serving
-    broker; its stderr (the broker's log) holds faulthandler's dump of its threads."""
+    broker; its stderr (the broker's log) holds faulthandler's dump of its threads, and the
+    report a failing test shows (``stderr_tail``) starts with the crashing thread's Python
+    stack and, where the kernel writes cores to a file and gdb is installed, its native one."""
     broker = broker_factory()
     with Admin(broker.bootstrap) as admin:
         admin.list_topics()
@@ -209,3 +212,10 @@ def test_a_crash_in_native_code_leaves_every_threads_python_stack_in_the_log(
     log = broker.stderr_path.read_text()
     assert "Fatal Python error: Segmentation fault" in log
     assert "Thread 0x" in log and "run_broker" in log  # the main thread, waiting for a signal
+    dumped = (broker.cwd / "core").exists()
+    report = broker.stderr_tail().splitlines()
+    assert report[0] == "Fatal Python error: Segmentation fault", report[:3]
+    assert report[1].startswith("Current thread 0x"), report[:3]
+    if dumped and shutil.which("gdb"):
+        assert "native stack of the crashing thread (gdb):" in report, report[:20]
+        assert not (broker.cwd / "core").exists()  # read once, then removed
