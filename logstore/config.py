@@ -28,6 +28,8 @@ CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
 COMPRESSION_TYPES = ("none", "lz4", "zstd")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 DEFAULT_LISTENER = "127.0.0.1:9092"
+# The memory pools a pyarrow wheel can give as its default (ARROW_DEFAULT_MEMORY_POOL).
+ARROW_MEMORY_POOLS = ("system", "mimalloc", "jemalloc")
 EMBEDDED_OFFSETS_PARTITIONS = 8
 CLUSTER_OFFSETS_PARTITIONS = 50
 HOUR_MS = 3600 * 1000
@@ -248,6 +250,11 @@ class BrokerConfig:
     # MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES choose the thresholds;
     # false leaves glibc's defaults.
     malloc_tuning: bool = True
+    # Arrow's default memory pool in the broker's process (main.select_arrow_memory_pool):
+    # "system" (glibc's malloc, tuned as above), "mimalloc" or "jemalloc"; the environment's
+    # ARROW_DEFAULT_MEMORY_POOL wins. Not mimalloc by default: the one bundled with pyarrow
+    # 25-26 (3.3-3.4) has crashed a freshly started broker in its thread setup (README).
+    arrow_memory_pool: str = "system"
     topic_defaults: dict[str, Any] = field(default_factory=dict)
     # Consumer groups (Kafka's names). offsets_topic_num_partitions None means Kafka's 50 in a
     # cluster and 8 for an embedded broker, where 50 partitions (each with open segment and
@@ -332,7 +339,8 @@ _BROKER_TYPES: dict[str, tuple[type, ...]] = {
     "broker_id": (int,), "listener": (str,), "log_dirs": (list, str), "rack": (str,),
     "zk_connect": (str,), "zk_session_timeout_ms": (int,), "replica_lag_time_max_ms": (int,),
     "log_retention_check_interval_ms": (int,), "log_cleaner_interval_ms": (int,),
-    "max_open_segment_files": (int,), "malloc_tuning": (bool,), "topic_defaults": (dict,),
+    "max_open_segment_files": (int,), "malloc_tuning": (bool,), "arrow_memory_pool": (str,),
+    "topic_defaults": (dict,),
     "offsets_topic_num_partitions": (int,), "offsets_topic_replication_factor": (int,),
     "offsets_topic_segment_bytes": (int,), "offsets_retention_minutes": (int,),
     "group_initial_rebalance_delay_ms": (int,), "group_min_session_timeout_ms": (int,),
@@ -407,6 +415,9 @@ def broker_config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Brok
     for key in ("zk_session_timeout_ms", "replica_lag_time_max_ms", *_POSITIVE_BROKER_KEYS):
         if values.get(key, 1) <= 0:
             raise ConfigError(f"{source}: {key} must be positive")
+    if values.get("arrow_memory_pool", "system") not in ARROW_MEMORY_POOLS:
+        raise ConfigError(f"{source}: arrow_memory_pool must be one of "
+                          f"{', '.join(ARROW_MEMORY_POOLS)}, got {values['arrow_memory_pool']!r}")
     if values.get("broker_id", 0) < 0:
         raise ConfigError(f"{source}: broker_id must be >= 0, got {values['broker_id']}")
     if values.get("group_initial_rebalance_delay_ms", 0) < 0:

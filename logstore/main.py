@@ -1,7 +1,7 @@
 """The composition root: builds one broker from a BrokerConfig and runs it until a signal.
 
 Owns: process-level concerns of ``logstore broker start``: logging to stderr, the C allocator's
-thresholds (``tune_malloc``), the startup line on stdout that tests and scripts wait for, and
+thresholds (``tune_malloc``), Arrow's memory pool (``select_arrow_memory_pool``), the startup line on stdout that tests and scripts wait for, and
 SIGTERM/SIGINT handling. Must not: contain broker, storage or transport logic, or parse config
 files (the CLI does that).
 
@@ -20,11 +20,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
-
-import pyarrow as pa
 
 from logstore.config import BrokerConfig
 from logstore.errors import ConfigError, LogstoreError
@@ -95,6 +93,44 @@ def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
                  "set %s to choose others)", MALLOC_MMAP_THRESHOLD >> 20,
                  MALLOC_TRIM_THRESHOLD >> 20, " and ".join(MALLOC_ENV))
     return done
+
+
+ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+
+
+def select_arrow_memory_pool(pool: str, environ: MutableMapping[str, str] = os.environ) -> str:
+    """Make ``pool`` Arrow's default memory pool for this process, unless the environment
+    names one already (the operator's choice wins); returns the pool asked for. Call it before
+    pyarrow is imported: libarrow reads the variable when ``import pyarrow`` makes its default
+    pool, and Flight's own allocations (gRPC's threads receiving and sending batches) use that
+    pool whatever ``pyarrow.set_memory_pool`` says later.
+
+    Why not pyarrow's default, mimalloc: the copy bundled with pyarrow 25-26 (mimalloc 3.3-3.4)
+    sets up each new thread's heap with known races (apache/arrow#50908, microsoft/mimalloc
+    #1324 and #1356: a SIGSEGV in ``mi_thread_init`` on a fresh thread, intermittent, early in
+    a process that starts many threads). A broker that has just started starts dozens (gRPC's
+    pool, fetchers and their sessions, coordinators) at once, and brokers restarted after a
+    kill -9 died of SIGSEGV there, in two of three CI runs of the transaction fault test. The
+    system allocator, with the thresholds ``tune_malloc`` sets, keeps freed buffers for reuse
+    as mimalloc does; produce and consume cost the same with either (README, Benchmarks)."""
+    chosen = environ.get(ARROW_POOL_ENV) or pool
+    environ[ARROW_POOL_ENV] = chosen
+    return chosen
+
+
+def report_arrow_memory_pool(asked: str) -> str:
+    """Log Arrow's default memory pool in effect (a WARNING when it is not ``asked``: pyarrow
+    was imported first, or the wheel lacks that allocator); returns its name."""
+    import pyarrow as pa
+
+    backend = str(pa.default_memory_pool().backend_name)
+    if backend == asked:
+        log.info("arrow memory pool: %s (arrow_memory_pool; %s overrides it)", backend,
+                 ARROW_POOL_ENV)
+    else:
+        log.warning("arrow memory pool: %s, not the %s asked for (pyarrow was imported before "
+                    "the pool was chosen, or this pyarrow has no %s)", backend, asked, asked)
+    return backend
 
 
 def build_broker(config: BrokerConfig) -> Broker:
@@ -274,6 +310,8 @@ def run_broker(config: BrokerConfig, make_broker: Callable[[BrokerConfig], Runna
 def _start(broker: Runnable, config: BrokerConfig) -> bool:
     """Start the broker; an expected failure (port in use, bad directory) is logged in one line
     and what did start is stopped again."""
+    import pyarrow as pa  # not at the top: select_arrow_memory_pool runs before its import
+
     try:
         broker.start()
         return True

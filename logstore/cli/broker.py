@@ -28,7 +28,13 @@ def register(commands: Any) -> None:
 
 def _cmd_start(args: argparse.Namespace) -> int:
     from logstore.config import load_broker_config
-    from logstore.main import configure_logging, run_broker, tune_malloc
+    from logstore.main import (
+        configure_logging,
+        report_arrow_memory_pool,
+        run_broker,
+        select_arrow_memory_pool,
+        tune_malloc,
+    )
 
     overrides: dict[str, Any] = {}
     if args.listener:
@@ -36,7 +42,10 @@ def _cmd_start(args: argparse.Namespace) -> int:
     if args.log_dir:
         overrides["log_dirs"] = list(args.log_dir)
     config = load_broker_config(args.config, overrides)
+    # Before anything imports pyarrow, which makes its default pool at import.
+    pool = select_arrow_memory_pool(config.arrow_memory_pool)
     configure_logging(args.log_level.upper())
+    report_arrow_memory_pool(pool)
     # A crash in native code (Arrow, gRPC) prints every thread's Python stack to stderr, the
     # broker's log, before the process dies: the one clue such a crash leaves (a JVM's
     # hs_err file, for Kafka).
