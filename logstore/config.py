@@ -250,10 +250,12 @@ class BrokerConfig:
     # MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES choose the thresholds;
     # false leaves glibc's defaults.
     malloc_tuning: bool = True
-    # Arrow's default memory pool in the broker's process (main.select_arrow_memory_pool):
-    # "system" (glibc's malloc, tuned as above), "mimalloc" or "jemalloc"; the environment's
-    # ARROW_DEFAULT_MEMORY_POOL wins. Not mimalloc by default: the one bundled with pyarrow
-    # 25-26 (3.3-3.4) has crashed a freshly started broker in its thread setup (README).
+    # Arrow's default memory pool in the broker's process (main.select_arrow_memory_pool),
+    # read by ``logstore broker start`` before it imports pyarrow (a broker built in a process
+    # that imported pyarrow already keeps that process's pool): "system" (glibc's malloc,
+    # tuned as above), "mimalloc" or "jemalloc"; the environment's ARROW_DEFAULT_MEMORY_POOL
+    # wins. Not mimalloc by default: the mimalloc in pyarrow 25-26 is suspected of crashing
+    # freshly started brokers while they set up their threads (README, Benchmarks).
     arrow_memory_pool: str = "system"
     topic_defaults: dict[str, Any] = field(default_factory=dict)
     # Consumer groups (Kafka's names). offsets_topic_num_partitions None means Kafka's 50 in a

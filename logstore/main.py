@@ -1,8 +1,8 @@
 """The composition root: builds one broker from a BrokerConfig and runs it until a signal.
 
 Owns: process-level concerns of ``logstore broker start``: logging to stderr, the C allocator's
-thresholds (``tune_malloc``), Arrow's memory pool (``select_arrow_memory_pool``), the startup line on stdout that tests and scripts wait for, and
-SIGTERM/SIGINT handling. Must not: contain broker, storage or transport logic, or parse config
+thresholds (``tune_malloc``), Arrow's memory pool (``select_arrow_memory_pool``), the startup
+line on stdout that tests and scripts wait for, and SIGTERM/SIGINT handling. Must not: contain broker, storage or transport logic, or parse config
 files (the CLI does that).
 
 Why the Flight server is served from a thread: ``FlightServerBase.serve()`` waits in C++ with the
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from logstore.config import BrokerConfig
+from logstore.config import ARROW_MEMORY_POOLS, BrokerConfig
 from logstore.errors import ConfigError, LogstoreError
 
 if TYPE_CHECKING:
@@ -98,38 +98,50 @@ def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 
 
-def select_arrow_memory_pool(pool: str, environ: MutableMapping[str, str] = os.environ) -> str:
-    """Make ``pool`` Arrow's default memory pool for this process, unless the environment
-    names one already (the operator's choice wins); returns the pool asked for. Call it before
-    pyarrow is imported: libarrow reads the variable when ``import pyarrow`` makes its default
-    pool, and Flight's own allocations (gRPC's threads receiving and sending batches) use that
-    pool whatever ``pyarrow.set_memory_pool`` says later.
+def select_arrow_memory_pool(pool: str, environ: MutableMapping[str, str] = os.environ
+                             ) -> tuple[str, str]:
+    """Make ``pool`` Arrow's default memory pool for this process, unless the environment's
+    ``ARROW_DEFAULT_MEMORY_POOL`` names one (the operator's choice wins); returns the pool and
+    what chose it. A variable naming no pool pyarrow has is a ConfigError: libarrow would log
+    a warning and fall back to mimalloc. Call it before pyarrow is imported: libarrow reads
+    the variable when ``import pyarrow`` makes its default pool, and Flight's own allocations
+    (gRPC's threads receiving and sending batches) use that pool whatever
+    ``pyarrow.set_memory_pool`` says later.
 
-    Why not pyarrow's default, mimalloc: the copy bundled with pyarrow 25-26 (mimalloc 3.3-3.4)
-    sets up each new thread's heap with known races (apache/arrow#50908, microsoft/mimalloc
-    #1324 and #1356: a SIGSEGV in ``mi_thread_init`` on a fresh thread, intermittent, early in
-    a process that starts many threads). A broker that has just started starts dozens (gRPC's
-    pool, fetchers and their sessions, coordinators) at once, and brokers restarted after a
-    kill -9 died of SIGSEGV there, in two of three CI runs of the transaction fault test. The
+    Why not pyarrow's default, mimalloc: mimalloc 3.3-3.4 (pyarrow 25 bundles 3.3, 26.0.1
+    3.4.1) has reports of a SIGSEGV while a new thread sets up its heap (``mi_thread_init``),
+    intermittent and early in processes starting many threads (microsoft/mimalloc#1356, on
+    macOS; #1324, on gRPC's threads on Windows; apache/arrow#50908, open, with pyarrow first
+    imported on a short-lived thread), and mimalloc reworked that code in August 2026. A broker
+    that has just started starts dozens of threads at once (gRPC's pool, fetchers and their
+    sessions, coordinators), and brokers restarted after kill -9 died of SIGSEGV right there
+    in two of three CI runs of a fault test: suspected, not proven (README, Benchmarks). The
     system allocator, with the thresholds ``tune_malloc`` sets, keeps freed buffers for reuse
-    as mimalloc does; produce and consume cost the same with either (README, Benchmarks)."""
-    chosen = environ.get(ARROW_POOL_ENV) or pool
-    environ[ARROW_POOL_ENV] = chosen
-    return chosen
+    as mimalloc does; produce and consume measured the same with either."""
+    named = environ.get(ARROW_POOL_ENV)
+    if named:
+        if named not in ARROW_MEMORY_POOLS:
+            raise ConfigError(f"{ARROW_POOL_ENV}={named!r} names no memory pool; use one of "
+                              f"{', '.join(ARROW_MEMORY_POOLS)}, or unset it to use "
+                              f"arrow_memory_pool")
+        return named, ARROW_POOL_ENV
+    environ[ARROW_POOL_ENV] = pool
+    return pool, "arrow_memory_pool"
 
 
-def report_arrow_memory_pool(asked: str) -> str:
-    """Log Arrow's default memory pool in effect (a WARNING when it is not ``asked``: pyarrow
-    was imported first, or the wheel lacks that allocator); returns its name."""
+def report_arrow_memory_pool(asked: str, source: str) -> str:
+    """Log Arrow's default memory pool in effect and what chose it (a WARNING when it is not
+    ``asked``: pyarrow was imported first, or the wheel lacks that allocator); returns its
+    name."""
     import pyarrow as pa
 
     backend = str(pa.default_memory_pool().backend_name)
     if backend == asked:
-        log.info("arrow memory pool: %s (arrow_memory_pool; %s overrides it)", backend,
-                 ARROW_POOL_ENV)
+        log.info("arrow memory pool: %s (%s)", backend, source)
     else:
-        log.warning("arrow memory pool: %s, not the %s asked for (pyarrow was imported before "
-                    "the pool was chosen, or this pyarrow has no %s)", backend, asked, asked)
+        log.warning("arrow memory pool: %s, not the %s that %s asks for (pyarrow was imported "
+                    "before the pool was chosen, or this pyarrow has no %s)", backend, asked,
+                    source, asked)
     return backend
 
 

@@ -36,6 +36,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 READY_MARKER = "listening on"
+START_MARKER = "--- starting: "  # written to the broker's stderr before each start
 
 
 def free_port() -> int:
@@ -131,8 +132,11 @@ class BrokerProcess:
     def start(self) -> BrokerProcess:
         assert not self.running, "broker already running"
         self.cwd.mkdir(parents=True, exist_ok=True)
+        for stale in _cores(self.cwd):  # an earlier run's: never reported for this one
+            stale.unlink(missing_ok=True)
         with open(self.stderr_path, "a") as stderr:
-            stderr.write(f"--- starting: {' '.join(self.command())}\n")
+            # On a line of its own: faulthandler's last line has no newline.
+            stderr.write(f"\n{START_MARKER}{' '.join(self.command())}\n")
             stderr.flush()
             self.process = subprocess.Popen(
                 self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True,
@@ -169,13 +173,17 @@ class BrokerProcess:
 
     def stderr_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the broker's stderr (its log). After a crash in native
-        code, faulthandler's header and the crashing thread's stack come first: its dump lists
-        every thread, newest first, so a tail alone would cut the one that crashed."""
+        code in its latest run, faulthandler's header and the crashing thread's stack come
+        first (its dump lists every thread, newest first, so a tail alone would cut the one
+        that crashed), then that thread's native stack when the kernel left a core in the
+        broker's working directory: gdb reads it (a few seconds) and the core is removed."""
         try:
-            text = self.stderr_path.read_text().splitlines()
+            text = self.stderr_path.read_text(errors="replace").splitlines()
         except FileNotFoundError:
             return "(no stderr)"
-        crash = _crash_report(text) + _native_backtrace(self.cwd / "core")
+        starts = [i for i, line in enumerate(text) if START_MARKER in line]
+        latest = text[starts[-1]:] if starts else text
+        crash = _crash_report(latest) + _native_backtrace(_cores(self.cwd))
         return "\n".join(([*crash, "..."] if crash else []) + text[-lines:])
 
     def kill(self, sig: int = signal.SIGKILL) -> int | None:
@@ -221,40 +229,63 @@ def _crash_report(lines: list[str]) -> list[str]:
     return [dump[0], *dump[current:end]]
 
 
-def _allow_core_dump(pid: int) -> None:
-    """Let broker ``pid`` dump a core if it crashes in native code, where the kernel writes
-    cores to a plain file (core_pattern without a pipe): faulthandler shows only Python
-    stacks, and a crash in Arrow or gRPC needs the native one."""
+def cores_land_in_the_working_directory() -> bool:
+    """Whether a crashing broker can leave a core where ``stderr_tail`` reads it: the kernel's
+    core_pattern is a relative file name and the hard core limit is not 0."""
     try:
         pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
-        _, hard = resource.getrlimit(resource.RLIMIT_CORE)
-        if pattern and not pattern.startswith("|") and hard != 0:
-            resource.prlimit(pid, resource.RLIMIT_CORE, (hard, hard))
-    except (OSError, AttributeError):  # not Linux, or the process is already gone
-        pass
+    except OSError:  # not Linux
+        return False
+    return bool(pattern) and not pattern.startswith(("|", "/")) and \
+        resource.getrlimit(resource.RLIMIT_CORE)[1] != 0
 
 
-def _native_backtrace(core: Path, timeout_s: float = 120.0) -> list[str]:
-    """The native stack of the thread that crashed, from ``core`` with gdb (the core is
-    removed after: hundreds of megabytes each); nothing when there is no core or no gdb."""
-    if not core.exists():
+def _allow_core_dump(pid: int) -> None:
+    """Let broker ``pid`` dump a core into its working directory if it crashes in native code
+    (faulthandler shows only Python stacks, and a crash in Arrow or gRPC needs the native one),
+    only where every core lands there (``cores_land_in_the_working_directory``), so none is
+    left in a system-wide crash directory."""
+    if not cores_land_in_the_working_directory():
+        return
+    hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    with suppress(OSError, AttributeError):  # the process is already gone; no prlimit
+        resource.prlimit(pid, resource.RLIMIT_CORE, (hard, hard))
+
+
+def _cores(cwd: Path) -> list[Path]:
+    """The core files in a broker's own working directory (``core``, or ``core.PID`` where
+    the kernel appends the pid), newest last."""
+    found = [p for p in cwd.glob("core*") if p.is_file()] if cwd.is_dir() else []
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
+def _native_backtrace(cores: list[Path], timeout_s: float = 120.0) -> list[str]:
+    """The native stack of the thread that crashed, from the newest of ``cores`` with gdb
+    (all are removed after: hundreds of megabytes each); nothing when there is none."""
+    if not cores:
         return []
-    gdb = shutil.which("gdb")
+    core, gdb = cores[-1], shutil.which("gdb")
     try:
         if gdb is None:
             return [f"(a core was dumped at {core}, but gdb is not installed)"]
-        result = subprocess.run([gdb, "-batch", "-nx", "-ex", "bt 60", sys.executable,
-                                 str(core)], capture_output=True, text=True, timeout=timeout_s,
-                                check=False)
+        result = subprocess.run(
+            [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off",
+             "-ex", "set print frame-arguments none", "-ex", "bt 60", sys.executable,
+             str(core)], capture_output=True, text=True, errors="replace",
+            timeout=timeout_s, check=False)
         frames: list[str] = []  # gdb prints frame #0 on loading the core, then in bt
         for line in result.stdout.splitlines():
-            if line.startswith("#") and line[:200] not in frames[-1:]:
-                frames.append(line[:200])
+            if line.startswith("#") and line[:400] not in frames[-1:]:
+                frames.append(line[:400])
+        if not frames:
+            return [f"(gdb printed no stack for {core}: "
+                    f"{result.stderr.strip()[-500:] or 'no output'})"]
         return ["native stack of the crashing thread (gdb):", *frames]
     except (OSError, subprocess.TimeoutExpired) as e:
         return [f"(gdb could not read the core at {core}: {e})"]
     finally:
-        core.unlink(missing_ok=True)
+        for c in cores:
+            c.unlink(missing_ok=True)
 
 
 class BrokerFactory:

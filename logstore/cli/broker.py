@@ -41,15 +41,15 @@ def _cmd_start(args: argparse.Namespace) -> int:
         overrides["listener"] = args.listener
     if args.log_dir:
         overrides["log_dirs"] = list(args.log_dir)
-    config = load_broker_config(args.config, overrides)
-    # Before anything imports pyarrow, which makes its default pool at import.
-    pool = select_arrow_memory_pool(config.arrow_memory_pool)
-    configure_logging(args.log_level.upper())
-    report_arrow_memory_pool(pool)
     # A crash in native code (Arrow, gRPC) prints every thread's Python stack to stderr, the
     # broker's log, before the process dies: the one clue such a crash leaves (a JVM's
-    # hs_err file, for Kafka).
+    # hs_err file, for Kafka). First, so that libarrow's own start is covered too.
     faulthandler.enable()
+    config = load_broker_config(args.config, overrides)
+    # Before anything imports pyarrow, which makes its default pool at import.
+    pool, source = select_arrow_memory_pool(config.arrow_memory_pool)
+    configure_logging(args.log_level.upper())
+    report_arrow_memory_pool(pool, source)
     if config.malloc_tuning:  # this process is the broker's alone
         tune_malloc()
     code = run_broker(config)

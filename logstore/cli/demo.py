@@ -30,6 +30,12 @@ def register(commands: Any) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from logstore.config import BrokerConfig
+    from logstore.main import select_arrow_memory_pool
+
+    # The demo's broker runs in this process: Arrow's allocator is chosen as ``broker start``
+    # chooses it, before logstore.demo imports pyarrow.
+    select_arrow_memory_pool(BrokerConfig().arrow_memory_pool)
     from logstore.demo import run_demo
 
     steps = [] if args.no_spark else [_step("spark")]
