@@ -29,6 +29,7 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -86,13 +87,18 @@ class ClientSession:
     def accepts(self, partition: int) -> bool:
         return self.fence.get(partition, math.inf) <= self.applied
 
-    def update(self, add: dict[int, int], remove: list[int]) -> None:
+    def update(self, add: dict[int, int], remove: list[int],
+               topic_ids: Mapping[int, str | None] | None = None) -> None:
+        """Subscribe ``add`` (partition -> offset, each of its topic id in ``topic_ids``) and
+        unsubscribe ``remove``."""
         self._seq += 1
         self.fence.update(dict.fromkeys(add, self._seq))
         for p in remove:
             self.fence.pop(p, None)
+        ids = topic_ids or {}
         self.stream.send(FetchSessionUpdate(seq=self._seq, remove=remove, add=[
-            FetchPartition(partition=p, offset=o) for p, o in add.items()]))
+            FetchPartition(partition=p, offset=o, topic_id=ids.get(p))
+            for p, o in add.items()]))
 
     def applied_update(self, frame: FetchSessionUpdated) -> None:
         self.applied = max(self.applied, frame.seq)
@@ -148,9 +154,13 @@ class Credit:
 class FetchSessions:
     """The sessions of one consumer (used from the thread that polls only)."""
 
-    def __init__(self, metadata: ClusterMetadata, settings: SessionSettings) -> None:
+    def __init__(self, metadata: ClusterMetadata, settings: SessionSettings,
+                 topic_id_of: Callable[[TopicPartition], str | None] = lambda tp: None
+                 ) -> None:
         self._metadata = metadata
         self._settings = settings
+        # The topic id a partition's fetch offset belongs to (the fetcher's), sent with it.
+        self._topic_id_of = topic_id_of
         self._inbox: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._sessions: dict[FetchTarget, ClientSession] = {}
         self._where: dict[TopicPartition, FetchTarget] = {}  # subscribed partitions
@@ -250,7 +260,8 @@ class FetchSessions:
             topic=target.topic, isolation_level=s.isolation_level, credit_bytes=s.window_bytes,
             max_bytes=s.max_bytes, partition_max_bytes=s.partition_max_bytes,
             state_with_first_batch=True, partitions=[
-                FetchPartition(partition=tp.partition, offset=o) for tp, o in offsets.items()])
+                FetchPartition(partition=tp.partition, offset=o, topic_id=self._topic_id_of(tp))
+                for tp, o in offsets.items()])
         try:
             stream = self._metadata.broker_connection(target.leader).open_fetch_session(
                 request)
@@ -289,7 +300,8 @@ class FetchSessions:
             self._moved.discard(tp)
         try:
             session.update({tp.partition: o for tp, o in add.items()},
-                           [tp.partition for tp in remove])
+                           [tp.partition for tp in remove],
+                           {tp.partition: self._topic_id_of(tp) for tp in add})
         except ApiError as e:
             self.fail(session, e)
 

@@ -7,7 +7,9 @@ broker pushes as the log grows, and the consumer grants credit back as it drains
 ``fetch_session`` off one fetch request per target kept in flight, so the next one is on the
 wire while the caller decodes (a partition whose buffer holds ``partition_max_bytes`` waits
 until it is drained); buffering fetched batches per partition; per-partition errors (a metadata
-refresh for leadership errors, OFFSET_OUT_OF_RANGE handed to the consumer's callback);
+refresh for leadership errors, OFFSET_OUT_OF_RANGE handed to the consumer's callback, and so
+is a position whose topic was deleted and created again: each fetch names the topic id its
+offset belongs to, and once the metadata has another one the position is reset);
 ``list_offsets`` with a retry when the leader moved; and turning buffered batches into Tables
 with ``offset`` and ``partition`` columns, or into ConsumerRecords. Control batches are never
 records, and read_committed drops the batches of aborted transactions (``committed_batches``,
@@ -41,7 +43,12 @@ from logstore.client.fetch_session import (
 )
 from logstore.client.metadata import ClusterMetadata
 from logstore.client.metrics import ConsumerMetrics
-from logstore.errors import ApiError, OffsetOutOfRangeError
+from logstore.errors import (
+    ApiError,
+    InconsistentTopicIdError,
+    OffsetOutOfRangeError,
+    UnknownTopicIdError,
+)
 from logstore.messages.fetch import (
     DEFAULT_FETCH_MAX_BYTES,
     READ_COMMITTED,
@@ -100,16 +107,21 @@ _InFlight = tuple[dict[TopicPartition, int], Future[FetchResponse]]
 def fetch_request(topic: str, offsets: Mapping[int, int], *, max_wait_ms: int,
                   max_bytes: int, partition_max_bytes: int | None = None, min_bytes: int = 1,
                   end_offset: int | None = None,
-                  isolation_level: int = READ_UNCOMMITTED) -> FetchRequest:
+                  isolation_level: int = READ_UNCOMMITTED,
+                  topic_ids: Mapping[int, str | None] | None = None) -> FetchRequest:
     """A consumer's fetch of ``topic`` from the given offsets (partition -> offset).
     ``end_offset`` bounds a range reader's partition: no batch starting at or after it.
     READ_COMMITTED (1) reads below the last stable offset only; filter what comes back with
-    ``committed_batches``."""
+    ``committed_batches``. ``topic_ids``: the topic id each partition's offset belongs to (a
+    leader whose replica is of another one answers INCONSISTENT_TOPIC_ID: the topic was
+    deleted and created again); a partition left out is not checked."""
+    ids = topic_ids or {}
     return FetchRequest(topic=topic, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                         max_bytes=max_bytes, isolation_level=isolation_level,
                         partitions=[FetchPartition(
                             partition=p, offset=o, max_bytes=partition_max_bytes,
-                            end_offset=end_offset) for p, o in offsets.items()])
+                            end_offset=end_offset, topic_id=ids.get(p))
+                            for p, o in offsets.items()])
 
 
 def committed_mask(batches: Sequence[FetchedBatch], aborted: Sequence[AbortedTransaction]
@@ -146,11 +158,15 @@ class Fetcher:
         self._on_out_of_range = on_out_of_range
         self._buffer: dict[TopicPartition, deque[_Buffered]] = {}
         self._fetch_offsets: dict[TopicPartition, int] = {}  # next offset to fetch
+        # The topic id each fetch offset belongs to, as the metadata knew it when the offset
+        # was taken from the position (None: not known): sent with every fetch, so a topic
+        # deleted and created again under its name is not read from the old one's offsets.
+        self._fetch_ids: dict[TopicPartition, str | None] = {}
         self._inflight: dict[FetchTarget, _InFlight] = {}
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="logstore-fetch")
         self._sessions = FetchSessions(metadata, SessionSettings(
             config.max_bytes, config.max_bytes, config.partition_max_bytes,
-            config.isolation_level)) if config.fetch_session else None
+            config.isolation_level), self._fetch_ids.get) if config.fetch_session else None
 
     # -- offsets lookups ---------------------------------------------------------------------
 
@@ -206,6 +222,7 @@ class Fetcher:
                 offset = self._fetch_offsets.get(tp)
                 if offset is None:
                     offset = self._fetch_offsets[tp] = position(tp)
+                    self._fetch_ids[tp] = self._metadata.known_topic_id(tp.topic)
                 leader = self._metadata.leader(tp)
             except ApiError as e:
                 if not e.retriable:
@@ -228,7 +245,8 @@ class Fetcher:
             target.topic, {tp.partition: o for tp, o in offsets.items()},
             max_wait_ms=max_wait_ms, max_bytes=self._config.max_bytes,
             partition_max_bytes=self._config.partition_max_bytes,
-            min_bytes=self._config.min_bytes, isolation_level=self._config.isolation_level)
+            min_bytes=self._config.min_bytes, isolation_level=self._config.isolation_level,
+            topic_ids={tp.partition: self._fetch_ids.get(tp) for tp in offsets})
         started = time.monotonic()
         response = self._metadata.broker_connection(target.leader).fetch(request)
         self.metrics.fetched(target.topic, (time.monotonic() - started) * 1000.0,
@@ -301,10 +319,28 @@ class Fetcher:
     def _on_partition_error(self, tp: TopicPartition, error: ApiError) -> None:
         if isinstance(error, OffsetOutOfRangeError):
             self._on_out_of_range(tp, error)
+        elif isinstance(error, InconsistentTopicIdError | UnknownTopicIdError):
+            self._on_other_topic_id(tp, error)
         elif error.refresh_metadata or error.retriable:
             self._metadata.refresh([tp.topic])
         else:
             raise error
+
+    def _on_other_topic_id(self, tp: TopicPartition, error: ApiError) -> None:
+        """The leader's replica of ``tp`` is of another topic id than its fetch offset's. Once
+        the metadata says the topic's id changed (deleted and created again under its name),
+        the position belongs to a topic that is gone: it is reset as an out-of-range one is
+        (auto_offset_reset), never read from the new topic's same offset; until then (the
+        leader knows the new topic before this consumer's metadata, or the other way round)
+        the fetch is retried with fresh metadata."""
+        self._metadata.refresh([tp.topic])
+        was, now = self._fetch_ids.get(tp), self._metadata.known_topic_id(tp.topic)
+        if was is None or now is None or was == now:
+            log.info("%s; refreshing metadata and fetching again", error.message)
+            return
+        self._on_out_of_range(tp, OffsetOutOfRangeError(
+            f"{tp}: the topic was deleted and created again (topic id {was}, now {now}), so "
+            f"position {self._fetch_offsets.get(tp)} belongs to a topic that is gone"))
 
     # -- the buffer --------------------------------------------------------------------------
 
@@ -346,6 +382,7 @@ class Fetcher:
         """``tp``'s position moved: drop its buffer, where its fetching was, and fetches in
         flight for it."""
         self._fetch_offsets.pop(tp, None)
+        self._fetch_ids.pop(tp, None)
         _release(self._buffer.pop(tp, None))
         self.metrics.forget(tp.topic, tp.partition)
         for target in [t for t, (sent, _) in self._inflight.items() if tp in sent]:
@@ -363,6 +400,8 @@ class Fetcher:
         for tp in set(self._buffer) - keep:
             _release(self._buffer.pop(tp))
         self._fetch_offsets = {tp: o for tp, o in self._fetch_offsets.items() if tp in keep}
+        for tp in set(self._fetch_ids) - keep:
+            del self._fetch_ids[tp]
         self._inflight.clear()
 
     def close(self) -> None:
