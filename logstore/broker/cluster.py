@@ -162,7 +162,7 @@ class ClusterHandlers:
     def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
         """A leader's proposal of a new ISR (answered when this broker is the controller)."""
         state = self._controller.alter_isr(req.broker_id, req.topic, req.partition,
-                                           req.leader_epoch, tuple(req.isr))
+                                           req.leader_epoch, tuple(req.isr), req.topic_id)
         return AlterIsrResponse(leader_epoch=state.leader_epoch, isr=list(state.isr))
 
     def controlled_shutdown(self, req: ControlledShutdownRequest) -> ControlledShutdownResponse:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from logstore.controller.partition_election import check_isr_change, next_state
 from logstore.controller.store import MetadataStore, PartitionState, TopicRecord
 from logstore.errors import (
+    InconsistentTopicIdError,
     NotControllerError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
@@ -152,12 +153,15 @@ class ClusterController:
     # -- requests from brokers ------------------------------------------------------------------
 
     def alter_isr(self, broker_id: int, topic: str, partition: int, leader_epoch: int,
-                  isr: tuple[int, ...]) -> PartitionState:
-        """A leader's ISR change; the committed state (or ApiError)."""
+                  isr: tuple[int, ...], topic_id: str | None = None) -> PartitionState:
+        """A leader's ISR change; the committed state (or ApiError). ``topic_id``: the leader's
+        replica's (None: unchecked); another than the topic's is INCONSISTENT_TOPIC_ID, as
+        Kafka's AlterPartition: a replica of a deleted topic says nothing of the one created
+        again under its name, whose first leader epoch is the same 0."""
         with self._lock:
             self._require_active()
             for _ in range(WRITE_ATTEMPTS):
-                state, replicas = self._current(topic, partition)
+                state, replicas = self._current(topic, partition, topic_id)
                 eligible = frozenset(self._store.brokers()) - self._shutting_down
                 check_isr_change(state, replicas, eligible, broker_id, leader_epoch, isr)
                 if set(isr) == set(state.isr):
@@ -181,11 +185,16 @@ class ClusterController:
                     for p, st in self._store.partition_states(name).items()
                     if st.leader == broker_id and set(st.isr) & others]
 
-    def _current(self, topic: str, partition: int) -> tuple[PartitionState, tuple[int, ...]]:
+    def _current(self, topic: str, partition: int, topic_id: str | None = None
+                 ) -> tuple[PartitionState, tuple[int, ...]]:
         record = self._store.topics().get(topic)
         state = self._store.partition_states(topic).get(partition)
         if record is None or state is None or partition not in record.replicas:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
+        if topic_id is not None and record.topic_id and topic_id != record.topic_id:
+            raise InconsistentTopicIdError(
+                f"{topic}-{partition}: the ISR change is for topic id {topic_id}, but "
+                f"{topic!r} is now topic id {record.topic_id} (deleted and created again)")
         return state, record.replicas[partition]
 
     def _require_active(self) -> None:

@@ -76,6 +76,10 @@ class AlterIsrRequest(Request[AlterIsrResponse], frozen=True, kw_only=True, tag=
     partition: PartitionId
     leader_epoch: LeaderEpoch
     isr: list[int]
+    # The topic id of the leader's replica (None: unchecked, from a leader that predates the
+    # field): a leader still holding a deleted topic's replica must not change the ISR of the
+    # topic created again under its name, both at leader epoch 0 (INCONSISTENT_TOPIC_ID).
+    topic_id: str | None = None
 
 
 # -- controlled_shutdown ---------------------------------------------------------------------

@@ -57,7 +57,7 @@ class AlterIsrSender:
         tp = partition.tp
         resp = self._send(AlterIsrRequest(broker_id=self._broker_id, topic=tp.topic,
                                           partition=tp.partition, leader_epoch=epoch,
-                                          isr=sorted(isr)))
+                                          isr=sorted(isr), topic_id=partition.topic_id))
         resp.raise_error()
         partition.apply_isr(resp.leader_epoch, frozenset(resp.isr))
 
