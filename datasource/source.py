@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
@@ -302,7 +302,8 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
 
     def initialOffset(self) -> dict[str, Any]:
         infos = self._current()
-        return to_json_offsets(self.planner.resolve(self.options.starting, infos, "starting"))
+        return to_json_offsets(self.planner.resolve(self.options.starting, infos, "starting"),
+                               self._topic_ids(infos))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {tp: i.end_offset for tp, i in self._current().items()}
@@ -326,7 +327,13 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         infos = self._settled(self._current, from_json_offsets(start))
         self._high_watermarks = {tp: info.high_watermark for tp, info in infos.items()}
         now = time.monotonic()
+        ids = self._topic_ids(infos)
         begin = self._begin(from_json_offsets(start), infos)
+        # A topic deleted and created again since ``start``: its offsets were of the old one,
+        # so the new one is read from its start (partitions() reports the loss).
+        recreated = _recreated(topic_ids_of_offsets(start), ids)
+        begin = {tp: infos[tp].log_start_offset if tp.topic in recreated else o
+                 for tp, o in begin.items()}
         latest = {tp: self._cap(tp, info.end_offset, begin[tp]) for tp, info in infos.items()}
         end = self._limited(begin, latest, limit, now)
         # A partition whose high watermark went back below the stream's position (topic
@@ -336,14 +343,21 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         self._idle_since = now if end == begin else None
         if end != begin:
             self._last_batch_at = now
-        return to_json_offsets(end)
+        return to_json_offsets(end, ids)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, stop = from_json_offsets(start), from_json_offsets(end)
         infos = self._settled(lambda: self.planner.describe(stop), stop)
+        recreated = _recreated(topic_ids_of_offsets(start), topic_ids_of_offsets(end))
+        for topic, (was, now) in sorted(recreated.items()):
+            self._data_loss(f"topic {topic!r} was deleted and created again (topic id {was}, "
+                            f"now {now}): the records of the old one after the stream's "
+                            "offsets are lost, and the new one is read from its start")
         ranges = []
         for tp, e in sorted(stop.items()):
             s = begin.get(tp, infos[tp].log_start_offset)  # a new partition: from its start
+            if tp.topic in recreated:
+                s = infos[tp].log_start_offset
             if s > e:
                 self._data_loss(f"{tp}: offsets went back from {s} to {e} (the topic was "
                                 "recreated or the log truncated); records may have been missed")
@@ -448,10 +462,21 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
                     share_limit(available, limit.max_rows).items()}
         return {tp: begin[tp] + available[tp] for tp in begin}
 
+    def _topic_ids(self, infos: Mapping[TopicPartition, PartitionInfo]
+                   ) -> dict[str, str | None]:
+        """The ids of the topics of ``infos``, as the planner's metadata knows them now."""
+        return {t: self.planner.metadata.known_topic_id(t) for t in {tp.topic for tp in infos}}
+
     def _data_loss(self, message: str) -> None:
         if self.options.fail_on_data_loss:
             raise DataLossError(f"{message}; set failOnDataLoss=false to go on")
         log.warning("%s (failOnDataLoss=false)", message)
+
+
+def _recreated(was: Mapping[str, str], now: Mapping[str, str | None]
+               ) -> dict[str, tuple[str, str]]:
+    """Topics whose id ``now`` is not the one ``was`` recorded: topic -> (was, now)."""
+    return {t: (i, n) for t, i in was.items() if (n := now.get(t)) and n != i}
 
 
 def commit_group_offsets(bootstrap: str, group_id: str, offsets: dict[TopicPartition, int]
@@ -485,16 +510,35 @@ def share_limit(available: dict[TopicPartition, int], limit: int) -> dict[TopicP
     return shares
 
 
-def to_json_offsets(offsets: dict[TopicPartition, int]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+# A stream's offsets name the topic id they belong to under this key, which no topic name can
+# be (``@`` is not allowed in one): a topic deleted and created again under its name is told
+# from the one the checkpoint's offsets are of. Offsets without it (older checkpoints, a user's
+# startingOffsets) are not checked.
+TOPIC_IDS_KEY = "@topic_ids"
+
+
+def to_json_offsets(offsets: dict[TopicPartition, int],
+                    topic_ids: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """``{topic: {partition: offset}}``, and the topics' ids under ``TOPIC_IDS_KEY`` when
+    given (those known)."""
+    out: dict[str, Any] = {}
     for tp, offset in sorted(offsets.items()):
         out.setdefault(tp.topic, {})[str(tp.partition)] = int(offset)
+    ids = {t: i for t, i in sorted((topic_ids or {}).items()) if i and t in out}
+    if ids:
+        out[TOPIC_IDS_KEY] = ids
     return out
 
 
 def from_json_offsets(offsets: dict[str, Any]) -> dict[TopicPartition, int]:
     return {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items()
-            for p, o in parts.items()}
+            if t != TOPIC_IDS_KEY for p, o in parts.items()}
+
+
+def topic_ids_of_offsets(offsets: Mapping[str, Any]) -> dict[str, str]:
+    """The topic ids ``offsets`` were taken for (empty: none recorded)."""
+    ids = offsets.get(TOPIC_IDS_KEY)
+    return {str(t): str(i) for t, i in ids.items()} if isinstance(ids, dict) else {}
 
 
 # -- filter pushdown ---------------------------------------------------------------------------

@@ -110,6 +110,9 @@ class TopicDescription:
     partitions: list[PartitionDescription]
     internal: bool = False
     value_schema: pa.Schema | None = None
+    # Tells it from an earlier topic of the same name (Kafka's topicId); None from a broker
+    # that sends none.
+    topic_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -243,7 +246,7 @@ class Admin:
             t.name, [PartitionDescription(p.partition, p.leader, p.replicas, p.isr,
                                           tiers.get(TopicPartition(t.name, p.partition)))
                      for p in t.partitions],
-            t.internal, decode_schema(t.value_schema)) for t in response.topics]
+            t.internal, decode_schema(t.value_schema), t.topic_id) for t in response.topics]
 
     def _log_tiers(self, partitions: dict[str, list[int]]
                    ) -> dict[TopicPartition, LogTierDescription]:

@@ -256,6 +256,41 @@ def test_pattern_topic_with_another_value_schema_fails_naming_the_topics(
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_topic_recreated_longer_between_two_runs_is_data_loss_not_a_skip(
+        spark: Any, broker: BrokerProcess, tmp_path: Path, fail_on_data_loss: bool) -> None:
+    """Goal: a stream restarted on its checkpoint after its topic was deleted and created
+    again under its name, the new one longer than the checkpoint's offsets (which the
+    high-watermark check alone cannot see), does not read the new topic from the old topic's
+    offsets (that skipped its first records without a word): the checkpoint's offsets name the
+    topic id they are of, and another id is data loss naming both ids (failOnDataLoss=true),
+    or the new topic read from its start (false). Method: an AvailableNow run reads 10
+    records of t; t is deleted and recreated with 25; a second run on the same checkpoint."""
+    with Admin(broker.bootstrap) as admin:
+        topic = new_topic(admin, 1, prefix="again")
+        old_id = admin.describe_topics([topic])[0].topic_id
+    _produce(broker.bootstrap, topic, 0, 10)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    options = {"subscribe": topic, "startingOffsets": "earliest",
+               "failOnDataLoss": str(fail_on_data_loss).lower()}
+    query = _start(_stream(spark, broker.bootstrap, **options), out, ckpt, availableNow=True)
+    assert query.awaitTermination(QUERY_TIMEOUT_S)
+    with Admin(broker.bootstrap) as admin:
+        admin.delete_topics([topic])
+        admin.create_topics([NewTopic(topic, 1)])
+        new_id = admin.describe_topics([topic])[0].topic_id
+    _produce(broker.bootstrap, topic, 100, 25)
+    again = _start(_stream(spark, broker.bootstrap, **options), out, ckpt, availableNow=True)
+    if fail_on_data_loss:
+        with pytest.raises(Exception, match=rf"topic '{topic}' was deleted and created again "
+                                            rf"\(topic id {old_id}, now {new_id}\)"):
+            again.awaitTermination(QUERY_TIMEOUT_S)
+        assert _values(_written(spark, out)) == _expected(10)
+    else:
+        assert again.awaitTermination(QUERY_TIMEOUT_S)
+        assert _values(_written(spark, out)) == sorted(_expected(10) + _expected(25, 100))
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
 def test_topic_deleted_under_a_running_stream(spark: Any, broker: BrokerProcess, tmp_path: Path,
                                               fail_on_data_loss: bool) -> None:
     """A subscribed topic deleted while the query runs is data loss: the query fails naming

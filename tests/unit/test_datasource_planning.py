@@ -59,7 +59,14 @@ from datasource.schema import (
     constant_string,
     source_arrow_schema,
 )
-from datasource.source import constraints_from, from_json_offsets, share_limit, to_json_offsets
+from datasource.source import (
+    TOPIC_IDS_KEY,
+    constraints_from,
+    from_json_offsets,
+    share_limit,
+    to_json_offsets,
+    topic_ids_of_offsets,
+)
 from logstore.clock import FakeClock
 from logstore.errors import InvalidRecordError, LogstoreError
 from logstore.model import EARLIEST, LATEST, TopicPartition
@@ -349,6 +356,19 @@ def test_json_offsets_round_trip(offsets: dict[TopicPartition, int]) -> None:
     Method: hypothesis over partition -> offset maps, through orjson."""
     text = orjson.dumps(to_json_offsets(offsets))
     assert from_json_offsets(orjson.loads(text)) == offsets
+
+
+def test_json_offsets_name_the_topic_ids_they_are_of() -> None:
+    """Goal: a stream's offsets carry the ids of their topics (those known) under a key no
+    topic can be named, read back apart from the offsets; offsets without them (an older
+    checkpoint) name none. Method: through orjson, as Spark's checkpoint does."""
+    offsets = {TopicPartition("a", 0): 5, TopicPartition("a", 1): 7, TopicPartition("b", 0): 1}
+    data = orjson.loads(orjson.dumps(to_json_offsets(offsets, {"a": "id-a", "b": None,
+                                                               "gone": "id-x"})))
+    assert data == {"a": {"0": 5, "1": 7}, "b": {"0": 1}, TOPIC_IDS_KEY: {"a": "id-a"}}
+    assert from_json_offsets(data) == offsets
+    assert topic_ids_of_offsets(data) == {"a": "id-a"}
+    assert topic_ids_of_offsets(to_json_offsets(offsets)) == {}
 
 
 # -- source.py: filter pushdown ------------------------------------------------------------------
