@@ -86,6 +86,7 @@ class PartitionInfo:
     local_log_start_offset: int = -1  # -1: not told (the log start offset, then)
     last_stable_offset: int = -1  # -1: not told (the high watermark, then)
     read_committed: bool = False  # the read's isolation level is read_committed
+    topic_id: str | None = None  # of the leader's replica, these offsets' (None: not told)
 
     @property
     def end_offset(self) -> int:
@@ -230,7 +231,7 @@ class Planner:
         committed = self.options.read_committed
         return {tp: PartitionInfo(tp, address, e.log_start_offset, e.high_watermark, e.path,
                                   e.incarnation, e.local_log_start_offset,
-                                  e.last_stable_offset, committed)
+                                  e.last_stable_offset, committed, e.topic_id)
                 for address, tp, e in self._per_leader("describe_log_dirs", tps, ask)}
 
     def remote_segments(self, spans: Mapping[TopicPartition, tuple[int, int]],

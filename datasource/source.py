@@ -320,7 +320,6 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         # for offsets again: no tight loop while idle, no delay when a record arrives, and
         # never ``start`` answered unasked (Spark would take it as "no new data", and
         # processAllAvailable would return before records produced ahead of it were read).
-        self._commit_group(start)  # the batch that ended at ``start`` is in Spark's commit log
         if self._idle_since is not None and self._target is None:
             self.planner.await_data(self._await_positions(from_json_offsets(start)),
                                     int(IDLE_POLL_INTERVAL_S * 1000))
@@ -330,10 +329,19 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
         ids = self._topic_ids(infos)
         begin = self._begin(from_json_offsets(start), infos)
         # A topic deleted and created again since ``start``: its offsets were of the old one,
-        # so the new one is read from its start (partitions() reports the loss).
+        # so the new one is read from its start (partitions() reports the loss), up to its
+        # end now for AvailableNow (the run's target was the old one's), and the old offsets
+        # are not committed to the group as the new topic's.
         recreated = _recreated(topic_ids_of_offsets(start), ids)
         begin = {tp: infos[tp].log_start_offset if tp.topic in recreated else o
                  for tp, o in begin.items()}
+        for tp in [tp for tp in self._group_committed if tp.topic in recreated]:
+            del self._group_committed[tp]
+        if self._target is not None:
+            self._target.update({tp: info.end_offset for tp, info in infos.items()
+                                 if tp.topic in recreated})
+        # The batch that ended at ``start`` is in Spark's commit log.
+        self._commit_group({t: parts for t, parts in start.items() if t not in recreated})
         latest = {tp: self._cap(tp, info.end_offset, begin[tp]) for tp, info in infos.items()}
         end = self._limited(begin, latest, limit, now)
         # A partition whose high watermark went back below the stream's position (topic
@@ -464,8 +472,14 @@ class LogStoreStreamReader(_ScanBase, DataSourceStreamReader, SupportsTriggerAva
 
     def _topic_ids(self, infos: Mapping[TopicPartition, PartitionInfo]
                    ) -> dict[str, str | None]:
-        """The ids of the topics of ``infos``, as the planner's metadata knows them now."""
-        return {t: self.planner.metadata.known_topic_id(t) for t in {tp.topic for tp in infos}}
+        """The id of each topic of ``infos``: the one its leaders' replicas are of, which the
+        offsets in ``infos`` are of too, when they agree; else (leaders that do not tell, or
+        in the middle of a recreate) as the planner's metadata knows it now."""
+        told: dict[str, set[str | None]] = {}
+        for tp, info in infos.items():
+            told.setdefault(tp.topic, set()).add(info.topic_id)
+        return {t: next(iter(ids)) if len(ids) == 1 and None not in ids
+                else self.planner.metadata.known_topic_id(t) for t, ids in told.items()}
 
     def _data_loss(self, message: str) -> None:
         if self.options.fail_on_data_loss:
@@ -514,30 +528,30 @@ def share_limit(available: dict[TopicPartition, int], limit: int) -> dict[TopicP
 # be (``@`` is not allowed in one): a topic deleted and created again under its name is told
 # from the one the checkpoint's offsets are of. Offsets without it (older checkpoints, a user's
 # startingOffsets) are not checked.
-TOPIC_IDS_KEY = "@topic_ids"
+STREAM_TOPIC_IDS_KEY = "@topic_ids"
 
 
 def to_json_offsets(offsets: dict[TopicPartition, int],
                     topic_ids: Mapping[str, str | None] | None = None) -> dict[str, Any]:
-    """``{topic: {partition: offset}}``, and the topics' ids under ``TOPIC_IDS_KEY`` when
+    """``{topic: {partition: offset}}``, and the topics' ids under ``STREAM_TOPIC_IDS_KEY`` when
     given (those known)."""
     out: dict[str, Any] = {}
     for tp, offset in sorted(offsets.items()):
         out.setdefault(tp.topic, {})[str(tp.partition)] = int(offset)
     ids = {t: i for t, i in sorted((topic_ids or {}).items()) if i and t in out}
     if ids:
-        out[TOPIC_IDS_KEY] = ids
+        out[STREAM_TOPIC_IDS_KEY] = ids
     return out
 
 
 def from_json_offsets(offsets: dict[str, Any]) -> dict[TopicPartition, int]:
     return {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items()
-            if t != TOPIC_IDS_KEY for p, o in parts.items()}
+            if t != STREAM_TOPIC_IDS_KEY for p, o in parts.items()}
 
 
 def topic_ids_of_offsets(offsets: Mapping[str, Any]) -> dict[str, str]:
     """The topic ids ``offsets`` were taken for (empty: none recorded)."""
-    ids = offsets.get(TOPIC_IDS_KEY)
+    ids = offsets.get(STREAM_TOPIC_IDS_KEY)
     return {str(t): str(i) for t, i in ids.items()} if isinstance(ids, dict) else {}
 
 

@@ -356,7 +356,7 @@ class RequestHandlers:
                     partition=p, path=d.path, incarnation=d.incarnation,
                     log_start_offset=d.log_start_offset, high_watermark=d.high_watermark,
                     local_log_start_offset=d.local_log_start_offset,
-                    last_stable_offset=d.last_stable_offset))
+                    last_stable_offset=d.last_stable_offset, topic_id=d.topic_id))
             except ApiError as e:
                 out.append(LogDirPartition(partition=p, **error_kw(e)))
         return DescribeLogDirsResponse(topic=req.topic, partitions=out)

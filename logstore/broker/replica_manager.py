@@ -112,6 +112,7 @@ class LogDir:
     high_watermark: int
     local_log_start_offset: int
     last_stable_offset: int
+    topic_id: str | None = None  # the replica's topic incarnation (None: not recorded)
 
 
 @dataclass
@@ -544,7 +545,7 @@ class ReplicaManager:
             p.check_end_known()
         return LogDir(str(p.log.dir.resolve()), self._logs.incarnation,
                       self.log_start_offset(tp, p.log), p.log.high_watermark,
-                      p.log.log_start_offset, p.log.last_stable_offset)
+                      p.log.log_start_offset, p.log.last_stable_offset, p.topic_id)
 
     # -- list offsets ------------------------------------------------------------------------
 

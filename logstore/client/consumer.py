@@ -17,6 +17,7 @@ offsets are read stable (KIP-447); control batches are never records in either l
 from __future__ import annotations
 
 import logging
+import numbers
 import re
 import threading
 import time
@@ -232,13 +233,13 @@ class Consumer:
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._check_open()
-        tps = list(partitions) or self._assignment
+        tps = [self._assigned(tp) for tp in partitions] or self._assignment
         for tp, offset in self.beginning_offsets(tps).items():
             self._set_position(self._assigned(tp), offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
         self._check_open()
-        tps = list(partitions) or self._assignment
+        tps = [self._assigned(tp) for tp in partitions] or self._assignment
         for tp, offset in self.end_offsets(tps).items():
             self._set_position(self._assigned(tp), offset)
 
@@ -252,7 +253,7 @@ class Consumer:
 
     def resume(self, *partitions: TopicPartition) -> None:
         self._check_open()
-        self._paused -= {TopicPartition(*tp) for tp in partitions}
+        self._paused -= {self._partition(tp) for tp in partitions}
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)
@@ -607,8 +608,17 @@ class Consumer:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    @staticmethod
+    def _partition(tp: TopicPartition) -> TopicPartition:
+        if not isinstance(tp, tuple) or len(tp) != 2 or not isinstance(tp[0], str) \
+                or not isinstance(tp[1], numbers.Integral):
+            raise TypeError(f"expected a TopicPartition (topic, partition), got {tp!r} "
+                            "(pause, resume and seek_to_* take partitions as separate "
+                            "arguments, as in kafka-python)")
+        return TopicPartition(*tp)
+
     def _assigned(self, tp: TopicPartition) -> TopicPartition:
-        tp = TopicPartition(*tp)
+        tp = self._partition(tp)
         if tp not in self._assignment:
             raise InvalidRequestError(f"{tp} is not assigned to this consumer")
         return tp

@@ -162,6 +162,10 @@ class Fetcher:
         # was taken from the position (None: not known): sent with every fetch, so a topic
         # deleted and created again under its name is not read from the old one's offsets.
         self._fetch_ids: dict[TopicPartition, str | None] = {}
+        # Fetch offsets a leader answered for under their recorded id: only those are known to
+        # be of that incarnation (a position taken while the cached metadata was stale, say a
+        # seek after the topic was recreated, may be the new one's).
+        self._confirmed: set[TopicPartition] = set()
         self._inflight: dict[FetchTarget, _InFlight] = {}
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="logstore-fetch")
         self._sessions = FetchSessions(metadata, SessionSettings(
@@ -221,9 +225,11 @@ class Fetcher:
             try:
                 offset = self._fetch_offsets.get(tp)
                 if offset is None:
-                    offset = self._fetch_offsets[tp] = position(tp)
+                    offset = position(tp)
+                leader = self._metadata.leader(tp)  # may refresh the topic first
+                if tp not in self._fetch_offsets:
+                    self._fetch_offsets[tp] = offset
                     self._fetch_ids[tp] = self._metadata.known_topic_id(tp.topic)
-                leader = self._metadata.leader(tp)
             except ApiError as e:
                 if not e.retriable:
                     raise
@@ -269,6 +275,8 @@ class Fetcher:
             error = summary.error()
             if error is not None:
                 self._on_partition_error(TopicPartition(target.topic, partition), error)
+            elif TopicPartition(target.topic, partition) in sent:
+                self._confirmed.add(TopicPartition(target.topic, partition))
         by_partition: dict[int, list[FetchedBatch]] = {}
         for fetched in response.batches:
             by_partition.setdefault(fetched.partition, []).append(fetched)
@@ -329,14 +337,22 @@ class Fetcher:
     def _on_other_topic_id(self, tp: TopicPartition, error: ApiError) -> None:
         """The leader's replica of ``tp`` is of another topic id than its fetch offset's. Once
         the metadata says the topic's id changed (deleted and created again under its name),
-        the position belongs to a topic that is gone: it is reset as an out-of-range one is
-        (auto_offset_reset), never read from the new topic's same offset; until then (the
-        leader knows the new topic before this consumer's metadata, or the other way round)
-        the fetch is retried with fresh metadata."""
+        a position a leader already answered for under the old id belongs to a topic that is
+        gone: it is reset as an out-of-range one is (auto_offset_reset), never read from the
+        new topic's same offset. A position never answered for was taken from metadata that
+        may have been stale (a seek, a reset or a committed offset looked up after the
+        recreate are of the new topic): it takes the new id and is fetched again. Until the
+        metadata changes (the leader knows the new topic before this consumer's metadata, or
+        the other way round) the fetch is retried with fresh metadata."""
         self._metadata.refresh([tp.topic])
         was, now = self._fetch_ids.get(tp), self._metadata.known_topic_id(tp.topic)
         if was is None or now is None or was == now:
             log.info("%s; refreshing metadata and fetching again", error.message)
+            return
+        if tp not in self._confirmed:
+            log.info("%s: position %s was taken while the metadata still had topic id %s; "
+                     "it is of %s", tp, self._fetch_offsets.get(tp), was, now)
+            self._fetch_ids[tp] = now
             return
         self._on_out_of_range(tp, OffsetOutOfRangeError(
             f"{tp}: the topic was deleted and created again (topic id {was}, now {now}), so "
@@ -383,6 +399,7 @@ class Fetcher:
         flight for it."""
         self._fetch_offsets.pop(tp, None)
         self._fetch_ids.pop(tp, None)
+        self._confirmed.discard(tp)
         _release(self._buffer.pop(tp, None))
         self.metrics.forget(tp.topic, tp.partition)
         for target in [t for t, (sent, _) in self._inflight.items() if tp in sent]:
@@ -402,6 +419,7 @@ class Fetcher:
         self._fetch_offsets = {tp: o for tp, o in self._fetch_offsets.items() if tp in keep}
         for tp in set(self._fetch_ids) - keep:
             del self._fetch_ids[tp]
+        self._confirmed &= keep
         self._inflight.clear()
 
     def close(self) -> None:
@@ -472,6 +490,7 @@ class Fetcher:
             if error is not None:
                 self._on_partition_error(tp, error)
             return
+        self._confirmed.add(tp)  # the session's leader answered for its position
         keep = self._keep(frame.batches, frame.state.aborted_transactions)
         for fetched, kept in zip(frame.batches, keep, strict=True):
             self._buffer_batch(tp, None, fetched, bool(kept),

@@ -62,6 +62,9 @@ class LogDirPartition(ErrorFields, frozen=True, kw_only=True):
     high_watermark: int = -1
     local_log_start_offset: int = -1  # the first offset the directory's files hold
     last_stable_offset: int = -1
+    # The topic id of the leader's replica, which these offsets are of (None: a broker that
+    # predates the field): a stream tells a topic recreated under its name by it.
+    topic_id: str | None = None
 
 
 class DescribeLogDirsResponse(Message, frozen=True, kw_only=True):

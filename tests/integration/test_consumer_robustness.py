@@ -55,3 +55,22 @@ def test_poll_returns_within_its_timeout_when_only_a_paused_partition_has_buffer
         consumer.resume(tp)
         rest = consumer.poll(timeout_ms=10_000)
         assert [r.value for r in rest.get(tp, [])] == [b"second"]
+
+
+def test_pause_resume_and_seek_name_a_list_given_for_partitions(broker) -> None:
+    """Goal: pause, resume and seek_to_* take partitions as separate arguments (as in
+    kafka-python); a list given instead is a TypeError saying so, not one from deep inside
+    (``TopicPartition.__new__() missing ... 'partition'``). Method: each with a list."""
+    import pytest
+
+    tp = TopicPartition(f"args-{uuid.uuid4().hex[:6]}", 0)
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(tp.topic, 1)])
+    with Consumer(broker.bootstrap) as consumer:
+        consumer.assign([tp])
+        for call in (consumer.pause, consumer.resume, consumer.seek_to_beginning,
+                     consumer.seek_to_end):
+            with pytest.raises(TypeError, match="take partitions as separate arguments"):
+                call([tp])
+        consumer.pause(tp)
+        assert consumer.paused() == {tp}

@@ -116,15 +116,44 @@ def test_a_consumer_polling_across_a_delete_and_recreate_reads_the_new_topic_fro
         assert consumer.position(tp) == 15
 
 
+def test_a_seek_after_the_topic_was_recreated_is_kept_though_the_metadata_was_stale(
+        broker: BrokerProcess) -> None:
+    """Goal: a position set after the topic was deleted and created again (a seek), while the
+    consumer's cached metadata still had the old topic id, is of the new topic: the consumer
+    reads from it, not from its auto_offset_reset. Method: a consumer reads t's 10 records and
+    pauses t-0 (no fetch, so nothing refreshes its metadata); t is deleted and recreated with
+    15; seek to 5 and resume (the cache, minutes fresh, still has the old id); it reads new-5
+    to new-14."""
+    topic = f"seek-{uuid.uuid4().hex[:6]}"
+    tp = TopicPartition(topic, 0)
+    with Admin(broker.bootstrap) as admin, Consumer(
+            broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100) as consumer:
+        admin.create_topics([NewTopic(topic, 1)])
+        produce(broker.bootstrap, topic, [b"old-%d" % i for i in range(10)])
+        consumer.assign([tp])
+        assert len(poll_records(consumer, 10, "the old topic's records")) == 10
+        consumer.pause(tp)  # no fetch: nothing refreshes its metadata until it resumes
+        assert consumer.poll(100) == {}
+        admin.delete_topics([topic])
+        admin.create_topics([NewTopic(topic, 1)])
+        produce(broker.bootstrap, topic, [b"new-%d" % i for i in range(15)])
+        consumer.seek(tp, 5)
+        consumer.resume(tp)
+        assert poll_records(consumer, 10, "the new topic's records from 5") == \
+            [(i, b"new-%d" % i) for i in range(5, 15)]
+
+
 def test_the_fetcher_resets_a_position_of_a_deleted_topic_once_the_metadata_has_its_successor(
         ) -> None:
     """Goal: INCONSISTENT_TOPIC_ID (or UNKNOWN_TOPIC_ID) for a partition hands its position to
     the consumer's reset (``auto_offset_reset``; with 'none' the consumer raises
     OffsetOutOfRangeError with this message) naming the partition, both topic ids and the
-    position, only once the refreshed metadata has another id than the position's; with the
-    same id (the leader knew the new topic before this consumer's metadata did) the metadata
-    is refreshed and the partition fetched again, no reset. Method: the fetcher's error
-    handling with stub metadata."""
+    position, only once the refreshed metadata has another id than the position's and a
+    leader answered for that position under its id before; a position never answered for
+    takes the new id (it was taken from stale metadata: a seek after the recreate is of the
+    new topic); with the same id (the leader knew the new topic before this consumer's
+    metadata did) the metadata is refreshed and the partition fetched again, no reset.
+    Method: the fetcher's error handling with stub metadata."""
     resets: list[tuple[TopicPartition, str]] = []
     refreshed: list[list[str]] = []
 
@@ -143,13 +172,18 @@ def test_the_fetcher_resets_a_position_of_a_deleted_topic_once_the_metadata_has_
     try:
         fetcher._fetch_offsets[tp], fetcher._fetch_ids[tp] = 10, "old-id"
         fetcher._on_partition_error(tp, InconsistentTopicIdError("t-0: refused"))
-        assert refreshed == [["t"]]
+        assert refreshed == [["t"]] and resets == []  # never answered for: adopts the new id
+        assert fetcher._fetch_ids[tp] == "new-id"
+
+        fetcher._fetch_ids[tp] = "old-id"
+        fetcher._confirmed.add(tp)  # a leader answered for it under the old id
+        fetcher._on_partition_error(tp, InconsistentTopicIdError("t-0: refused"))
         assert resets == [(tp, "t-0: the topic was deleted and created again (topic id "
                                "old-id, now new-id), so position 10 belongs to a topic that "
                                "is gone")]
         fetcher._fetch_ids[tp] = "new-id"
         fetcher._on_partition_error(tp, UnknownTopicIdError("t-0: refused"))
-        assert len(resets) == 1 and refreshed == [["t"], ["t"]]
+        assert len(resets) == 1 and refreshed == [["t"]] * 3
     finally:
         fetcher.close()
 

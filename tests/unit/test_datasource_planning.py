@@ -60,7 +60,7 @@ from datasource.schema import (
     source_arrow_schema,
 )
 from datasource.source import (
-    TOPIC_IDS_KEY,
+    STREAM_TOPIC_IDS_KEY,
     constraints_from,
     from_json_offsets,
     share_limit,
@@ -365,7 +365,7 @@ def test_json_offsets_name_the_topic_ids_they_are_of() -> None:
     offsets = {TopicPartition("a", 0): 5, TopicPartition("a", 1): 7, TopicPartition("b", 0): 1}
     data = orjson.loads(orjson.dumps(to_json_offsets(offsets, {"a": "id-a", "b": None,
                                                                "gone": "id-x"})))
-    assert data == {"a": {"0": 5, "1": 7}, "b": {"0": 1}, TOPIC_IDS_KEY: {"a": "id-a"}}
+    assert data == {"a": {"0": 5, "1": 7}, "b": {"0": 1}, STREAM_TOPIC_IDS_KEY: {"a": "id-a"}}
     assert from_json_offsets(data) == offsets
     assert topic_ids_of_offsets(data) == {"a": "id-a"}
     assert topic_ids_of_offsets(to_json_offsets(offsets)) == {}
