@@ -341,8 +341,9 @@ def test_a_recreated_topic_is_read_with_its_new_value_schema(broker: BrokerProce
     new records as doubles: a session opened under the old schema must not push them decoded
     as int64 (it did: 1.5 read as 4609434218613702656). Method: read the int64 record, delete
     and recreate the topic as double, produce three doubles from a fresh producer; the same
-    consumer reads offsets 1 and 2 of the new topic as what was written, as a plain fetch does;
-    a session consumer does so on a new session (the broker ended the old one)."""
+    consumer reads the new topic as what was written, from its start (its position was of the
+    old topic: auto_offset_reset, see test_group_offsets_of_deleted_topics.py), as a plain
+    fetch does; a session consumer does so on a new session (the broker ended the old one)."""
     topic = f"sess-schema-{uuid.uuid4().hex[:8]}"
     tp = TopicPartition(topic, 0)
     with Admin(broker.bootstrap) as admin:
@@ -360,6 +361,7 @@ def test_a_recreated_topic_is_read_with_its_new_value_schema(broker: BrokerProce
             with Producer(broker.bootstrap, linger_ms=0) as producer:
                 for v in (1.5, 2.5, 3.5):
                     producer.send(topic, value={"amount": v}).result(WAIT_S)
-            assert _typed_values(consumer, tp, 3) == [(2.5, "double"), (3.5, "double")]
+            assert _typed_values(consumer, tp, 3) == \
+                [(1.5, "double"), (2.5, "double"), (3.5, "double")]
             if fetch_session:
                 assert stats(broker).fetch_sessions_opened > opened

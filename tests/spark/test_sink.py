@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from datasource.source import from_json_offsets
 from logstore import Admin, TopicPartition
 from logstore.messages.log import DescribeLogDirsRequest
 from logstore.rpc.client import BrokerConnection
@@ -208,8 +209,7 @@ def batches_of(query: Any) -> dict[bytes, int]:
 def _offsets(text: Any) -> dict[TopicPartition, int]:
     """A progress's offsets JSON (null for the first batch's start: the log start, 0)."""
     parsed = json.loads(text) if isinstance(text, str) else text
-    return {TopicPartition(t, int(p)): int(o) for t, parts in (parsed or {}).items()
-            for p, o in parts.items()}
+    return from_json_offsets(parsed or {})
 
 
 def test_a_batch_becomes_visible_whole_on_every_partition_it_wrote(

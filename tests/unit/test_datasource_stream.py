@@ -24,6 +24,10 @@ from logstore.model import TopicPartition
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
+# The metadata of a planner stub: it knows no topic ids (as from a broker that sends none), so
+# stream offsets name none and no recreate is seen.
+NO_TOPIC_IDS = SimpleNamespace(known_topic_id=lambda topic: None)
+
 def reader(**options: str) -> LogStoreStreamReader:
     opts = parse_read_options({"bootstrap.servers": "127.0.0.1:1", "subscribe": "t", **options},
                               streaming=True)
@@ -97,6 +101,8 @@ def test_idle_poll_long_polls_instead_of_answering_stale_offsets(
         return {A: PartitionInfo(A, "127.0.0.1:1", 0, high_watermark[0])}
 
     class LongPoll:
+        metadata = NO_TOPIC_IDS
+
         def await_data(self, positions: dict[TopicPartition, int], max_wait_ms: int) -> None:
             waits.append((positions, max_wait_ms))
 
@@ -123,7 +129,8 @@ def test_offsets_that_went_back_are_data_loss(monkeypatch: pytest.MonkeyPatch,
     for fail in (True, False):
         r = reader(failOnDataLoss=str(fail).lower())
         monkeypatch.setattr(r, "_current", lambda: dict(info))
-        r._planner = SimpleNamespace(describe=lambda tps: dict(info), close=lambda: None)
+        r._planner = SimpleNamespace(describe=lambda tps: dict(info), close=lambda: None,
+                                     metadata=NO_TOPIC_IDS)
         at_50, at_0 = {"t": {"0": 50}}, {"t": {"0": 0}}
         end = r.latestOffset(at_50, ReadAllAvailable())
         assert end == {"t": {"0": 20}}
@@ -151,7 +158,7 @@ def test_a_high_watermark_that_lags_for_a_moment_is_asked_again(
     r = reader()
     r._planner = SimpleNamespace(
         describe=lambda tps: {A: PartitionInfo(A, "127.0.0.1:1", 0, next(answers))},
-        close=lambda: None)
+        close=lambda: None, metadata=NO_TOPIC_IDS)
     at_50 = {"t": {"0": 50}}
     assert [(t.task.start, t.task.end) for t in r.partitions({"t": {"0": 0}}, at_50)] == \
         [(0, 50)]
