@@ -21,7 +21,7 @@ import numbers
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -520,7 +520,8 @@ class Consumer:
 
     def _commit_quietly(self, positions: dict[TopicPartition, int]) -> None:
         try:
-            self._commit({tp: OffsetAndMetadata(o) for tp, o in positions.items()})
+            self._commit({tp: OffsetAndMetadata(o) for tp, o in positions.items()},
+                         self._position_ids(positions))
         except ApiError as e:
             log.warning("auto-commit failed: %s", e)
 
@@ -531,26 +532,41 @@ class Consumer:
         self._check_open()
         self._commit(offsets)
 
-    def _commit(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None) -> None:
+    def _position_ids(self, positions: Iterable[TopicPartition]
+                      ) -> dict[TopicPartition, str | None]:
+        """The topic id each of these positions is of, where the fetcher knows it (the id its
+        records were fetched under): a commit of positions names it rather than the metadata's
+        id, which may already be a recreated topic's while the position is still the deleted
+        one's (its next fetch is refused and resets it); the coordinator then refuses the
+        commit (UNKNOWN_TOPIC_ID) instead of recording the old offset for the new topic."""
+        return {tp: i for tp in positions
+                if (i := self._fetcher.position_topic_id(tp)) is not None}
+
+    def _commit(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None,
+                topic_ids: Mapping[TopicPartition, str | None] | None = None) -> None:
         """``commit``, also while closing (the revocation's and close's auto-commit). Once
         ``commit_async`` was used, through its thread, after the commits asked for before
         (Kafka's commitSync completes earlier commitAsync calls first): else an older
         offset still waiting there would land after this one and move the group back."""
         chosen: dict[TopicPartition, int | OffsetAndMetadata] = \
             dict(self._positions) if offsets is None else offsets
+        if offsets is None:
+            topic_ids = self._position_ids(chosen)
         pool = self._commit_pool
         if pool is None or threading.get_ident() == self._commit_thread:
-            self._commit_now(chosen)
+            self._commit_now(chosen, topic_ids)
         else:
-            pool.submit(self._commit_now, chosen).result()
+            pool.submit(self._commit_now, chosen, topic_ids).result()
 
-    def _commit_now(self, offsets: dict[TopicPartition, int | OffsetAndMetadata]) -> None:
+    def _commit_now(self, offsets: dict[TopicPartition, int | OffsetAndMetadata],
+                    topic_ids: Mapping[TopicPartition, str | None] | None = None) -> None:
         group = self._require_group()
         if not offsets:
             return
         group.commit({TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
                       else OffsetAndMetadata(om) for tp, om in offsets.items()},
-                     as_member=self._subscription is not None and group.generation_id >= 0)
+                     as_member=self._subscription is not None and group.generation_id >= 0,
+                     topic_ids=topic_ids)
 
     def commit_async(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None,
                      callback: CommitCallback | None = None) -> Future[None]:
@@ -560,6 +576,7 @@ class Consumer:
         self._require_group()
         chosen: dict[TopicPartition, int | OffsetAndMetadata] = \
             dict(self._positions) if offsets is None else dict(offsets)
+        topic_ids = self._position_ids(chosen) if offsets is None else None
         if self._commit_pool is None:
             self._commit_pool = ThreadPoolExecutor(1, thread_name_prefix="logstore-commit",
                                                    initializer=self._mark_commit_thread)
@@ -567,7 +584,7 @@ class Consumer:
         def run() -> None:
             error: Exception | None = None
             try:
-                self._commit_now(chosen)
+                self._commit_now(chosen, topic_ids)
             except ApiError as e:
                 error = e
             if callback is not None:

@@ -242,17 +242,19 @@ class Fetcher:
               position: Callable[[TopicPartition], int], max_wait_ms: int) -> None:
         for target, offsets in self._targets(partitions, position).items():
             if target not in self._inflight:
+                # the ids are read here, on the polling thread, which alone changes them
+                ids = {tp.partition: self._fetch_ids.get(tp) for tp in offsets}
                 self._inflight[target] = (offsets, self._pool.submit(
-                    self._fetch, target, offsets, max_wait_ms))
+                    self._fetch, target, offsets, ids, max_wait_ms))
 
-    def _fetch(self, target: FetchTarget, offsets: dict[TopicPartition, int], max_wait_ms: int
-               ) -> FetchResponse:
+    def _fetch(self, target: FetchTarget, offsets: dict[TopicPartition, int],
+               topic_ids: dict[int, str | None], max_wait_ms: int) -> FetchResponse:
         request = fetch_request(
             target.topic, {tp.partition: o for tp, o in offsets.items()},
             max_wait_ms=max_wait_ms, max_bytes=self._config.max_bytes,
             partition_max_bytes=self._config.partition_max_bytes,
             min_bytes=self._config.min_bytes, isolation_level=self._config.isolation_level,
-            topic_ids={tp.partition: self._fetch_ids.get(tp) for tp in offsets})
+            topic_ids=topic_ids)
         started = time.monotonic()
         response = self._metadata.broker_connection(target.leader).fetch(request)
         self.metrics.fetched(target.topic, (time.monotonic() - started) * 1000.0,
@@ -388,6 +390,13 @@ class Fetcher:
         if self._sessions is not None:
             self._sessions.grant_owed()
         return out
+
+    def position_topic_id(self, tp: TopicPartition) -> str | None:
+        """The topic id the records fetched of ``tp`` so far are of (None: not fetched since
+        its position was last set, or a broker that sends no ids): the id a commit of the
+        consumer's position must name, so that a position of a deleted topic is never
+        committed as the offset of the topic created again under its name."""
+        return self._fetch_ids.get(tp) if tp in self._fetch_offsets else None
 
     def idle_position(self, tp: TopicPartition) -> int | None:
         """With nothing of ``tp`` buffered: where its fetching stands (past any control or

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -272,17 +272,22 @@ class GroupMember:
 
     # -- offsets -----------------------------------------------------------------------------
 
-    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata], as_member: bool) -> None:
-        """Commit ``offsets``, each with its topic's id as this client's metadata knows it
-        (the coordinator records it, so a deleted topic's offsets are told from those of one
-        recreated under its name; unknown here: the coordinator's)."""
+    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata], as_member: bool,
+               topic_ids: Mapping[TopicPartition, str | None] | None = None) -> None:
+        """Commit ``offsets``, each with its topic's id: ``topic_ids``' (the id a position's
+        records were fetched under), else as this client's metadata knows it (the coordinator
+        records it, so a deleted topic's offsets are told from those of one recreated under
+        its name, and refuses an offset naming an id that is no longer its topic's; unknown
+        here: the coordinator's)."""
+        ids = topic_ids or {}
         request = OffsetCommitRequest(
             group_id=self.settings.group_id, member_id=self.member_id if as_member else "",
             generation_id=self.generation_id if as_member else -1,
             group_instance_id=self.settings.group_instance_id if as_member else None,
             offsets=[OffsetCommitEntry(topic=tp.topic, partition=tp.partition,
                                        offset=om.offset, metadata=om.metadata,
-                                       topic_id=self._metadata.known_topic_id(tp.topic))
+                                       topic_id=ids.get(tp) or
+                                       self._metadata.known_topic_id(tp.topic))
                      for tp, om in offsets.items()])
         try:
             response = self.call(request)

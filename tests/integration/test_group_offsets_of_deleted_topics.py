@@ -210,6 +210,40 @@ def test_a_commit_with_the_deleted_topics_id_fails_naming_it_and_the_next_one_la
         assert admin.list_group_offsets(group)[tp].offset == 5
 
 
+def test_a_position_of_the_deleted_topic_is_not_committed_as_the_recreated_topics_offset(
+        broker: BrokerProcess) -> None:
+    """Goal: a commit of the consumer's positions (commit() without offsets, and auto-commit,
+    which commits the same way) names the topic id the position's records were fetched
+    under, not the id the metadata now has: in the poll where the refreshed metadata first
+    shows the topic recreated, the position is still the deleted topic's (the refused fetch
+    that resets it comes after), and committing it as the new topic's offset would make the
+    group skip the new topic's first records after a restart. Method: a group member reads
+    t's 10 records; t is deleted and recreated with 15; the consumer's metadata is refreshed
+    (as a poll would) without fetching; commit() fails with UNKNOWN_TOPIC_ID and the group
+    has no offset of the new topic; polling on, it reads the new topic from its start."""
+    topic, group = f"pos-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    tp = TopicPartition(topic, 0)
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1)])
+        produce(broker.bootstrap, topic, [b"old-%d" % i for i in range(10)])
+        with Consumer(broker.bootstrap, group_id=group, **FAST) as consumer:
+            consumer.assign([tp])
+            assert len(poll_records(consumer, 10, "the old topic's records")) == 10
+            consumer.pause(tp)
+            admin.delete_topics([topic])
+            admin.create_topics([NewTopic(topic, 1)])
+            produce(broker.bootstrap, topic, [b"new-%d" % i for i in range(15)])
+            consumer._metadata.refresh([topic])  # what the next poll's fetch would do
+            with pytest.raises(UnknownTopicIdError, match=topic):
+                consumer.commit()
+            assert tp not in admin.list_group_offsets(group)
+            consumer.resume(tp)
+            assert poll_records(consumer, 15, "the new topic's records") == \
+                [(i, b"new-%d" % i) for i in range(15)]
+            consumer.commit()
+        assert admin.list_group_offsets(group)[tp].offset == 15
+
+
 def test_a_transactions_offsets_for_a_recreated_topic_are_refused_once_then_land(
         broker: BrokerProcess) -> None:
     """Goal: a transactional producer whose metadata still has a deleted topic's id sends
