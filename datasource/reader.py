@@ -17,7 +17,9 @@ from the uploaded ``.txnindex`` objects and the leader; ``datasource/committed.p
 
 A task either yields every record of its range or fails: a broker that stays unreachable, a
 range that vanished with failOnDataLoss=true, or a high watermark that went back under the
-range all raise, so Spark never presents partial data as complete.
+range all raise, so Spark never presents partial data as complete. Fetches name the topic id
+the range was planned on: a topic deleted and created again under its name since is data loss
+(the range's records went with it), never the new topic's records at the same offsets.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
     CorruptRecordError,
+    InconsistentTopicIdError,
     LogstoreError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    UnknownTopicIdError,
 )
 from logstore.messages.fetch import READ_COMMITTED, READ_UNCOMMITTED
 from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
@@ -86,6 +90,9 @@ class ReadTask:
     # read_committed reads of a remote segment: the aborted transactions overlapping the
     # range (with their markers' offsets), collected by the planner
     aborted: tuple[AbortedTxn, ...] = ()
+    # the topic id of the leader's replica the range was planned on (None: not told): sent
+    # with each fetch, so a topic deleted and created again since is not read at these offsets
+    topic_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +309,11 @@ class _Fetcher:
                 return self._fetch_once(position)
             except OffsetOutOfRangeError:
                 return [], self._lost(position)
+            except (InconsistentTopicIdError, UnknownTopicIdError) as e:
+                recreated = self._reconnect(e)
+                if recreated is not None:
+                    return [], self._recreated(position, recreated)
+                last = e
             except _HighWatermarkBehind as e:
                 last = e
                 self._reconnect(NotLeaderOrFollowerError("high watermark behind the range"))
@@ -326,7 +338,8 @@ class _Fetcher:
         response = self._connection().fetch(fetch_request(
             tp.topic, {tp.partition: position}, max_wait_ms=0, max_bytes=max_bytes,
             partition_max_bytes=max_bytes, end_offset=self.task.end,
-            isolation_level=READ_COMMITTED if committed else READ_UNCOMMITTED))
+            isolation_level=READ_COMMITTED if committed else READ_UNCOMMITTED,
+            topic_ids={tp.partition: self.task.topic_id}))
         summary = response.partitions.get(tp.partition)
         if summary is not None:
             summary.raise_error()
@@ -365,6 +378,15 @@ class _Fetcher:
             f"{high_watermark} (truncated by a leader change, or the topic recreated)",
             self.task.end)
 
+    def _recreated(self, position: int, topic_id: str) -> int:
+        """The topic is now ``topic_id``, not the one the range was planned on: the range's
+        records went with the deleted topic (the new one's at these offsets are others)."""
+        return self._loss(
+            f"{self.task.tp}: offsets [{position}, {self.task.end}) of the range "
+            f"[{self.task.start}, {self.task.end}) are gone: the topic was deleted and created "
+            f"again since the range was planned (topic id {self.task.topic_id}, now "
+            f"{topic_id})", self.task.end)
+
     def _loss(self, lost: str, resume_at: int) -> int:
         """failOnDataLoss: raise, or warn and go on at ``resume_at``."""
         if self.settings.fail_on_data_loss:
@@ -378,7 +400,9 @@ class _Fetcher:
                                           security=self.settings.security)
         return self._conn
 
-    def _reconnect(self, error: ApiError) -> None:
+    def _reconnect(self, error: ApiError) -> str | None:
+        """Look the leader up again. The topic's id in the fresh metadata when it is known and
+        not the task's (the topic was recreated since planning), else None."""
         log.info("%s: fetch from %s failed (%s); looking up the leader again",
                  self.task.tp, self.address, error)
         self.close()
@@ -387,8 +411,12 @@ class _Fetcher:
         try:
             leader = metadata.leader(self.task.tp)
             self.address = metadata.brokers().get(leader, self.address)
+            now = metadata.known_topic_id(self.task.tp.topic)
+            return now if self.task.topic_id is not None and now is not None and \
+                now != self.task.topic_id else None
         except ApiError as e:
             log.info("%s: leader lookup failed: %s", self.task.tp, e)
+            return None
         finally:
             metadata.close()
 

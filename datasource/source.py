@@ -176,7 +176,8 @@ class _ScanBase:
         for (r, read), txns in zip(assigned, aborted, strict=True):
             info = infos[r.tp]
             out.append(RangePartition(ReadTask(r.tp, r.start, r.end, info.leader, info.path,
-                                               info.incarnation, read, txns)))
+                                               info.incarnation, read, txns,
+                                               topic_id=info.topic_id)))
         return out
 
     def _listed(self, spans: dict[TopicPartition, tuple[int, int]],

@@ -1,0 +1,76 @@
+"""A Spark task's range, planned on one incarnation of a topic, is never read from the topic
+created again under its name.
+
+Goal: the executor's fetches name the topic id the range was planned on (the leader's
+replica's, from the planner's describe_log_dirs), as Kafka's fetches do with topic ids
+(KIP-516); a topic deleted and recreated between planning a micro-batch and running its
+tasks is data loss naming both ids (failOnDataLoss=true), or the range is skipped (false).
+Before, the task read the new topic's records at the planned offsets as if they were the
+range's, and only the next micro-batch noticed the recreate. Method: a range reader
+(``read_range``, what a Spark task runs, without Spark) in fetch mode on one embedded
+broker; t holds 10 records, its id is taken, t is deleted and recreated with 15 records.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from datasource.planning import DataLossError
+from datasource.reader import ReadSettings, ReadTask, read_range
+from datasource.schema import source_arrow_schema
+from logstore import Admin, TopicPartition
+from logstore.client.admin import NewTopic
+from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    factory = BrokerFactory(tmp_path_factory.mktemp("recreated-range"))
+    yield factory()
+    factory.stop_all()
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    with bounded_producer(bootstrap) as producer:
+        for value in values:
+            producer.send(topic, value=value, partition=0)
+        producer.flush()
+
+
+def values(task: ReadTask, settings: ReadSettings) -> list[bytes]:
+    return [v for b in read_range(task, settings)
+            for v in pa.Table.from_batches([b]).column("value").to_pylist()]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_range_planned_before_the_topic_was_recreated_is_data_loss_not_the_new_records(
+        broker: BrokerProcess, fail_on_data_loss: bool) -> None:
+    topic = f"range-{uuid.uuid4().hex[:6]}"
+    tp = TopicPartition(topic, 0)
+    settings = ReadSettings(broker.bootstrap, source_arrow_schema(None, False), "fetch",
+                            fail_on_data_loss)
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1)])
+        produce(broker.bootstrap, topic, [b"old-%d" % i for i in range(10)])
+        old_id = admin.describe_topics([topic])[0].topic_id
+        assert old_id is not None
+        planned = ReadTask(tp, 0, 10, broker.bootstrap, topic_id=old_id)
+        assert values(planned, settings) == [b"old-%d" % i for i in range(10)]
+
+        admin.delete_topics([topic])
+        admin.create_topics([NewTopic(topic, 1)])
+        produce(broker.bootstrap, topic, [b"new-%d" % i for i in range(15)])
+        new_id = admin.describe_topics([topic])[0].topic_id
+    if fail_on_data_loss:
+        with pytest.raises(DataLossError, match=rf"{topic}-0: offsets \[0, 10\) .*\(topic id "
+                                                rf"{old_id}, now {new_id}"):
+            values(planned, settings)
+    else:
+        assert values(planned, settings) == []
+    # a range planned on the new topic reads it
+    assert values(ReadTask(tp, 0, 10, broker.bootstrap, topic_id=new_id), settings) == \
+        [b"new-%d" % i for i in range(10)]
