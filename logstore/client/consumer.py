@@ -337,10 +337,12 @@ class Consumer:
         if unplaced:  # in one lookup, not one per partition
             self._initial_positions(unplaced)
         # With nothing to fetch (all paused or buffered), block like Kafka's poll, but wake on
-        # wakeup() from another thread.
-        if not self._fetcher.fetch(wanted, self.position, timeout_s) and \
-                self._wakeup.wait(timeout_s):
-            self._wakeup.clear()
+        # wakeup() from another thread; a partition backing off (fetcher.retry_in) is fetched
+        # again once its backoff ends.
+        if not self._fetcher.fetch(wanted, self.position, timeout_s):
+            retry_in = self._fetcher.retry_in()
+            if self._wakeup.wait(timeout_s if retry_in is None else min(timeout_s, retry_in)):
+                self._wakeup.clear()
 
     def _out_of_range(self, tp: TopicPartition, err: ApiError) -> None:
         """The fetcher met OFFSET_OUT_OF_RANGE: reset as auto_offset_reset says, or raise."""

@@ -147,6 +147,11 @@ def committed_batches(batches: Sequence[FetchedBatch],
     return [b for b, k in zip(batches, keep, strict=True) if k]
 
 
+# How long a partition whose leader and metadata disagree about its topic id waits before it
+# is fetched again (Kafka's retry.backoff.ms): until they agree, a fetch is refused each time.
+TOPIC_ID_RETRY_BACKOFF_S = 0.1
+
+
 class Fetcher:
     """Fetches for one consumer (used from the thread that polls; the pool only sends)."""
 
@@ -166,6 +171,8 @@ class Fetcher:
         # be of that incarnation (a position taken while the cached metadata was stale, say a
         # seek after the topic was recreated, may be the new one's).
         self._confirmed: set[TopicPartition] = set()
+        # Partitions not fetched before this monotonic time (TOPIC_ID_RETRY_BACKOFF_S).
+        self._backoff_until: dict[TopicPartition, float] = {}
         self._inflight: dict[FetchTarget, _InFlight] = {}
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="logstore-fetch")
         self._sessions = FetchSessions(metadata, SessionSettings(
@@ -217,7 +224,11 @@ class Fetcher:
                  ) -> dict[FetchTarget, dict[TopicPartition, int]]:
         """The partitions to fetch now and their offsets, by leader and topic."""
         targets: dict[FetchTarget, dict[TopicPartition, int]] = {}
+        now = time.monotonic()
         for tp in partitions:
+            if self._backoff_until.get(tp, 0.0) > now:
+                continue
+            self._backoff_until.pop(tp, None)
             queue = self._buffer.get(tp)
             if self._sessions is None and queue and \
                     sum(b[0].nbytes for b in queue) >= self._config.partition_max_bytes:
@@ -349,7 +360,9 @@ class Fetcher:
         self._metadata.refresh([tp.topic])
         was, now = self._fetch_ids.get(tp), self._metadata.known_topic_id(tp.topic)
         if was is None or now is None or was == now:
-            log.info("%s; refreshing metadata and fetching again", error.message)
+            log.info("%s; refreshing metadata and fetching again in %.0f ms", error.message,
+                     TOPIC_ID_RETRY_BACKOFF_S * 1000)
+            self._backoff_until[tp] = time.monotonic() + TOPIC_ID_RETRY_BACKOFF_S
             return
         if tp not in self._confirmed:
             log.info("%s: position %s was taken while the metadata still had topic id %s; "
@@ -391,6 +404,13 @@ class Fetcher:
             self._sessions.grant_owed()
         return out
 
+    def retry_in(self) -> float | None:
+        """Seconds until the first partition backing off may be fetched again (None: none
+        is): a poll with nothing else to fetch waits no longer than that."""
+        if not self._backoff_until:
+            return None
+        return max(min(self._backoff_until.values()) - time.monotonic(), 0.0)
+
     def position_topic_id(self, tp: TopicPartition) -> str | None:
         """The topic id the records fetched of ``tp`` so far are of (None: not fetched since
         its position was last set, or a broker that sends no ids): the id a commit of the
@@ -409,6 +429,7 @@ class Fetcher:
         self._fetch_offsets.pop(tp, None)
         self._fetch_ids.pop(tp, None)
         self._confirmed.discard(tp)
+        self._backoff_until.pop(tp, None)
         _release(self._buffer.pop(tp, None))
         self.metrics.forget(tp.topic, tp.partition)
         for target in [t for t, (sent, _) in self._inflight.items() if tp in sent]:
@@ -429,6 +450,7 @@ class Fetcher:
         for tp in set(self._fetch_ids) - keep:
             del self._fetch_ids[tp]
         self._confirmed &= keep
+        self._backoff_until = {tp: t for tp, t in self._backoff_until.items() if tp in keep}
         self._inflight.clear()
 
     def close(self) -> None:

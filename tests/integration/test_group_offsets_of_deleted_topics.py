@@ -21,7 +21,7 @@ import pytest
 
 from logstore import Admin, Consumer, Producer, TopicPartition
 from logstore.client.admin import NewTopic
-from logstore.client.fetcher import FetchConfig, Fetcher
+from logstore.client.fetcher import TOPIC_ID_RETRY_BACKOFF_S, FetchConfig, Fetcher
 from logstore.errors import InconsistentTopicIdError, UnknownTopicIdError
 from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer
 from tests.helpers import wait_for
@@ -152,8 +152,9 @@ def test_the_fetcher_resets_a_position_of_a_deleted_topic_once_the_metadata_has_
     leader answered for that position under its id before; a position never answered for
     takes the new id (it was taken from stale metadata: a seek after the recreate is of the
     new topic); with the same id (the leader knew the new topic before this consumer's
-    metadata did) the metadata is refreshed and the partition fetched again, no reset.
-    Method: the fetcher's error handling with stub metadata."""
+    metadata did) the metadata is refreshed and the partition fetched again after a backoff
+    (TOPIC_ID_RETRY_BACKOFF_S: not every round trip while they disagree), no reset. Method:
+    the fetcher's error handling with stub metadata."""
     resets: list[tuple[TopicPartition, str]] = []
     refreshed: list[list[str]] = []
 
@@ -182,8 +183,15 @@ def test_the_fetcher_resets_a_position_of_a_deleted_topic_once_the_metadata_has_
                                "old-id, now new-id), so position 10 belongs to a topic that "
                                "is gone")]
         fetcher._fetch_ids[tp] = "new-id"
+        assert fetcher.retry_in() is None
         fetcher._on_partition_error(tp, UnknownTopicIdError("t-0: refused"))
         assert len(resets) == 1 and refreshed == [["t"]] * 3
+        # the leader and metadata disagree: tp backs off instead of being refetched at once
+        retry_in = fetcher.retry_in()
+        assert retry_in is not None and 0 < retry_in <= TOPIC_ID_RETRY_BACKOFF_S
+        assert fetcher._targets([tp], lambda _: 0) == {}
+        fetcher.forget(tp)
+        assert fetcher.retry_in() is None
     finally:
         fetcher.close()
 
