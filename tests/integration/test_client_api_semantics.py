@@ -325,8 +325,8 @@ def test_close_lets_pending_commit_async_calls_land_before_leaving_the_group(bro
     leave, commit = group.close, group.commit
     left = threading.Event()
     group.close = lambda **kw: (order.append("leave"), left.set(), leave(**kw))[2]  # type: ignore
-    group.commit = lambda offsets, as_member: (  # type: ignore
-        order.append(as_member), commit(offsets, as_member))[1]
+    group.commit = lambda offsets, as_member, topic_ids=None: (  # type: ignore
+        order.append(as_member), commit(offsets, as_member, topic_ids))[1]
     results: list[Exception | None] = []
     consumer.commit_async({tp: 1}, callback=lambda _o, e: (left.wait(1), results.append(e)))
     for i in range(1, 20):
