@@ -24,7 +24,8 @@ from datasource.reader import ReadSettings, ReadTask, read_range
 from datasource.schema import source_arrow_schema
 from logstore import Admin, TopicPartition
 from logstore.client.admin import NewTopic
-from tests.brokers import BrokerFactory, BrokerProcess, bounded_producer
+from tests.brokers import BrokerFactory, BrokerProcess
+from tests.integration.test_group_offsets_of_deleted_topics import produce
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +33,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     factory = BrokerFactory(tmp_path_factory.mktemp("recreated-range"))
     yield factory()
     factory.stop_all()
-
-
-def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    with bounded_producer(bootstrap) as producer:
-        for value in values:
-            producer.send(topic, value=value, partition=0)
-        producer.flush()
 
 
 def values(task: ReadTask, settings: ReadSettings) -> list[bytes]:
