@@ -19,7 +19,8 @@ A task either yields every record of its range or fails: a broker that stays unr
 range that vanished with failOnDataLoss=true, or a high watermark that went back under the
 range all raise, so Spark never presents partial data as complete. Fetches name the topic id
 the range was planned on: a topic deleted and created again under its name since is data loss
-(the range's records went with it), never the new topic's records at the same offsets.
+(the range's records went with it), never the new topic's records at the same offsets. The
+files path does not check the id yet (the directory keeps its name across a recreate).
 """
 
 from __future__ import annotations

@@ -407,12 +407,16 @@ class Fetcher:
     def retry_in(self) -> float | None:
         """Seconds until the first partition backing off may be fetched again (None: none
         is): a poll with nothing else to fetch waits no longer than that."""
+        # A backoff that ended is forgotten here: its partition may be paused, and a wait of
+        # zero for it would make every poll spin until it resumes.
+        now = time.monotonic()
+        self._backoff_until = {tp: t for tp, t in self._backoff_until.items() if t > now}
         if not self._backoff_until:
             return None
-        return max(min(self._backoff_until.values()) - time.monotonic(), 0.0)
+        return min(self._backoff_until.values()) - now
 
     def position_topic_id(self, tp: TopicPartition) -> str | None:
-        """The topic id the records fetched of ``tp`` so far are of (None: not fetched since
+        """The topic id ``tp``'s fetch position was taken under (None: not fetched since
         its position was last set, or a broker that sends no ids): the id a commit of the
         consumer's position must name, so that a position of a deleted topic is never
         committed as the offset of the topic created again under its name."""
