@@ -537,7 +537,7 @@ class Consumer:
     def _position_ids(self, positions: Iterable[TopicPartition]
                       ) -> dict[TopicPartition, str | None]:
         """The topic id each of these positions is of, where the fetcher knows it (the id its
-        records were fetched under): a commit of positions names it rather than the metadata's
+        fetch position was taken under): a commit of positions names it rather than the metadata's
         id, which may already be a recreated topic's while the position is still the deleted
         one's (its next fetch is refused and resets it); the coordinator then refuses the
         commit (UNKNOWN_TOPIC_ID) instead of recording the old offset for the new topic."""

@@ -274,8 +274,8 @@ class GroupMember:
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata], as_member: bool,
                topic_ids: Mapping[TopicPartition, str | None] | None = None) -> None:
-        """Commit ``offsets``, each with its topic's id: ``topic_ids``' (the id a position's
-        records were fetched under), else as this client's metadata knows it (the coordinator
+        """Commit ``offsets``, each with its topic's id: ``topic_ids``' (the id a position's fetch
+        was taken under), else as this client's metadata knows it (the coordinator
         records it, so a deleted topic's offsets are told from those of one recreated under
         its name, and refuses an offset naming an id that is no longer its topic's; unknown
         here: the coordinator's)."""
