@@ -22,6 +22,10 @@ Rules:
   swapped in, the producer snapshots at or below the last dropped marker are deleted: such a
   snapshot may hold that marker's transaction open, and a reload from it would then find no
   marker to close it (a hanging transaction pinning the LSO forever);
+- a producer's last data batch (or, when its epoch wrote only markers, its marker of that
+  epoch) is never removed: kept whole when its records would all go, aborted ones included,
+  so that a rebuild of the producer state from the log finds the producer's epoch and last
+  sequence (Kafka keeps an empty batch; an Arrow batch here keeps its records);
 - records keep their offsets: a batch with gaps sets FLAG_HAS_OFFSET_DELTAS; its header keeps
   the producer fields, and its last offset (base_sequence is shifted with the base offset so
   that the producer's last sequence is unchanged); batches left empty are dropped; untouched
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
@@ -58,7 +63,7 @@ from logstore.records import (
 )
 from logstore.segments.batches import write_options
 from logstore.segments.format import CLEANED_SUFFIX, SWAP_SUFFIX, fsync_dir
-from logstore.segments.producer_state import SEQUENCE_MODULUS
+from logstore.segments.producer_state import SEQUENCE_MODULUS, ProducerLastBatch
 from logstore.segments.segment import Bytes, LogSegment, SegmentClosedError
 from logstore.segments.txn_cleaning import CleanedTxnState
 from logstore.segments.txn_index import TxnIndexEntry
@@ -124,8 +129,10 @@ def _compact_segments(log: Log, segments: list[LogSegment], generation: int, now
                                                segments[-1].next_offset)
     latest = latest_offsets(log, segments, aborted)
     stats, txns = CompactionStats(), CleanedTxnState(aborted)
+    last_batches = log.last_producer_batches()
     for seg in segments:
-        cleaned, seg_stats, last_dropped_marker = clean_segment(log, seg, latest, now_ms, txns)
+        cleaned, seg_stats, last_dropped_marker = clean_segment(log, seg, latest, now_ms, txns,
+                                                                last_batches)
         if last_dropped_marker is not None:
             log.producer_state.delete_snapshots_through(last_dropped_marker)
         if not log.swap_cleaned_segment(seg, cleaned, generation, commit_swap):
@@ -199,9 +206,11 @@ class CleanedSegment(NamedTuple):
 
 
 def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
-                  txns: CleanedTxnState) -> CleanedSegment:
+                  txns: CleanedTxnState,
+                  last_batches: Mapping[int, ProducerLastBatch]) -> CleanedSegment:
     """Write the cleaned copy of ``seg`` as ``X.arrow.cleaned`` with its indexes (indexed,
-    sealed, fsynced). ``txns`` carries the transaction state from the previous segments."""
+    sealed, fsynced). ``txns`` carries the transaction state from the previous segments;
+    ``last_batches`` names, per producer, the batch that holds its state (never removed)."""
     config = log.config
     written = seg.written_ms
     # Tombstones and droppable markers go once their segment was last written more than
@@ -215,7 +224,7 @@ def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
         stats = CompactionStats(segments_cleaned=1, bytes_before=seg.size)
         last_dropped_marker = None
         for batch in segment_batches(seg):
-            cleaned = _clean_any_batch(log, batch, latest, expired, txns)
+            cleaned = _clean_any_batch(log, batch, latest, expired, txns, last_batches)
             if cleaned.markers_dropped:
                 last_dropped_marker = batch.header.base_offset
             kept = 0
@@ -242,17 +251,27 @@ def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
 
 
 def _clean_any_batch(log: Log, batch: StoredBatch, latest: np.ndarray, expired: bool,
-                     txns: CleanedTxnState) -> _CleanedBatch:
+                     txns: CleanedTxnState,
+                     last_batches: Mapping[int, ProducerLastBatch]) -> _CleanedBatch:
     header = batch.header
+    producer = last_batches.get(header.producer_id) if header.producer_id >= 0 else None
+    # A producer's last batch stays whole rather than go: a rebuild of the producer state from
+    # the log (an unclean restart, a new follower) would otherwise expect an older sequence or
+    # epoch, and the producer's next batch would be refused (Kafka's RETAIN_EMPTY).
+    holds_state = producer is not None and producer.is_last(header)
     if header.is_control:
         marker = control_marker(batch.record_batch(log.schema))
         droppable, entry = txns.on_marker(header, marker.type)
-        if droppable and expired:
+        if droppable and expired and not holds_state:
             return _CleanedBatch(markers_dropped=1)
         return _CleanedBatch(header, batch.message.serialize(), txn_index_entry=entry)
-    if txns.on_data_batch(header):
+    if txns.on_data_batch(header):  # aborted: its data goes, unless it holds the state
+        if holds_state:
+            return _CleanedBatch(header, batch.message.serialize())
         return _CleanedBatch(aborted_records_dropped=header.record_count)
     kept_header, data, tombstones = clean_batch(log, batch, latest, expired)
+    if kept_header is None and holds_state:
+        return _CleanedBatch(header, batch.message.serialize())
     return _CleanedBatch(kept_header, data, tombstones)
 
 

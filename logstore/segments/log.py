@@ -58,6 +58,7 @@ from logstore.segments.format import remove_partition_dir
 from logstore.segments.log_loader import LoadedSegments, load_segments, replay_producer_state
 from logstore.segments.producer_state import (
     BatchMetadata,
+    ProducerLastBatch,
     ProducerStateManager,
     VerificationGuard,
 )
@@ -735,6 +736,12 @@ class Log:
 
         self._ensure_loaded()
         return compact_log(self, self._clock.time_ms() if now_ms is None else now_ms)
+
+    def last_producer_batches(self) -> dict[int, ProducerLastBatch]:
+        """For the cleaner: per producer, the batch that holds its state (it must stay)."""
+        self._ensure_loaded()
+        with self._lock:
+            return self._producers.last_batches()
 
     def cleanable_segments(self, now_ms: int) -> tuple[list[LogSegment], int]:
         """For the cleaner: the sealed segments wholly below the last stable offset whose

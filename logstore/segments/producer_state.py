@@ -57,6 +57,7 @@ import logging
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from logstore.errors import (
     InvalidProducerEpochError,
@@ -118,6 +119,21 @@ class CompletedTxn:
     first_offset: int
     last_offset: int
     is_aborted: bool
+
+
+class ProducerLastBatch(NamedTuple):
+    """A producer's last data batch (its last offset; None when its epoch wrote only markers)
+    and its epoch."""
+
+    last_data_offset: int | None
+    epoch: int
+
+    def is_last(self, header: BatchHeader) -> bool:
+        """Whether ``header`` (of this producer) is the batch that holds the producer's state:
+        its last data batch, or, with no data at its epoch, a marker of its epoch."""
+        if self.last_data_offset is not None:
+            return header.last_offset == self.last_data_offset
+        return header.is_control and header.producer_epoch == self.epoch
 
 
 class VerificationGuard:
@@ -290,6 +306,12 @@ class ProducerStateManager:
     @property
     def has_producers(self) -> bool:
         return bool(self._producers)
+
+    def last_batches(self) -> dict[int, ProducerLastBatch]:
+        """Per producer, what compaction must keep so that a rebuild from the log finds its
+        epoch and last sequence (Kafka's lastRecordsOfActiveProducers)."""
+        return {pid: ProducerLastBatch(e.batches[-1].last_offset if e.batches else None, e.epoch)
+                for pid, e in self._producers.items()}
 
     def producers(self) -> list[ProducerEntry]:
         """The producers of the partition, each a copy (describe_producers)."""

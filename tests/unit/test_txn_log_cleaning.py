@@ -47,7 +47,9 @@ def test_retention_never_passes_the_lso(tmp_path: Path) -> None:
 
 def _compacted_txn_log(tmp_path: Path, clock: FakeClock) -> tuple[Log, Producer, Producer]:
     """Segment 0: a=a0 (plain), aborted txn {a=bad, b=bad}, committed txn {c=c1}, markers.
-    Segment 1: c=c2 (plain, shadows c1). Active segment: d. HW at the end."""
+    Segment 1: c=c2 (plain, shadows c1). Active segment: d, then a committed transaction of
+    each producer (their last batches, which compaction keeps whatever they hold, are here so
+    that they do not cover the rules under test). HW at the end."""
     log = open_log(tmp_path, clock, cleanup_policy="compact",
                    delete_retention_ms=RETENTION_MS)
     aborter, committer = Producer(log, 1), Producer(log, 2)
@@ -60,8 +62,17 @@ def _compacted_txn_log(tmp_path: Path, clock: FakeClock) -> tuple[Log, Producer,
     log.append_as_leader(make_batch([b"c"], [b"c2"], clock=clock))          # 6
     log.roll()
     log.append_as_leader(make_batch([b"d"], [b"d0"], clock=clock))          # 7
+    aborter.send([b"e"], values=[b"e0"])                                    # 8
+    aborter.end(COMMIT)                                                     # 9
+    committer.send([b"f"], values=[b"f0"])                                  # 10
+    committer.end(COMMIT)                                                   # 11
     log.update_high_watermark(log.log_end_offset)
     return log, aborter, committer
+
+
+LAST_TXNS = [8, 9, 10, 11]                    # the producers' last transactions (offsets)
+# The read_committed view once compaction has removed the aborted and shadowed records.
+COMPACTED_VIEW = [(0, b"a"), (6, b"c"), (7, b"d"), (8, b"e"), (10, b"f")]
 
 
 def _offsets(log: Log) -> list[int]:
@@ -80,16 +91,17 @@ def test_compaction_removes_aborted_records_and_drops_markers_only_when_safe(
     view = committed(log)
     first = log.compact(now_ms=clock.time_ms() + RETENTION_MS + 1)
     assert first.aborted_records_dropped == 2 and first.markers_dropped == 0
-    assert _offsets(log) == [0, 4, 5, 6, 7]      # c1 (3) is shadowed by c2; markers stay
+    assert _offsets(log) == [0, 4, 5, 6, 7, *LAST_TXNS]  # c1 (3) is shadowed by c2; markers stay
     assert index_entries(log) == [(1, 1, 4)]
-    assert committed(log) == [r for r in view if r[0] != 3] == [(0, b"a"), (6, b"c"), (7, b"d")]
+    assert committed(log) == [r for r in view if r[0] != 3] == COMPACTED_VIEW
     assert records(log)[0] == (0, b"a", b"a0")  # the aborted a=bad never shadowed a0
     second = log.compact(now_ms=clock.time_ms() + 1)
     assert second.markers_dropped == 0           # both markers droppable, but too recent
-    assert _offsets(log) == [0, 4, 5, 6, 7] and index_entries(log) == []
+    assert _offsets(log) == [0, 4, 5, 6, 7, *LAST_TXNS] and index_entries(log) == []
     third = log.compact(now_ms=clock.time_ms() + RETENTION_MS + 1)
     assert third.markers_dropped == 2
-    assert _offsets(log) == [0, 6, 7] and committed(log) == [(0, b"a"), (6, b"c"), (7, b"d")]
+    assert _offsets(log) == [0, 6, 7, *LAST_TXNS]
+    assert committed(log) == COMPACTED_VIEW
 
 
 def test_commit_marker_stays_while_its_transaction_has_data(tmp_path: Path) -> None:
@@ -166,7 +178,8 @@ def test_interrupted_swap_installs_the_cleaned_txn_index(tmp_path: Path) -> None
     seg = log._state.segments[0]
     aborted = log.collect_aborted_transactions(0, seg.next_offset)
     latest = latest_offsets(log, [seg], aborted)
-    cleaned = clean_segment(log, seg, latest, clock.time_ms(), CleanedTxnState(aborted)).segment
+    cleaned = clean_segment(log, seg, latest, clock.time_ms(), CleanedTxnState(aborted),
+                            log.last_producer_batches()).segment
     assert len(cleaned.txn_index) == 0           # this pass drops the entry
     os.replace(cleaned.path, seg.path.with_name(seg.path.name + fmt.SWAP_SUFFIX))
     abandon(log)
@@ -175,7 +188,7 @@ def test_interrupted_swap_installs_the_cleaned_txn_index(tmp_path: Path) -> None
     log = reopen(log, clock, clean=False, recovery_point=log.log_end_offset)
     assert index_entries(log) == []
     log.update_high_watermark(log.log_end_offset)
-    assert committed(log) == [(0, b"a"), (6, b"c"), (7, b"d")]
+    assert committed(log) == COMPACTED_VIEW
 
 
 def test_dropping_a_marker_deletes_the_snapshots_that_hold_its_transaction_open(
@@ -193,6 +206,8 @@ def test_dropping_a_marker_deletes_the_snapshots_that_hold_its_transaction_open(
     p.end(COMMIT)                                            # 1
     log.append_as_leader(make_batch([b"k"], clock=clock))    # 2 shadows offset 0
     log.roll()                                               # snapshot at 3
+    p.send([b"z"])                                           # 3: the producer's last batch,
+    p.end(COMMIT)                                            # 4: kept anyway, out of the way
     log.update_high_watermark(log.log_end_offset)
     assert log.producer_state.snapshot_offsets() == [1, 3]
     assert log.compact().markers_dropped == 0               # the data goes, the marker stays
@@ -203,4 +218,30 @@ def test_dropping_a_marker_deletes_the_snapshots_that_hold_its_transaction_open(
     log = reopen(log, clock, clean=False, recovery_point=1)
     log.update_high_watermark(log.log_end_offset)
     assert log.producer_state.open_transactions == {}
-    assert log.last_stable_offset == log.log_end_offset == 3
+    assert log.last_stable_offset == log.log_end_offset == 5
+
+
+def test_compaction_keeps_the_batch_that_holds_a_producers_sequence(tmp_path: Path) -> None:
+    """Goal: a rebuild of the producer state from a compacted log finds the producer's last
+    sequence, so its next batch is accepted (found by the property test: the aborted batch
+    went, the rebuild saw sequence 0 and refused sequence 5). Method: a plain record (sequence
+    0), then an aborted transaction (1..4) ending the producer's writes, rolled and compacted
+    long after; reopen unclean from offset 0 (a rebuild from the log); send sequence 5."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, cleanup_policy="compact", delete_retention_ms=RETENTION_MS)
+    p = Producer(log, 3)
+    p.send(1, transactional=False)                           # 0: k0, sequence 0
+    p.send(4)                                                # 1-4: sequences 1..4
+    p.end(ABORT)                                             # 5
+    log.roll()
+    log.append_as_leader(make_batch([b"x"], clock=clock))    # 6
+    log.update_high_watermark(log.log_end_offset)
+    stats = log.compact(now_ms=clock.time_ms() + RETENTION_MS + 1)
+    assert stats.aborted_records_dropped == 0 and stats.markers_dropped == 0
+    assert committed(log) == [(0, b"k0"), (6, b"x")]
+    abandon(log)
+    log = p.log = reopen(log, clock, clean=False)
+    assert p.send(1).first_offset == 7                      # sequence 5 follows 4
+    p.end(COMMIT)
+    log.update_high_watermark(log.log_end_offset)
+    assert committed(log) == [(0, b"k0"), (6, b"x"), (7, b"k0")]
