@@ -20,7 +20,9 @@ range that vanished with failOnDataLoss=true, or a high watermark that went back
 range all raise, so Spark never presents partial data as complete. Fetches name the topic id
 the range was planned on: a topic deleted and created again under its name since is data loss
 (the range's records went with it), never the new topic's records at the same offsets. The
-files path does not check the id yet (the directory keeps its name across a recreate).
+files path checks it too: the partition directory keeps its name across a recreate, so its
+``partition.metadata`` must name the planned id, else the task fetches (and the leader's answer
+is the loss).
 """
 
 from __future__ import annotations
@@ -41,11 +43,9 @@ from logstore.client.metadata import ClusterMetadata
 from logstore.errors import (
     ApiError,
     CorruptRecordError,
-    InconsistentTopicIdError,
     LogstoreError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
-    UnknownTopicIdError,
 )
 from logstore.messages.fetch import READ_COMMITTED, READ_UNCOMMITTED
 from logstore.messages.log import ListOffsetsPartition, ListOffsetsRequest
@@ -54,7 +54,7 @@ from logstore.records import FLAG_LOG_APPEND_TIME, BatchHeader
 from logstore.rpc.client import BrokerConnection, FetchedBatch
 from logstore.security.config import PLAINTEXT, ClientSecurity
 from logstore.segments.file_reader import PartitionFiles
-from logstore.segments.format import INCARNATION_FILE
+from logstore.segments.format import INCARNATION_FILE, read_partition_metadata
 from logstore.tiering.metadata import RemoteLogSegmentMetadata
 from logstore.tiering.projection import ProjectedSegmentReader
 from logstore.tiering.remote_reader import scan_segment
@@ -155,7 +155,9 @@ def _converted(task: ReadTask, settings: ReadSettings, converter: BatchConverter
 
 
 def _use_files(task: ReadTask, settings: ReadSettings) -> bool:
-    """True when this process sees the leader's own files (``local`` demands it)."""
+    """True when this process sees the leader's own files of the topic the range was planned
+    on (``local`` demands the leader's files). Files of another topic id (deleted and created
+    again under the name since planning) are not read: the fetch path reports the loss."""
     if settings.read_mode == "fetch" or task.path is None:
         return False
     try:
@@ -163,12 +165,26 @@ def _use_files(task: ReadTask, settings: ReadSettings) -> bool:
     except OSError:
         found = None
     if found == task.incarnation:
-        return True
+        if task.topic_id is None or _files_topic_id(task.path) in (task.topic_id, None):
+            return True
+        log.info("%s: %s now holds another topic id than the planned %s; fetching", task.tp,
+                 task.path, task.topic_id)
+        return False
     if settings.read_mode == "local":
         raise BrokerUnavailableError(
             f"{task.tp}: readMode=local but {task.path} is not the leader's directory here "
             "(different machine, or the broker restarted); use readMode=auto or fetch")
     return False
+
+
+def _files_topic_id(path: str) -> str | None:
+    """The topic id the partition directory records (None: none recorded, as in a log older
+    than the file; the incarnation check stands alone then). An unreadable or malformed file
+    gives "", which is no topic's id."""
+    try:
+        return read_partition_metadata(Path(path))
+    except ValueError:
+        return ""
 
 
 class _RemoteRange:
@@ -310,11 +326,6 @@ class _Fetcher:
                 return self._fetch_once(position)
             except OffsetOutOfRangeError:
                 return [], self._lost(position)
-            except (InconsistentTopicIdError, UnknownTopicIdError) as e:
-                recreated = self._reconnect(e)
-                if recreated is not None:
-                    return [], self._recreated(position, recreated)
-                last = e
             except _HighWatermarkBehind as e:
                 last = e
                 self._reconnect(NotLeaderOrFollowerError("high watermark behind the range"))
@@ -322,7 +333,11 @@ class _Fetcher:
                 if not e.retriable:
                     raise
                 last = e
-                self._reconnect(e)
+                # A leader that no longer hosts the partition (or knows the id) may hold a
+                # topic recreated since planning: then the range is lost, not retried.
+                recreated = self._reconnect(e)
+                if recreated is not None:
+                    return [], self._recreated(position, recreated)
             time.sleep(BACKOFF_S * (attempt + 1))  # back off before the next attempt
         if isinstance(last, _HighWatermarkBehind):
             return [], self._truncated(position, last.high_watermark)
@@ -410,11 +425,14 @@ class _Fetcher:
         metadata = ClusterMetadata(self.settings.bootstrap_servers,
                                    security=self.settings.security)
         try:
+            # The id first: a recreated topic may have no leader (or no such partition) yet,
+            # and the range is lost whatever its leader.
+            now = metadata.topic(self.task.tp.topic).topic_id
+            if self.task.topic_id is not None and now is not None and now != self.task.topic_id:
+                return now
             leader = metadata.leader(self.task.tp)
             self.address = metadata.brokers().get(leader, self.address)
-            now = metadata.known_topic_id(self.task.tp.topic)
-            return now if self.task.topic_id is not None and now is not None and \
-                now != self.task.topic_id else None
+            return None
         except ApiError as e:
             log.info("%s: leader lookup failed: %s", self.task.tp, e)
             return None

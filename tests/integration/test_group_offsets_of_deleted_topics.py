@@ -38,10 +38,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     factory.stop_all()
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+def produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0) -> None:
     with bounded_producer(bootstrap) as producer:
         for value in values:
-            producer.send(topic, value=value, partition=0)
+            producer.send(topic, value=value, partition=partition)
         producer.flush()
 
 

@@ -24,6 +24,8 @@ from datasource.reader import ReadSettings, ReadTask, read_range
 from datasource.schema import source_arrow_schema
 from logstore import Admin, TopicPartition
 from logstore.client.admin import NewTopic
+from logstore.messages.log import DescribeLogDirsRequest
+from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory, BrokerProcess
 from tests.integration.test_group_offsets_of_deleted_topics import produce
 
@@ -40,19 +42,33 @@ def values(task: ReadTask, settings: ReadSettings) -> list[bytes]:
             for v in pa.Table.from_batches([b]).column("value").to_pylist()]
 
 
-@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def plan(bootstrap: str, tp: TopicPartition, end: int) -> ReadTask:
+    """The task the planner makes of [0, end): the leader's directory, incarnation, topic id."""
+    conn = BrokerConnection(bootstrap)
+    try:
+        entry = conn.call(DescribeLogDirsRequest(topic=tp.topic,
+                                                 partitions=[tp.partition])).partitions[0]
+    finally:
+        conn.close()
+    assert entry.topic_id is not None and entry.path is not None
+    return ReadTask(tp, 0, end, bootstrap, entry.path, entry.incarnation,
+                    topic_id=entry.topic_id)
+
+
+@pytest.mark.parametrize(("read_mode", "fail_on_data_loss"),
+                         [("fetch", True), ("fetch", False), ("auto", True), ("auto", False)])
 def test_a_range_planned_before_the_topic_was_recreated_is_data_loss_not_the_new_records(
-        broker: BrokerProcess, fail_on_data_loss: bool) -> None:
+        broker: BrokerProcess, read_mode: str, fail_on_data_loss: bool) -> None:
     topic = f"range-{uuid.uuid4().hex[:6]}"
     tp = TopicPartition(topic, 0)
-    settings = ReadSettings(broker.bootstrap, source_arrow_schema(None, False), "fetch",
+    settings = ReadSettings(broker.bootstrap, source_arrow_schema(None, False), read_mode,
                             fail_on_data_loss)
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 1)])
         produce(broker.bootstrap, topic, [b"old-%d" % i for i in range(10)])
-        old_id = admin.describe_topics([topic])[0].topic_id
-        assert old_id is not None
-        planned = ReadTask(tp, 0, 10, broker.bootstrap, topic_id=old_id)
+        planned = plan(broker.bootstrap, tp, 10)
+        old_id = planned.topic_id
+        assert old_id == admin.describe_topics([topic])[0].topic_id
         assert values(planned, settings) == [b"old-%d" % i for i in range(10)]
 
         admin.delete_topics([topic])
@@ -65,6 +81,25 @@ def test_a_range_planned_before_the_topic_was_recreated_is_data_loss_not_the_new
             values(planned, settings)
     else:
         assert values(planned, settings) == []
-    # a range planned on the new topic reads it
-    assert values(ReadTask(tp, 0, 10, broker.bootstrap, topic_id=new_id), settings) == \
-        [b"new-%d" % i for i in range(10)]
+    # a range planned on the new topic reads it (auto: from the same directory's files)
+    again = plan(broker.bootstrap, tp, 10)
+    assert (again.topic_id, again.path) == (new_id, planned.path)
+    assert values(again, settings) == [b"new-%d" % i for i in range(10)]
+
+
+def test_a_range_of_a_partition_the_recreated_topic_lacks_is_data_loss(
+        broker: BrokerProcess) -> None:
+    """The recreated topic has fewer partitions: the planned partition has no leader now, and
+    the range is data loss naming both ids (the id is looked up before the leader)."""
+    topic = f"range-{uuid.uuid4().hex[:6]}"
+    settings = ReadSettings(broker.bootstrap, source_arrow_schema(None, False), "fetch")
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 2)])
+        produce(broker.bootstrap, topic, [b"old-%d" % i for i in range(10)], partition=1)
+        planned = plan(broker.bootstrap, TopicPartition(topic, 1), 10)
+        admin.delete_topics([topic])
+        admin.create_topics([NewTopic(topic, 1)])
+        new_id = admin.describe_topics([topic])[0].topic_id
+    with pytest.raises(DataLossError, match=rf"{topic}-1: offsets \[0, 10\) .*\(topic id "
+                                            rf"{planned.topic_id}, now {new_id}"):
+        values(planned, settings)
