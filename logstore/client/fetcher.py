@@ -471,7 +471,10 @@ class Fetcher:
         if not targets:
             return False
         sessions.grant_owed(waiting=True)  # nothing to return: the broker must not wait on us
-        self._take_frames(sessions, timeout_s)
+        # A partition backing off rejoins its session when the backoff ends, not when the
+        # poll's whole timeout has passed with nothing pushed for the others.
+        retry_in = self.retry_in()
+        self._take_frames(sessions, timeout_s if retry_in is None else min(timeout_s, retry_in))
         return True
 
     def take_arrived(self) -> None:

@@ -14,6 +14,7 @@ consumer of the group reads exactly the 15.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -192,6 +193,46 @@ def test_the_fetcher_resets_a_position_of_a_deleted_topic_once_the_metadata_has_
         assert fetcher._targets([tp], lambda _: 0) == {}
         fetcher.forget(tp)
         assert fetcher.retry_in() is None
+    finally:
+        fetcher.close()
+
+
+def test_a_pushed_fetch_waits_no_longer_than_a_partitions_topic_id_backoff() -> None:
+    """Goal: with fetch sessions, a partition backing off on a topic id rejoins its session
+    when the backoff ends, not once a whole poll timeout passed with nothing pushed for the
+    other partitions. Method: the fetcher's pushed fetch with stub metadata and sessions
+    that record how long they are waited on; one of two partitions backs off."""
+    waits: list[float] = []
+
+    class Metadata:
+        def leader(self, tp: TopicPartition) -> int:
+            return 0
+
+        def known_topic_id(self, name: str) -> str:
+            return "id"
+
+    class Sessions:
+        def sync(self, targets: object) -> None:
+            pass
+
+        def grant_owed(self, waiting: bool = False) -> None:
+            pass
+
+        def wait(self, timeout_s: float) -> list[object]:
+            waits.append(timeout_s)
+            return []
+
+    backing_off, other = TopicPartition("t", 0), TopicPartition("t", 1)
+    fetcher = Fetcher(Metadata(), FetchConfig(fetch_session=False),  # type: ignore[arg-type]
+                      lambda tp, e: None)
+    try:
+        fetcher._backoff_until[backing_off] = time.monotonic() + TOPIC_ID_RETRY_BACKOFF_S
+        assert fetcher._fetch_pushed(Sessions(), [backing_off, other],  # type: ignore[arg-type]
+                                     lambda _: 0, 30.0)
+        assert 0 < waits[0] <= TOPIC_ID_RETRY_BACKOFF_S
+        fetcher.forget(backing_off)
+        assert fetcher._fetch_pushed(Sessions(), [other], lambda _: 0, 30.0)  # type: ignore[arg-type]
+        assert waits[1] == 30.0
     finally:
         fetcher.close()
 
