@@ -1,6 +1,7 @@
 """Helpers shared by every kind of test.
 
-Owns: the one bounded wait on a condition (``wait_for``), and the peak resident size of this
+Owns: the one bounded wait on a condition (``wait_for``), how many rounds a randomised fault
+test runs (``fault_rounds``: fewer in the suite, more with LOGSTORE_DEEP_FAULTS=1), and the peak resident size of this
 process over a block (``PeakRss``, for tests and benchmarks of bounded memory). The replayable seed of randomised
 tests is the ``seed`` fixture in tests/conftest.py. Must not: start processes or servers
 (tests/brokers.py, tests/zookeeper.py do) or know about clusters (tests/faults/cluster.py).
@@ -8,6 +9,7 @@ tests is the ``seed`` fixture in tests/conftest.py. Must not: start processes or
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +19,14 @@ T = TypeVar("T")
 
 WAIT_S = 30.0
 POLL_S = 0.05
+DEEP_FAULTS_VARIABLE = "LOGSTORE_DEEP_FAULTS"
+
+
+def fault_rounds(quick: int, deep: int) -> int:
+    """How many kills or failover rounds a randomised fault test runs: ``quick`` in the
+    suite (each run draws a fresh seed, so the runs add up to the coverage, and the suite
+    stays inside its time budget), ``deep`` with LOGSTORE_DEEP_FAULTS=1."""
+    return deep if os.environ.get(DEEP_FAULTS_VARIABLE, "").strip() not in ("", "0") else quick
 
 
 def wait_for(condition: Callable[[], T], what: str, timeout_s: float = WAIT_S,

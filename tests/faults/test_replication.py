@@ -19,12 +19,12 @@ from logstore.errors import NotEnoughReplicasError
 from logstore.segments.log import Log
 from tests.brokers import BrokerFactory, bounded_producer
 from tests.faults.cluster import FAILOVER_ERRORS, SESSION_TIMEOUT_MS, Cluster
-from tests.helpers import wait_for
+from tests.helpers import fault_rounds, wait_for
 from tests.security import cluster_security
 from tests.unit.segment_helpers import records
 from tests.zookeeper import ZooKeeperServer
 
-ROUNDS = 10
+ROUNDS = fault_rounds(6, 10)
 # Under TLS and SASL_SSL the rounds test the same failover over secured connections: fewer.
 SECURE_ROUNDS = 4
 
@@ -67,7 +67,8 @@ def test_acks_all_records_survive_repeated_leader_kills(cluster: Cluster, seed: 
     Method: RF=3, min_insync_replicas=2; a producer sends with acks=all while, in randomized
     rounds, the current leader is killed with kill -9 after a random number of records and
     restarted once a new leader is elected. Afterwards every acknowledged record is consumed,
-    in the order it was acknowledged (ten rounds in plaintext, four in each secured mode)."""
+    in the order it was acknowledged (six rounds in plaintext, ten with
+    LOGSTORE_DEEP_FAULTS=1; four in each secured mode)."""
     rng = random.Random(seed)
     rounds = ROUNDS if cluster.client.get("security_protocol", "PLAINTEXT") == "PLAINTEXT" \
         else SECURE_ROUNDS

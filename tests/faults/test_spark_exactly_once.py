@@ -7,15 +7,16 @@ command copies every input record exactly once: the output read read_committed h
 record once, transformed, each key's records in input order, and no transaction is left open.
 Method: 200k keyed records (100 keys, a sequence number per key) in a 4-partition topic on a
 real broker; the job runs as a subprocess in its own process group (the command the README
-gives, ``--once``) and the group is killed -9 ten times, each after a seeded random number of
-published micro-batches plus a seeded random delay (LOGSTORE_TEST_SEED replays), then started
-again on the same checkpoint; the last run exits once it has copied everything. The input
-is 80 micro-batches: at 0.3 s a batch, ten kills with delays of up to 1 s use about 37 of
-them and about 70 at worst (with 40 batches and delays of up to 1.5 s, seed 3215354417 saw
-the job finish after nine kills); the last run, never killed, drains the rest with a larger
-``--max-records-per-batch`` (a limit changed across a restart, as users do). Each run
-starts a Spark session (10-20 s idle, minutes on a loaded machine), so the test takes from a
-few minutes to half an hour; LOGSTORE_SPARK_KILLS sets fewer kills for a quick check.
+gives, ``--once``) and the group is killed -9 four times (ten with LOGSTORE_DEEP_FAULTS=1, or
+LOGSTORE_SPARK_KILLS), each after a seeded random number of published micro-batches plus a
+seeded random delay (LOGSTORE_TEST_SEED replays), then started again on the same checkpoint;
+the last run exits once it has copied everything. The input is 80 micro-batches: at 0.3 s a
+batch, ten kills with delays of up to 1 s use about 37 of them and about 70 at worst (with 40
+batches and delays of up to 1.5 s, seed 3215354417 saw the job finish after nine kills); the
+last run, never killed, drains the rest with a larger ``--max-records-per-batch`` (a limit
+changed across a restart, as users do). Each run starts a Spark session (10-20 s idle,
+minutes on a loaded machine), about 30 s a run on two cores: four kills keep the test near
+two and a half minutes of the suite's budget, and each run of the suite draws a fresh seed.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ import pytest
 
 from logstore import Admin, NewTopic, Producer
 from tests.brokers import REPO_ROOT, BrokerFactory, BrokerProcess, spark_job_env
-from tests.helpers import WAIT_S
+from tests.helpers import WAIT_S, fault_rounds
 from tests.txn_reading import assert_copied_once, end_offsets
 
 RECORDS = 200_000
 KEYS = 100
 PARTITIONS = 4
-KILLS = int(os.environ.get("LOGSTORE_SPARK_KILLS", "10"))
+KILLS = int(os.environ.get("LOGSTORE_SPARK_KILLS") or fault_rounds(4, 10))
 BATCH = 2_500  # 80 micro-batches: the kills use 2 and a delay's worth each on average
 LAST_RUN_BATCH = 50_000
 KILL_DELAY_S = 1.0  # the longest wait after the published batch that triggers a kill
@@ -104,7 +105,7 @@ def run(command: list[str], stderr: Path, kill_after: tuple[int, float] | None) 
 
 
 @pytest.mark.timeout(3600)
-def test_the_spark_job_copies_every_record_exactly_once_through_ten_kills(
+def test_the_spark_job_copies_every_record_exactly_once_through_repeated_kills(
         kbroker: BrokerProcess, seed: int, tmp_path: Path) -> None:
     rng = random.Random(seed)
     source, sink = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("in", "out"))

@@ -3,9 +3,10 @@ ZooKeeper).
 
 Goal:
 - a transaction over 10 partitions on 3 brokers is all-or-none when its coordinator's broker
-  is killed -9 at a random point (before, during or after the commit; 10 seeded rounds): once
-  a new instance of the producer has initialised (which finishes or aborts whatever was left),
-  read_committed readers see all of it or none, and all of it whenever the commit returned;
+  is killed -9 at a random point (before, during or after the commit; 6 seeded rounds, 10
+  with LOGSTORE_DEEP_FAULTS=1): once a new instance of the producer has initialised (which
+  finishes or aborts whatever was left), read_committed readers see all of it or none, and
+  all of it whenever the commit returned;
 - a partition leader killed while the markers are on their way: the coordinator writes the
   marker to the new leader, and the transaction completes, all of it visible;
 - a decided commit (PrepareCommit of prepared transactions, committed with_prepared) survives
@@ -35,13 +36,13 @@ from logstore.model import TRANSACTION_STATE_TOPIC
 from logstore.rpc.client import BrokerConnection
 from tests.brokers import BrokerFactory
 from tests.faults.cluster import FAILOVER_ERRORS, SESSION_TIMEOUT_MS, Cluster
-from tests.helpers import WAIT_S, wait_for
+from tests.helpers import WAIT_S, fault_rounds, wait_for
 from tests.txn_reading import read_values
 
 PARTITIONS = 10
 PER_PARTITION = 10
 STATE_PARTITIONS = 3
-ROUNDS = 10
+ROUNDS = fault_rounds(6, 10)
 TXN_SETTINGS = {"transaction_state_log_num_partitions": STATE_PARTITIONS,
                 "transaction_state_log_replication_factor": 3,
                 "offsets_topic_num_partitions": 3, "offsets_topic_replication_factor": 3,
