@@ -23,8 +23,8 @@ from datasource.iceberg import catalog_settings, referenced_files, stored_files
 from jobs.archive_write import run_id_of
 from logstore import Admin
 from tests.brokers import REPO_ROOT, BrokerProcess, bounded_producer, new_topic, spark_job_env
-from tests.spark.archive_helpers import load_table, table_rows, warehouse_args
 from tests.helpers import fault_rounds
+from tests.spark.archive_helpers import load_table, table_rows, warehouse_args
 from tests.spark.helpers import consumer_rows
 
 KILLS = fault_rounds(5, 10)
