@@ -11,10 +11,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# Two pytest-xdist workers: the suite mostly waits on real processes (brokers, ZooKeeper
-# sessions, Spark applications), so two halve its time on two cores; the fault tests and the
-# Spark tests each keep one worker, in order (tests/conftest.py). TEST_WORKERS=0 runs serially.
-TEST_WORKERS ?= 2
 BENCH_ARGS ?=
 
 .PHONY: venv install demo test lint bench bench-spark bench-tiering clean
@@ -38,8 +34,7 @@ demo: install
 
 # pytest's exit code 5 ("no tests collected") fails too: a suite that runs nothing is broken.
 test: install
-	PYSPARK_PYTHON="$(abspath $(PY))" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
-		tests $(PYTEST_ARGS)
+	PYSPARK_PYTHON="$(abspath $(PY))" $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
 # ruff over everything; mypy --strict over the core, the Spark source and the jobs.
 lint: install

@@ -45,10 +45,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 SEED_VARIABLE = "LOGSTORE_TEST_SEED"
 
-# Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) each of these
-# folders runs on one worker, in order: the Spark tests share one session (one per run), and
-# the fault tests' clusters and kills never overlap one another; the rest spread.
-SERIAL_FOLDERS = ("faults", "spark")
 MARKERS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "integration": ("integration",),
     "faults": ("integration", "faults"),
@@ -75,8 +71,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         folder = path.relative_to(root).parts[0]
         for name in MARKERS_BY_FOLDER.get(folder, ()):
             item.add_marker(getattr(pytest.mark, name))
-        if folder in SERIAL_FOLDERS:
-            item.add_marker(pytest.mark.xdist_group(folder))
 
 
 def _skip_without_java() -> None:

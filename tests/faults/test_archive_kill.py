@@ -4,7 +4,7 @@ record exactly once, and no orphan file is left.
 Each run is the real job (``python -m jobs.archive``: its own Spark driver and local[1]
 executors) in batch or stream mode; the kill comes at a seeded point: while Spark starts, while
 tasks write files, or just after a table commit (before or during the group-offset commit).
-Five kills (ten with LOGSTORE_DEEP_FAULTS=1), the mode of each drawn from the seed, then one
+Four kills (ten with LOGSTORE_DEEP_FAULTS=1), the mode of each drawn from the seed, then one
 run to the end; the table is compared record by record with a Consumer read. LOGSTORE_TEST_SEED replays a failure.
 """
 
@@ -27,7 +27,7 @@ from tests.helpers import fault_rounds
 from tests.spark.archive_helpers import load_table, table_rows, warehouse_args
 from tests.spark.helpers import consumer_rows
 
-KILLS = fault_rounds(5, 10)
+KILLS = fault_rounds(4, 10)
 RUN_TIMEOUT_S = 180.0
 PHASES = ("startup", "writing", "committed")
 

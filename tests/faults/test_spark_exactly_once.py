@@ -7,7 +7,7 @@ command copies every input record exactly once: the output read read_committed h
 record once, transformed, each key's records in input order, and no transaction is left open.
 Method: 200k keyed records (100 keys, a sequence number per key) in a 4-partition topic on a
 real broker; the job runs as a subprocess in its own process group (the command the README
-gives, ``--once``) and the group is killed -9 four times (ten with LOGSTORE_DEEP_FAULTS=1, or
+gives, ``--once``) and the group is killed -9 three times (ten with LOGSTORE_DEEP_FAULTS=1, or
 LOGSTORE_SPARK_KILLS), each after a seeded random number of published micro-batches plus a
 seeded random delay (LOGSTORE_TEST_SEED replays), then started again on the same checkpoint;
 the last run exits once it has copied everything. The input is 80 micro-batches: at 0.3 s a
@@ -15,8 +15,8 @@ batch, ten kills with delays of up to 1 s use about 37 of them and about 70 at w
 batches and delays of up to 1.5 s, seed 3215354417 saw the job finish after nine kills); the
 last run, never killed, drains the rest with a larger ``--max-records-per-batch`` (a limit
 changed across a restart, as users do). Each run starts a Spark session (10-20 s idle,
-minutes on a loaded machine), about 30 s a run on two cores: four kills keep the test near
-two and a half minutes of the suite's budget, and each run of the suite draws a fresh seed.
+minutes on a loaded machine), about 30 s a run on two cores: three kills keep the test near
+two minutes of the suite's budget, and each run of the suite draws a fresh seed.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from tests.txn_reading import assert_copied_once, end_offsets
 RECORDS = 200_000
 KEYS = 100
 PARTITIONS = 4
-KILLS = int(os.environ.get("LOGSTORE_SPARK_KILLS") or fault_rounds(4, 10))
+KILLS = int(os.environ.get("LOGSTORE_SPARK_KILLS") or fault_rounds(3, 10))
 BATCH = 2_500  # 80 micro-batches: the kills use 2 and a delay's worth each on average
 LAST_RUN_BATCH = 50_000
 KILL_DELAY_S = 1.0  # the longest wait after the published batch that triggers a kill
