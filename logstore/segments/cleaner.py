@@ -15,7 +15,8 @@ Rules:
   segment was last written (its file's modification time, stamped on the log's clock when it
   rolled, kept by the cleaned copy) before ``now - delete_retention_ms``: records' own
   timestamps (a producer's CreateTime) say nothing of when a consumer could last miss it;
-- transactions (txn_cleaning.py): batches of aborted transactions are removed whole; a marker
+- transactions (txn_cleaning.py): batches of aborted transactions are removed whole (but for
+  a producer's last batch, below); a marker
   is dropped once no batch of its transaction is left and its segment was last written
   before ``now - delete_retention_ms``; an aborted-transaction index entry stays exactly as long as
   data of its transaction may be in the log. Before a cleaned segment that drops markers is
@@ -25,7 +26,9 @@ Rules:
 - a producer's last data batch (or, when its epoch wrote only markers, its marker of that
   epoch) is never removed: kept whole when its records would all go, aborted ones included,
   so that a rebuild of the producer state from the log finds the producer's epoch and last
-  sequence (Kafka keeps an empty batch; an Arrow batch here keeps its records);
+  sequence (Kafka keeps an empty batch; an Arrow batch here keeps its records), and while
+  such a batch is kept whole though shadowed, the tombstones of its keys stay (else its old
+  values would be the latest again once they went);
 - records keep their offsets: a batch with gaps sets FLAG_HAS_OFFSET_DELTAS; its header keeps
   the producer fields, and its last offset (base_sequence is shifted with the base offset so
   that the producer's last sequence is unchanged); batches left empty are dropped; untouched
@@ -129,10 +132,10 @@ def _compact_segments(log: Log, segments: list[LogSegment], generation: int, now
                                                segments[-1].next_offset)
     latest = latest_offsets(log, segments, aborted)
     stats, txns = CompactionStats(), CleanedTxnState(aborted)
-    last_batches = log.last_producer_batches()
+    last_batches, held_keys = log.last_producer_batches(), set[bytes]()
     for seg in segments:
         cleaned, seg_stats, last_dropped_marker = clean_segment(log, seg, latest, now_ms, txns,
-                                                                last_batches)
+                                                                last_batches, held_keys)
         if last_dropped_marker is not None:
             log.producer_state.delete_snapshots_through(last_dropped_marker)
         if not log.swap_cleaned_segment(seg, cleaned, generation, commit_swap):
@@ -207,10 +210,15 @@ class CleanedSegment(NamedTuple):
 
 def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
                   txns: CleanedTxnState,
-                  last_batches: Mapping[int, ProducerLastBatch]) -> CleanedSegment:
+                  last_batches: Mapping[int, ProducerLastBatch],
+                  held_keys: set[bytes] | None = None) -> CleanedSegment:
     """Write the cleaned copy of ``seg`` as ``X.arrow.cleaned`` with its indexes (indexed,
     sealed, fsynced). ``txns`` carries the transaction state from the previous segments;
-    ``last_batches`` names, per producer, the batch that holds its state (never removed)."""
+    ``last_batches`` names, per producer, the batch that holds its state (never removed);
+    ``held_keys`` (of the pass, from the first segment on) gathers the keys of such batches
+    kept whole though shadowed: their tombstones must stay, or the old values would be the
+    latest again."""
+    held_keys = set() if held_keys is None else held_keys
     config = log.config
     written = seg.written_ms
     # Tombstones and droppable markers go once their segment was last written more than
@@ -224,7 +232,8 @@ def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
         stats = CompactionStats(segments_cleaned=1, bytes_before=seg.size)
         last_dropped_marker = None
         for batch in segment_batches(seg):
-            cleaned = _clean_any_batch(log, batch, latest, expired, txns, last_batches)
+            cleaned = _clean_any_batch(log, batch, latest, expired, txns, last_batches,
+                                       held_keys)
             if cleaned.markers_dropped:
                 last_dropped_marker = batch.header.base_offset
             kept = 0
@@ -252,7 +261,8 @@ def clean_segment(log: Log, seg: LogSegment, latest: np.ndarray, now_ms: int,
 
 def _clean_any_batch(log: Log, batch: StoredBatch, latest: np.ndarray, expired: bool,
                      txns: CleanedTxnState,
-                     last_batches: Mapping[int, ProducerLastBatch]) -> _CleanedBatch:
+                     last_batches: Mapping[int, ProducerLastBatch],
+                     held_keys: set[bytes]) -> _CleanedBatch:
     header = batch.header
     producer = last_batches.get(header.producer_id) if header.producer_id >= 0 else None
     # A producer's last batch stays whole rather than go: a rebuild of the producer state from
@@ -269,17 +279,20 @@ def _clean_any_batch(log: Log, batch: StoredBatch, latest: np.ndarray, expired: 
         if holds_state:
             return _CleanedBatch(header, batch.message.serialize())
         return _CleanedBatch(aborted_records_dropped=header.record_count)
-    kept_header, data, tombstones = clean_batch(log, batch, latest, expired)
+    kept_header, data, tombstones = clean_batch(log, batch, latest, expired, held_keys)
     if kept_header is None and holds_state:
+        keys = batch.record_batch(log.schema).column("key").to_pylist()
+        held_keys.update(k for k in keys if k is not None)
         return _CleanedBatch(header, batch.message.serialize())
     return _CleanedBatch(kept_header, data, tombstones)
 
 
-def clean_batch(log: Log, batch: StoredBatch, latest: np.ndarray,
-                expired: bool) -> tuple[BatchHeader | None, Bytes | None, int]:
+def clean_batch(log: Log, batch: StoredBatch, latest: np.ndarray, expired: bool,
+                held_keys: set[bytes] | frozenset[bytes] = frozenset()
+                ) -> tuple[BatchHeader | None, Bytes | None, int]:
     """(header, bytes, tombstones dropped) of the cleaned data batch; header and bytes are
     None when no record is left. ``expired``: its segment was last written longer than
-    delete_retention_ms ago (its tombstones may go)."""
+    delete_retention_ms ago (its tombstones may go, but not those of ``held_keys``)."""
     offsets = batch.offsets()
     records = batch.record_batch(log.schema)
     keep = _is_latest(offsets, latest) | records.column("key").is_null().to_numpy(
@@ -287,6 +300,10 @@ def clean_batch(log: Log, batch: StoredBatch, latest: np.ndarray,
     dropped = 0
     if expired:
         tombstones = _tombstones(records, log.schema) & keep
+        if held_keys and tombstones.any():
+            keys = records.column("key")
+            for i in np.flatnonzero(tombstones):
+                tombstones[i] = keys[int(i)].as_py() not in held_keys
         dropped = int(tombstones.sum())
         keep &= ~tombstones
     if keep.all():

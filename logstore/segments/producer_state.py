@@ -160,6 +160,9 @@ class ProducerEntry:
     last_offset: int = -1  # of its last batch, data or marker
     # Broker time of the first expiry check since its last batch; -1: none yet.
     last_seen_ms: int = -1
+    # Last offset of its last data batch at this epoch, sequence -1 ones included (the
+    # coordinator's offset commits); -1: none (compaction keeps it: ProducerLastBatch).
+    last_data_offset: int = -1
 
     def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
         for batch in self.batches:
@@ -170,6 +173,14 @@ class ProducerEntry:
     @property
     def last_seq(self) -> int | None:
         return self.batches[-1].last_seq if self.batches else None
+
+
+def _last_data_offset(entry: ProducerEntry) -> int | None:
+    """The entry's last data batch's last offset (from its cached batches when a snapshot
+    older than the field left it unknown); None: its epoch wrote only markers."""
+    if entry.last_data_offset >= 0:
+        return entry.last_data_offset
+    return entry.batches[-1].last_offset if entry.batches else None
 
 
 class ProducerStateManager:
@@ -310,14 +321,14 @@ class ProducerStateManager:
     def last_batches(self) -> dict[int, ProducerLastBatch]:
         """Per producer, what compaction must keep so that a rebuild from the log finds its
         epoch and last sequence (Kafka's lastRecordsOfActiveProducers)."""
-        return {pid: ProducerLastBatch(e.batches[-1].last_offset if e.batches else None, e.epoch)
+        return {pid: ProducerLastBatch(_last_data_offset(e), e.epoch)
                 for pid, e in self._producers.items()}
 
     def producers(self) -> list[ProducerEntry]:
         """The producers of the partition, each a copy (describe_producers)."""
         return [ProducerEntry(e.producer_id, e.epoch, deque(e.batches, MAX_CACHED_BATCHES),
                               e.coordinator_epoch, e.txn_first_offset, e.last_offset,
-                              e.last_seen_ms)
+                              e.last_seen_ms, e.last_data_offset)
                 for e in self._producers.values()]
 
     def update(self, header: BatchHeader,
@@ -335,6 +346,7 @@ class ProducerStateManager:
                                  "given without its marker")
             self._guards.pop(header.producer_id, None)  # its transaction ended here
             return self._end_txn(entry, header.base_offset, marker)
+        entry.last_data_offset = max(entry.last_data_offset, header.last_offset)
         if header.base_sequence >= 0:
             entry.batches.append(BatchMetadata.of(header))
         if header.is_transactional and entry.txn_first_offset is None:
@@ -352,6 +364,7 @@ class ProducerStateManager:
         elif entry.epoch != epoch:
             entry.epoch = epoch
             entry.batches.clear()
+            entry.last_data_offset = -1
         return entry
 
     def _end_txn(self, entry: ProducerEntry, offset: int,
@@ -433,6 +446,7 @@ class ProducerStateManager:
             {"producer_id": e.producer_id, "epoch": e.epoch,
              "coordinator_epoch": e.coordinator_epoch, "txn_first_offset": e.txn_first_offset,
              "last_offset": e.last_offset, "last_seen_ms": e.last_seen_ms,
+             "last_data_offset": e.last_data_offset,
              "batches": [asdict(b) for b in e.batches]} for e in self._producers.values()]}
         atomic_write(self._path(offset), json.dumps(body).encode(), durable=durable)
         for old in self.snapshot_offsets()[:-SNAPSHOTS_KEPT]:
@@ -486,6 +500,7 @@ class ProducerStateManager:
             # most; its idle time is counted from the first check after the load.
             entry.last_offset = int(raw.get("last_offset", int(body["offset"]) - 1))
             entry.last_seen_ms = int(raw.get("last_seen_ms", -1))
+            entry.last_data_offset = int(raw.get("last_data_offset", -1))
             first = raw.get("txn_first_offset")
             if first is not None:
                 entry.txn_first_offset = self._ongoing[entry.producer_id] = int(first)

@@ -8,7 +8,9 @@ a droppable marker until ``delete_retention_ms`` has passed since it was written
 
 Rules:
 - a transactional batch of a producer inside an aborted transaction (its aborted start reached,
-  its ABORT marker not yet) is removed, whatever its keys;
+  its ABORT marker not yet) is removed, whatever its keys (the cleaner keeps a producer's last
+  batch: it then still counts as data seen, so its marker and index entry stay with it; this
+  holds because every pass starts at the log's first segment);
 - an ABORT marker is kept while the pass saw data of its transaction (that data is removed in
   this pass, and a reader that fetched it earlier may still need the marker); its index entry
   is then kept with it. Once a pass sees none of its data, the marker is droppable and its

@@ -13,6 +13,7 @@ from segment_helpers import abandon, make_batch, open_log, records, reopen, segm
 from txn_helpers import ABORT, COMMIT, Producer, committed, file_committed, index_entries
 
 from logstore.clock import FakeClock
+from logstore.records import FLAG_TRANSACTIONAL
 from logstore.segments import format as fmt
 from logstore.segments.cleaner import clean_segment, latest_offsets
 from logstore.segments.log import Log
@@ -245,3 +246,40 @@ def test_compaction_keeps_the_batch_that_holds_a_producers_sequence(tmp_path: Pa
     p.end(COMMIT)
     log.update_high_watermark(log.log_end_offset)
     assert committed(log) == [(0, b"k0"), (6, b"x"), (7, b"k0")]
+
+
+def test_a_kept_shadowed_batch_keeps_the_tombstone_of_its_key(tmp_path: Path) -> None:
+    """Goal: a producer's last batch kept whole though shadowed never brings a deleted key
+    back: the tombstone that shadows it stays past delete_retention_ms while the batch does.
+    Method: an idempotent producer's last batch k=v1, a plain tombstone of k, rolled; two
+    expired compaction passes; the last record of k is still the tombstone."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, cleanup_policy="compact", delete_retention_ms=RETENTION_MS)
+    Producer(log, 7).send([b"k"], transactional=False, values=[b"v1"])  # 0: kept whole
+    log.append_as_leader(make_batch([b"k"], [None], clock=clock))       # 1: k deleted
+    log.roll()
+    log.append_as_leader(make_batch([b"z"], [b"z"], clock=clock))       # 2
+    log.update_high_watermark(log.log_end_offset)
+    for _ in range(2):
+        log.compact(now_ms=clock.time_ms() + RETENTION_MS + 1)
+    assert [r for r in records(log) if r[1] == b"k"] == [(0, b"k", b"v1"), (1, b"k", None)]
+
+
+def test_only_the_last_marker_of_a_producer_without_sequences_is_kept(tmp_path: Path) -> None:
+    """Goal: a transactional producer whose batches carry no sequence (the coordinator's
+    offset commits to __consumer_offsets) keeps only its last data batch through compaction,
+    not every marker of its epoch (they piled up forever). Method: five transactions of one
+    sequence-less record each, shadowed by the next; three expired passes."""
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, cleanup_policy="compact", delete_retention_ms=RETENTION_MS)
+    for i in range(5):                                                  # 0..9
+        log.append_as_leader(make_batch([b"k"], [b"v%d" % i], clock=clock), producer_id=9,
+                             producer_epoch=0, base_sequence=-1, flags=FLAG_TRANSACTIONAL)
+        log.append_control_marker(9, 0, COMMIT, 0)
+    log.roll()
+    log.append_as_leader(make_batch([b"z"], [b"z"], clock=clock))       # 10
+    log.update_high_watermark(log.log_end_offset)
+    for _ in range(3):
+        log.compact(now_ms=clock.time_ms() + RETENTION_MS + 1)
+    assert _offsets(log) == [8, 9, 10]                # the last transaction, and z
+    assert committed(log) == [(8, b"k"), (10, b"z")]
