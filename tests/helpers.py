@@ -1,8 +1,9 @@
 """Helpers shared by every kind of test.
 
 Owns: the one bounded wait on a condition (``wait_for``), how many rounds a randomised fault
-test runs (``fault_rounds``: fewer in the suite, more with LOGSTORE_DEEP_FAULTS=1), and the peak resident size of this
-process over a block (``PeakRss``, for tests and benchmarks of bounded memory). The replayable seed of randomised
+test runs (``fault_rounds``: fewer in the suite, more with LOGSTORE_DEEP_FAULTS=1), and the
+peak resident size of this process over a block (``PeakRss``, for tests and benchmarks of
+bounded memory). The replayable seed of randomised
 tests is the ``seed`` fixture in tests/conftest.py. Must not: start processes or servers
 (tests/brokers.py, tests/zookeeper.py do) or know about clusters (tests/faults/cluster.py).
 """

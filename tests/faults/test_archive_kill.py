@@ -5,7 +5,8 @@ Each run is the real job (``python -m jobs.archive``: its own Spark driver and l
 executors) in batch or stream mode; the kill comes at a seeded point: while Spark starts, while
 tasks write files, or just after a table commit (before or during the group-offset commit).
 Four kills (ten with LOGSTORE_DEEP_FAULTS=1), the mode of each drawn from the seed, then one
-run to the end; the table is compared record by record with a Consumer read. LOGSTORE_TEST_SEED replays a failure.
+run to the end; the table is compared record by record with a Consumer read.
+LOGSTORE_TEST_SEED replays a failure.
 """
 
 from __future__ import annotations
