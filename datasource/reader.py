@@ -165,7 +165,7 @@ def _use_files(task: ReadTask, settings: ReadSettings) -> bool:
     except OSError:
         found = None
     if found == task.incarnation:
-        if task.topic_id is None or _files_topic_id(task.path) in (task.topic_id, None):
+        if task.topic_id is None or _files_of_topic(task.path, task.topic_id):
             return True
         log.info("%s: %s now holds another topic id than the planned %s; fetching", task.tp,
                  task.path, task.topic_id)
@@ -177,14 +177,15 @@ def _use_files(task: ReadTask, settings: ReadSettings) -> bool:
     return False
 
 
-def _files_topic_id(path: str) -> str | None:
-    """The topic id the partition directory records (None: none recorded, as in a log older
-    than the file; the incarnation check stands alone then). An unreadable or malformed file
-    gives "", which is no topic's id."""
+def _files_of_topic(path: str, topic_id: str) -> bool:
+    """Whether the partition directory holds the log of ``topic_id``: it records that id, or
+    none (a log older than the file: the incarnation check stands alone then). An unreadable
+    or malformed file is no proof."""
     try:
-        return read_partition_metadata(Path(path))
+        found = read_partition_metadata(Path(path))
     except ValueError:
-        return ""
+        return False
+    return found is None or found == topic_id
 
 
 class _RemoteRange:

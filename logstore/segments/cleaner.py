@@ -302,8 +302,8 @@ def clean_batch(log: Log, batch: StoredBatch, latest: np.ndarray, expired: bool,
         tombstones = _tombstones(records, log.schema) & keep
         if held_keys and tombstones.any():
             keys = records.column("key")
-            for i in np.flatnonzero(tombstones):
-                tombstones[i] = keys[int(i)].as_py() not in held_keys
+            held = pc.is_in(keys, value_set=pa.array(list(held_keys), keys.type))
+            tombstones &= ~held.to_numpy(zero_copy_only=False)
         dropped = int(tombstones.sum())
         keep &= ~tombstones
     if keep.all():
